@@ -1,0 +1,62 @@
+"""The motivating use: write one decoding step into a large KV cache in place, no copy."""
+
+import pytest
+import torch
+
+BATCH, HEADS, MAX_SEQ, HEAD_DIM = 2, 4, 256, 16
+
+
+class KVCacheStep(torch.nn.Module):
+    """Writes this step's keys and values at ``position`` and attends over the cache."""
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        position: torch.Tensor,
+    ) -> torch.Tensor:
+        k_cache.index_copy_(2, position, k)
+        v_cache.index_copy_(2, position, v)
+        scores = q @ k_cache.transpose(-1, -2) / HEAD_DIM**0.5
+        return torch.softmax(scores, dim=-1) @ v_cache
+
+
+def step_inputs(position: int) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(position)
+    q, k, v = (torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator) for _ in range(3))
+    k_cache = torch.randn(BATCH, HEADS, MAX_SEQ, HEAD_DIM, generator=generator)
+    v_cache = torch.randn(BATCH, HEADS, MAX_SEQ, HEAD_DIM, generator=generator)
+    return q, k, v, k_cache, v_cache, torch.tensor([position])
+
+
+def written(cache: torch.Tensor, step: torch.Tensor, position: int) -> torch.Tensor:
+    expected = cache.clone()
+    expected[:, :, position] = step[:, :, 0]
+    return expected
+
+
+@pytest.mark.aoti
+def test_kv_cache_step_updates_caches_in_place(aoti):
+    q, k, v, k_cache, v_cache, position = step_inputs(position=17)
+    aoti.check(
+        KVCacheStep(),
+        (q, k, v, k_cache, v_cache, position),
+        mutates={"k_cache": written(k_cache, k, 17), "v_cache": written(v_cache, v, 17)},
+    )
+
+
+@pytest.mark.aoti
+def test_kv_cache_engine_reuses_callers_storage(aoti):
+    inputs = step_inputs(position=0)
+    program = aoti.compile(KVCacheStep(), inputs)
+    assert program.mutated_inputs == {"k_cache", "v_cache"}
+    q, k, v, k_cache, v_cache, _ = step_inputs(position=0)
+    address = k_cache.data_ptr()
+    for position in (3, 4, 5):
+        program(q, k, v, k_cache, v_cache, torch.tensor([position]))
+    assert k_cache.data_ptr() == address
+    for position in (3, 4, 5):
+        torch.testing.assert_close(k_cache[:, :, position], k[:, :, 0])

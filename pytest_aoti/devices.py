@@ -1,0 +1,43 @@
+"""Turning ``--aoti-device`` names into devices that exist on this machine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+
+def resolve_devices(names: Sequence[str]) -> tuple[str, ...]:
+    """Replace ``auto`` and check that every CUDA device asked for exists.
+
+    Asking for CUDA where there is none is a usage error, not a silent skip: a CI job
+    that meant to test the GPU engine must not pass without testing it.
+    """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    resolved: list[str] = []
+    for name in names:
+        if name == "auto":
+            name = "cuda" if cuda else "cpu"
+        elif name.startswith("cuda"):
+            if not cuda:
+                raise pytest.UsageError(
+                    f"--aoti-device={name}: torch.cuda.is_available() is False on this machine "
+                    f"(torch {torch.__version__}); use --aoti-device=cpu or auto"
+                )
+            index = int(name.partition(":")[2] or 0)
+            count = torch.cuda.device_count()
+            if index >= count:
+                raise pytest.UsageError(
+                    f"--aoti-device={name}: this machine has {count} CUDA device(s), "
+                    f"cuda:0 to cuda:{count - 1}"
+                )
+        if name not in resolved:
+            resolved.append(name)
+    return tuple(resolved)
+
+
+def asks_for_cuda(names: Sequence[str]) -> bool:
+    """Whether ``names`` names a CUDA device explicitly (``auto`` does not)."""
+    return any(name.startswith("cuda") for name in names)

@@ -1,0 +1,182 @@
+"""Content key of a program: a digest of everything that determines its compiled package.
+
+The key is taken from the exported program *before* ``run_decompositions()`` (decomposition
+is a deterministic function of the program and the torch version, both in the key), so a
+cache hit can skip decomposing, which costs seconds on large models.
+
+``torch.export.save`` bytes are not stable across processes, so the key is built from the
+graph's structure instead: every node's op, target, arguments and value metadata, the
+signature, the shape constraints, then the raw bytes of every parameter, buffer and constant.
+Source locations are left out on purpose, so editing an unrelated line of the model file
+does not force a recompile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+KEY_FORMAT = "pytest-aoti-key-1"
+
+# inductor options that hold callables: their repr is an address, so they make a program
+# uncacheable across processes unless the callable has a stable ``uuid()`` (torch's own
+# CustomGraphPass protocol)
+_CALLABLE_OPTIONS = (
+    "post_grad_custom_pre_pass",
+    "post_grad_custom_post_pass",
+    "joint_custom_pre_pass",
+    "joint_custom_post_pass",
+    "pre_grad_custom_pass",
+    "_pre_fusion_custom_pass",
+    "_post_fusion_custom_pass",
+)
+
+# options torch itself writes into the global config while compiling (the package's
+# platform metadata): left in, they would make the first compile of a process change the
+# key of every later one
+_SELF_WRITTEN_OPTIONS = ("aot_inductor.metadata",)
+
+
+@dataclass(frozen=True)
+class ProgramKey:
+    """The digest that names a compiled program, and what it was made of."""
+
+    digest: str
+    parts: dict[str, str] = field(default_factory=dict)
+    """Digest of each ingredient (graph, weights, configs, device, torch), for the cache's
+    metadata: two keys that differ can be told apart part by part."""
+    persistable: bool = True
+    """False when an ingredient has no stable identity across processes (a custom pass
+    without ``uuid()``): such a program is shared within the session but never stored."""
+
+
+def program_key(
+    exported: ExportedProgram,
+    *,
+    device: torch.device,
+    inductor_configs: Mapping[str, Any] | None,
+) -> ProgramKey:
+    """Digest of ``exported`` compiled for ``device`` under ``inductor_configs`` and the
+    process's global inductor configuration."""
+    configs, persistable = _config_fingerprint(inductor_configs or {})
+    parts = {
+        "graph": _digest_text(_graph_fingerprint(exported)),
+        "weights": _digest_tensors(_named_state(exported)),
+        "configs": _digest_text(configs),
+        "device": _digest_text(_device_fingerprint(device)),
+        "torch": _digest_text(_torch_fingerprint()),
+    }
+    overall = hashlib.sha256(KEY_FORMAT.encode())
+    for name in sorted(parts):
+        overall.update(f"{name}={parts[name]};".encode())
+    return ProgramKey(digest=overall.hexdigest()[:40], parts=parts, persistable=persistable)
+
+
+def _digest_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _graph_fingerprint(exported: ExportedProgram) -> str:
+    import torch.fx
+
+    lines: list[str] = []
+    for module_name, module in exported.graph_module.named_modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        lines.append(f"graph {module_name}")
+        for node in module.graph.nodes:
+            value = _describe_value(node.meta.get("val"))
+            lines.append(f"{node.op} {node.name} {node.target} {node.args} {node.kwargs} {value}")
+    lines.append(str(exported.graph_signature))
+    lines.append(repr(sorted((str(k), str(v)) for k, v in exported.range_constraints.items())))
+    lines.append(str(exported.call_spec.in_spec))
+    lines.append(str(exported.call_spec.out_spec))
+    return "\n".join(lines)
+
+
+def _describe_value(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype}{tuple(str(s) for s in value.shape)}{tuple(str(s) for s in value.stride())}{value.device.type}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_describe_value(item) for item in value) + ")"
+    return type(value).__name__ if value is not None else ""
+
+
+def _named_state(exported: ExportedProgram) -> Iterable[tuple[str, Any]]:
+    yield from sorted(exported.state_dict.items())
+    yield from sorted(exported.constants.items())
+
+
+def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
+    """Hash names, metadata and raw bytes of every tensor (sha256: ~25 ms per 42 MB)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, value in named:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach()
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
+            flat = tensor.cpu().contiguous().reshape(-1)
+            if flat.numel():
+                digest.update(memoryview(flat.view(torch.uint8).numpy()))
+        else:
+            digest.update(f"{name}:{value!r}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _config_fingerprint(inductor_configs: Mapping[str, Any]) -> tuple[str, bool]:
+    """The effective inductor configuration: the process's global state under the
+    per-call overrides. A callable option without ``uuid()`` marks the key not persistable."""
+    import torch._inductor.config as inductor_config
+
+    persistable = True
+    items: dict[str, str] = {
+        name: repr(value)
+        for name, value in inductor_config.save_config_portable().items()
+        if name not in _SELF_WRITTEN_OPTIONS
+    }
+    current = inductor_config.get_config_copy()
+    for name in _CALLABLE_OPTIONS:
+        items[name] = _callable_identity(current.get(name))
+    for name, value in inductor_configs.items():
+        if callable(value):
+            items[name] = _callable_identity(value)
+        else:
+            items[name] = repr(value)
+    for name in _CALLABLE_OPTIONS:
+        if items.get(name, "None").startswith("<process-local"):
+            persistable = False
+    return repr(sorted(items.items())), persistable
+
+
+def _callable_identity(value: Any) -> str:
+    if value is None:
+        return "None"
+    uuid = getattr(value, "uuid", None)
+    if callable(uuid):
+        return f"uuid:{uuid()!r}"
+    return f"<process-local {getattr(value, '__qualname__', type(value).__name__)} {id(value)}>"
+
+
+def _device_fingerprint(device: torch.device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        return f"cuda sm_{major}{minor} {torch.version.cuda}"
+    return device.type
+
+
+def _torch_fingerprint() -> str:
+    import torch
+
+    return f"{torch.__version__} {getattr(torch.version, 'git_version', '')}"

@@ -1,0 +1,123 @@
+"""pytest glue: options, marker, device parametrization, fixtures. No torch at import time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_aoti.session import AotiSession, XdistControllerHooks
+from pytest_aoti.settings import add_options, read_settings
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.tester import AotiTester
+
+SESSION_PLUGIN = "aoti-session"
+_DEVICE_FIXTURE = "aoti_device"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_aoti import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
+        "max_dim=None): an AOTInductor test, run on every --aoti-device; the options are "
+        "defaults for the aoti fixture's checks",
+    )
+    session = AotiSession(config, read_settings(config))
+    from pytest_aoti.devices import asks_for_cuda
+
+    if asks_for_cuda(session.settings.devices):
+        session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
+    config.pluginmanager.register(session, SESSION_PLUGIN)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(XdistControllerHooks(session), "aoti-xdist")
+
+
+def _session(config: pytest.Config) -> AotiSession:
+    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    assert isinstance(session, AotiSession)
+    return session
+
+
+def _is_aoti_test(metafunc: pytest.Metafunc) -> bool:
+    return (
+        metafunc.definition.get_closest_marker("aoti") is not None
+        or "aoti" in metafunc.fixturenames
+        or _DEVICE_FIXTURE in metafunc.fixturenames
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every AOTI test once per ``--aoti-device``, with the device in the test id."""
+    if not _is_aoti_test(metafunc):
+        return
+    if any(_DEVICE_FIXTURE in marker.args[0] for marker in metafunc.definition.iter_markers("parametrize") if marker.args):
+        return  # the test parametrizes its device itself
+    if _DEVICE_FIXTURE not in metafunc.fixturenames:
+        metafunc.fixturenames.append(_DEVICE_FIXTURE)
+    devices = _session(metafunc.config).devices
+    metafunc.parametrize(_DEVICE_FIXTURE, devices, indirect=True, ids=list(devices))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the ``aoti`` fixture is an AOTI test (``-m aoti``) even unmarked."""
+    for item in items:
+        if "aoti" in getattr(item, "fixturenames", ()) and item.get_closest_marker("aoti") is None:
+            item.add_marker(pytest.mark.aoti)
+
+
+@pytest.fixture
+def aoti_device(request: pytest.FixtureRequest) -> torch.device:
+    """The ``torch.device`` this AOTI test runs on (one of ``--aoti-device``)."""
+    import torch
+
+    name = getattr(request, "param", None) or _session(request.config).devices[0]
+    return torch.device(name)
+
+
+@pytest.fixture
+def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTester:
+    """Compiles modules to AOTInductor engines and checks them against eager PyTorch.
+
+    ``aoti.compile(module, args)`` returns an :class:`~pytest_aoti.AotiProgram`;
+    ``aoti.check(module, args, mutates=..., calls=..., samples=...)`` asserts parity,
+    in-place mutations and the graph signature. Options of ``@pytest.mark.aoti(...)`` are
+    the defaults of both.
+    """
+    from pytest_aoti.tester import AotiTester
+
+    session = _session(request.config)
+    defaults = session.defaults_for(request.node)
+    hook_configs = session.hook_inductor_configs(aoti_device)
+    if hook_configs:
+        defaults = defaults.overridden(
+            inductor_configs={**hook_configs, **defaults.inductor_configs}
+        )
+    item = request.node
+
+    def record_program(program: Any) -> None:
+        item.user_properties.append(("aoti_device", str(aoti_device)))
+        item.user_properties.append(("aoti_program", program.key))
+        item.user_properties.append(("aoti_cache_hit", program.cache_hit))
+        item.user_properties.append(("aoti_compile_seconds", round(program.compile_seconds, 3)))
+
+    return AotiTester(
+        aoti_device,
+        session.registry,
+        defaults,
+        on_program=record_program,
+        on_result=lambda result: session.check_done(item, result),
+    )

@@ -1,0 +1,131 @@
+"""``AotiProgram``: one exported module, its compiled package and a lazily loaded engine."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.pipeline import decompose, load_engine
+from pytest_aoti.signature import MutationSignature, named_user_inputs
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+    from pytest_aoti.key import ProgramKey
+    from pytest_aoti.shapes import ProgramShapes
+
+
+@dataclass(frozen=True)
+class CompiledArtifact:
+    """A compiled package and what the checks need to know about it.
+
+    One artifact serves every :class:`AotiProgram` with the same key in a session.
+    """
+
+    key: ProgramKey
+    package_path: Path
+    signature: MutationSignature
+    compile_seconds: float
+    """Seconds the compile that produced the package took."""
+    cache_hit: bool
+    """True when the package came from the on-disk cache instead of a compile."""
+    decomposed: ExportedProgram | None = None
+    """The decomposed program, when this session decomposed it (not on a cache hit)."""
+
+
+class AotiProgram:
+    """A module exported, decomposed and AOT-compiled for one device.
+
+    Calling it runs the AOTInductor engine exactly as a deployed model would: inputs the
+    program mutates are written in place. Every ``AotiProgram`` loads its own engine, so
+    buffer state mutated through one never leaks into another.
+    """
+
+    def __init__(
+        self, exported: ExportedProgram, artifact: CompiledArtifact, device: torch.device
+    ) -> None:
+        self.exported: ExportedProgram = exported
+        """The program returned by ``torch.export.export``."""
+        self.device: torch.device = device
+        self._artifact = artifact
+        self._engine: Any = None
+        self._engine_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"AotiProgram(key={self.key[:12]}, device={self.device}, "
+            f"package={self.package_path.name}, cache_hit={self.cache_hit})"
+        )
+
+    @property
+    def key(self) -> str:
+        """Content key of the program (see :mod:`pytest_aoti.key`)."""
+        return self._artifact.key.digest
+
+    @property
+    def package_path(self) -> Path:
+        """The ``.pt2`` package this program loads its engine from."""
+        return self._artifact.package_path
+
+    @property
+    def signature(self) -> MutationSignature:
+        return self._artifact.signature
+
+    @property
+    def mutated_inputs(self) -> set[str]:
+        """Names of the user inputs the program writes to."""
+        return set(self.signature.mutated_inputs)
+
+    @property
+    def mutated_buffers(self) -> set[str]:
+        """FQNs of the registered buffers the program writes to."""
+        return set(self.signature.mutated_buffers)
+
+    @property
+    def compile_seconds(self) -> float:
+        return self._artifact.compile_seconds
+
+    @property
+    def cache_hit(self) -> bool:
+        return self._artifact.cache_hit
+
+    @cached_property
+    def decomposed(self) -> ExportedProgram:
+        """The program after ``run_decompositions()`` (computed on demand after a cache hit)."""
+        return self._artifact.decomposed or decompose(self.exported)
+
+    @cached_property
+    def shapes(self) -> ProgramShapes:
+        """Shapes, dtypes and devices the program accepts, read from the program itself."""
+        from pytest_aoti.shapes import read_program_shapes
+
+        return read_program_shapes(self.exported)
+
+    def load_engine(self) -> Any:
+        """Load a fresh engine from the package, with buffers in their exported state."""
+        return load_engine(self.package_path, self.device)
+
+    def validate(self, *args: Any, **kwargs: Any) -> None:
+        """Raise :class:`~pytest_aoti.AotiInputError` if an input does not fit the program."""
+        __tracebackhide__ = True
+        from pytest_aoti.errors import AotiInputError
+        from pytest_aoti.shapes import validate_inputs
+
+        try:
+            named = named_user_inputs(self.exported, args, kwargs)
+        except (ValueError, KeyError, TypeError) as error:
+            raise AotiInputError(f"inputs do not match the exported program: {error}") from None
+        validate_inputs(self.shapes, named)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Validate the inputs against the exported program, then run the engine on them."""
+        __tracebackhide__ = True
+        self.validate(*args, **kwargs)
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = self.load_engine()
+        return self._engine(*args, **kwargs)

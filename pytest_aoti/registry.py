@@ -1,0 +1,181 @@
+"""Compile each program once: in-session sharing by content key, backed by the on-disk store.
+
+Order of lookups for a key: this session's programs, then the artifact store (under a
+cross-process lock, so two xdist workers never compile the same key twice), then a compile
+whose package is published to the store for later runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.errors import AotiCacheWarning
+from pytest_aoti.key import ProgramKey, program_key
+from pytest_aoti.pipeline import compile_package, decompose
+from pytest_aoti.program import AotiProgram, CompiledArtifact
+from pytest_aoti.signature import MutationSignature, read_signature
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+    from pytest_aoti.store import ArtifactStore, CacheEntry
+
+
+@dataclass
+class CompileStats:
+    """What the session spent on programs; shown in the terminal summary."""
+
+    programs: set[str] = field(default_factory=set)
+    compiled: int = 0
+    compile_seconds: float = 0.0
+    loaded: int = 0
+    load_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "programs": len(self.programs),
+            "compiled": self.compiled,
+            "compile_seconds": round(self.compile_seconds, 3),
+            "loaded": self.loaded,
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+    def merge(self, other: Mapping[str, Any]) -> None:
+        """Add a worker's figures (as produced by :meth:`to_json`)."""
+        self.compiled += int(other["compiled"])
+        self.compile_seconds += float(other["compile_seconds"])
+        self.loaded += int(other["loaded"])
+        self.load_seconds += float(other["load_seconds"])
+
+
+class ProgramRegistry:
+    """Hands out :class:`AotiProgram` objects, compiling each distinct program once."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        store: ArtifactStore | None = None,
+        on_compiled: Callable[[AotiProgram], None] | None = None,
+    ) -> None:
+        self._workdir = workdir
+        self._store = store
+        self._on_compiled = on_compiled
+        self._artifacts: dict[str, CompiledArtifact] = {}
+        self._lock = threading.Lock()
+        self.stats = CompileStats()
+
+    def program_for(
+        self,
+        exported: ExportedProgram,
+        *,
+        device: torch.device,
+        inductor_configs: Mapping[str, Any] | None,
+    ) -> AotiProgram:
+        """An engine-backed program for ``exported``, compiled at most once per key."""
+        key = program_key(exported, device=device, inductor_configs=inductor_configs)
+        with self._lock:
+            artifact = self._artifacts.get(key.digest)
+            fresh = artifact is None
+            if artifact is None:
+                artifact = self._obtain(key, exported, inductor_configs)
+                self._artifacts[key.digest] = artifact
+            self.stats.programs.add(key.digest)
+        program = AotiProgram(exported, artifact, device)
+        if fresh and self._on_compiled is not None:
+            self._on_compiled(program)
+        return program
+
+    def _obtain(
+        self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
+    ) -> CompiledArtifact:
+        store = self._store if key.persistable else None
+        if store is None or not store.readable:
+            return self._compile(key, exported, inductor_configs)
+        with store.locked(key.digest):
+            entry = store.lookup(key.digest)
+            if entry is not None:
+                artifact = self._from_entry(key, entry)
+                if artifact is not None:
+                    return artifact
+            artifact = self._compile(key, exported, inductor_configs)
+            if store.writable:
+                store.store(key.digest, artifact.package_path, _entry_metadata(artifact))
+            return artifact
+
+    def _compile(
+        self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
+    ) -> CompiledArtifact:
+        started = time.perf_counter()
+        decomposed = decompose(exported)
+        package = compile_package(
+            decomposed, self._workdir / f"{key.digest}.pt2", inductor_configs
+        )
+        seconds = time.perf_counter() - started
+        self.stats.compiled += 1
+        self.stats.compile_seconds += seconds
+        return CompiledArtifact(
+            key=key,
+            package_path=package,
+            signature=read_signature(decomposed),
+            compile_seconds=seconds,
+            cache_hit=False,
+            decomposed=decomposed,
+        )
+
+    def _from_entry(self, key: ProgramKey, entry: CacheEntry) -> CompiledArtifact | None:
+        """Copy a stored package into the session's own directory and verify the copy.
+
+        The copy is what gets loaded, so a later change to the shared store (another
+        process evicting or tampering with the entry) cannot affect this session.
+        """
+        started = time.perf_counter()
+        local = self._workdir / f"{key.digest}.pt2"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry.package_path, local)
+        if _sha256(local) != entry.metadata.get("sha256"):
+            warnings.warn(
+                AotiCacheWarning(
+                    f"aoti cache entry {key.digest} changed while it was read; recompiling"
+                ),
+                stacklevel=2,
+            )
+            local.unlink(missing_ok=True)
+            return None
+        caller = entry.metadata.get("caller", entry.metadata)
+        self.stats.loaded += 1
+        self.stats.load_seconds += time.perf_counter() - started
+        return CompiledArtifact(
+            key=key,
+            package_path=local,
+            signature=MutationSignature.from_json(caller["signature"]),
+            compile_seconds=float(caller.get("compile_seconds", 0.0)),
+            cache_hit=True,
+        )
+
+
+def _entry_metadata(artifact: CompiledArtifact) -> dict[str, Any]:
+    import torch
+
+    return {
+        "key_parts": artifact.key.parts,
+        "signature": artifact.signature.to_json(),
+        "compile_seconds": round(artifact.compile_seconds, 3),
+        "torch_version": torch.__version__,
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

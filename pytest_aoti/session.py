@@ -1,0 +1,201 @@
+"""Per-session state: settings, resolved devices, the program registry, figures to report.
+
+Registered as the ``aoti-session`` plugin, so its hook methods run like any plugin's. Heavy
+parts (torch, the registry, the store) are created on first use: a run without AOTI tests
+never imports torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.settings import AotiSettings
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.registry import CompileStats, ProgramRegistry
+    from pytest_aoti.store import ArtifactStore
+    from pytest_aoti.tester import CheckDefaults, CheckResult
+
+MARKER_OPTIONS = ("rtol", "atol", "strict", "inductor_configs", "examples", "max_dim")
+
+
+class AotiSession:
+    """State shared by every AOTI test of one pytest process."""
+
+    def __init__(self, config: pytest.Config, settings: AotiSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self._devices: tuple[str, ...] | None = None
+        self._registry: ProgramRegistry | None = None
+        self._store: ArtifactStore | None = None
+        self._store_made = False
+        self._workdir: Path | None = None
+        self.worker_stats: list[Mapping[str, Any]] = []
+
+    # -- lazily created parts ---------------------------------------------------------
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """``--aoti-device`` with ``auto`` resolved; imports torch on first use."""
+        if self._devices is None:
+            from pytest_aoti.devices import resolve_devices
+
+            self._devices = resolve_devices(self.settings.devices)
+        return self._devices
+
+    @property
+    def store(self) -> ArtifactStore | None:
+        """The on-disk artifact store, or None when the cache is off or unavailable."""
+        if not self._store_made:
+            self._store_made = True
+            root = self.cache_root()
+            if root is not None and self.settings.cache_mode != "off":
+                from pytest_aoti.store import ArtifactStore
+
+                self._store = ArtifactStore(
+                    root, mode=self.settings.cache_mode, max_bytes=self.settings.cache_max_size
+                )
+        return self._store
+
+    @property
+    def registry(self) -> ProgramRegistry:
+        if self._registry is None:
+            from pytest_aoti.registry import ProgramRegistry
+
+            self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
+            self._registry = ProgramRegistry(self._workdir, self.store, self._program_ready)
+        return self._registry
+
+    def cache_root(self) -> Path | None:
+        if self.settings.cache_dir is not None:
+            return self.settings.cache_dir
+        cache = getattr(self.config, "cache", None)
+        if cache is None:  # -p no:cacheprovider
+            return None
+        return Path(cache.mkdir("aoti"))
+
+    # -- what fixtures need -------------------------------------------------------------
+
+    def defaults_for(self, item: pytest.Item) -> CheckDefaults:
+        """Settings merged with the test's ``@pytest.mark.aoti(...)`` options."""
+        __tracebackhide__ = True
+        from pytest_aoti.tester import CheckDefaults
+
+        defaults = CheckDefaults(
+            rtol=self.settings.rtol,
+            atol=self.settings.atol,
+            examples=self.settings.examples,
+            max_dim=self.settings.max_dim,
+        )
+        for marker in reversed(list(item.iter_markers("aoti"))):
+            if marker.args:
+                raise AotiUsageError(
+                    f"@pytest.mark.aoti takes keyword options only ({', '.join(MARKER_OPTIONS)}), "
+                    f"got positional {marker.args!r}"
+                )
+            unknown = sorted(set(marker.kwargs) - set(MARKER_OPTIONS))
+            if unknown:
+                raise AotiUsageError(
+                    f"@pytest.mark.aoti got unknown option(s) {', '.join(unknown)}; "
+                    f"allowed: {', '.join(MARKER_OPTIONS)}"
+                )
+            defaults = defaults.overridden(**marker.kwargs)
+        return defaults
+
+    def hook_inductor_configs(self, device: torch.device) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for configs in reversed(
+            self.config.hook.pytest_aoti_inductor_configs(config=self.config, device=device)
+        ):
+            merged.update(configs or {})
+        return merged
+
+    def check_done(self, item: pytest.Item, result: CheckResult) -> None:
+        item.user_properties.append(("aoti_max_abs_error", result.max_abs))
+        item.user_properties.append(("aoti_max_rel_error", result.max_rel))
+        if result.examples:
+            item.user_properties.append(("aoti_generated_examples", result.examples))
+        self.config.hook.pytest_aoti_check_done(item=item, result=result)
+
+    def _program_ready(self, program: AotiProgram) -> None:
+        self.config.hook.pytest_aoti_program_ready(config=self.config, program=program)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        mode = self.settings.cache_mode
+        where = self.settings.cache_dir or ".pytest_cache/d/aoti"
+        cache = "off" if mode == "off" else f"{mode} at {where}"
+        return f"aoti: device={','.join(self.settings.devices)}, cache={cache}"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.settings.cache_clear and not _is_xdist_worker(self.config):
+            store = self.store
+            if store is not None:
+                store.clear()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if _is_xdist_worker(self.config):
+            self.config.workeroutput["aoti_stats"] = self.stats_json()  # type: ignore[attr-defined]
+        elif self._store is not None and self._store.writable:
+            self._store.evict()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        line = self.summary_line()
+        if line:
+            terminalreporter.write_line(line)
+
+    # -- figures ----------------------------------------------------------------------------
+
+    def stats_json(self) -> dict[str, Any]:
+        if self._registry is None:
+            return {"programs": [], "compiled": 0, "compile_seconds": 0.0, "loaded": 0, "load_seconds": 0.0}
+        stats = self._registry.stats
+        return {**stats.to_json(), "programs": sorted(stats.programs)}
+
+    def summary_line(self) -> str:
+        """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
+        from pytest_aoti.registry import CompileStats
+
+        total = CompileStats()
+        for figures in [self.stats_json(), *self.worker_stats]:
+            total.programs.update(figures["programs"])
+            total.merge(figures)
+        if not total.programs:
+            return ""
+        return (
+            f"aoti: {len(total.programs)} program{'s' if len(total.programs) != 1 else ''}; "
+            f"{total.compiled} compiled in {total.compile_seconds:.1f} s; "
+            f"{total.loaded} loaded from cache in {total.load_seconds:.2f} s"
+        )
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+class XdistControllerHooks:
+    """Collects workers' figures on the xdist controller; registered only with xdist."""
+
+    def __init__(self, session: AotiSession) -> None:
+        self._session = session
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        figures = getattr(node, "workeroutput", {}).get("aoti_stats")
+        if figures:
+            self._session.worker_stats.append(figures)

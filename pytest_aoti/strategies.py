@@ -1,0 +1,195 @@
+"""Hypothesis strategies for inputs an exported program accepts.
+
+Use them in your own ``@given`` tests::
+
+    @given(inputs_for(program, like=(x, y)))
+    def test_matches_eager(inputs):
+        args, kwargs = inputs
+        ...
+
+Shapes are drawn one integer per shape symbol, so Hypothesis shrinks a failure toward
+the smallest shape the program allows. Tensor values come from a drawn seed rather than
+element by element: tensors may be large, and a seed shrinks as well as anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from hypothesis import strategies as st
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.shapes import (
+    ProgramShapes,
+    assignment_fits,
+    cap_range,
+    read_program_shapes,
+    shapes_from_assignment,
+)
+from pytest_aoti.signature import flat_user_inputs, read_signature_names
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+    from torch.export import ExportedProgram
+
+
+def shapes_for(program: Any, *, max_dim: int = 64) -> SearchStrategy[dict[str, tuple[int, ...]]]:
+    """Shapes of the tensor inputs ``program`` accepts: input name -> shape.
+
+    ``program`` is an ``ExportedProgram`` or has one as ``.exported``. Each shape symbol
+    is drawn within its exported range, with unbounded or larger maxima capped at
+    ``max_dim``; shrinking goes toward every symbol's minimum.
+    """
+    shapes = read_program_shapes(_exported(program))
+    return _assignments(shapes, max_dim).map(lambda values: shapes_from_assignment(shapes, values))
+
+
+def inputs_for(
+    program: Any,
+    *,
+    like: tuple[Any, ...],
+    like_kwargs: dict[str, Any] | None = None,
+    max_dim: int = 64,
+) -> SearchStrategy[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """``(args, kwargs)`` shaped like the example ``like``/``like_kwargs``, with new sizes.
+
+    Every tensor leaf is replaced by one of a drawn shape (see ``shapes_for``) with the
+    example's dtype and device, and values like the example's: floats uniform in the
+    example's [min, max] (or [-1, 1] when that is empty or not finite), integers in its
+    [min, max], bools at random. Non-tensor leaves are kept as they are.
+    """
+    import torch.utils._pytree as pytree
+
+    exported = _exported(program)
+    shapes = read_program_shapes(exported)
+    kwargs = dict(like_kwargs or {})
+    leaves, treespec = pytree.tree_flatten((tuple(like), kwargs))
+    names = _leaf_names(exported, leaves, treespec)
+    makers = {
+        index: _TensorMaker.like(leaf)
+        for index, leaf in enumerate(leaves)
+        if isinstance(leaf, torch.Tensor) and names[index] in {s.name for s in shapes.inputs}
+    }
+
+    def build(values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        sizes = shapes_from_assignment(shapes, values)
+        generator = torch.Generator().manual_seed(seed)
+        new_leaves = [
+            makers[index].make(sizes[names[index]], generator) if index in makers else leaf
+            for index, leaf in enumerate(leaves)
+        ]
+        args, new_kwargs = pytree.tree_unflatten(new_leaves, treespec)
+        return tuple(args), dict(new_kwargs)
+
+    return st.builds(build, _assignments(shapes, max_dim), st.integers(0, 2**32 - 1))
+
+
+def _exported(program: Any) -> ExportedProgram:
+    from torch.export import ExportedProgram
+
+    exported = getattr(program, "exported", program)
+    if not isinstance(exported, ExportedProgram):
+        raise AotiUsageError(
+            f"expected an ExportedProgram or an object with .exported, got {type(program).__name__}"
+        )
+    return exported
+
+
+def _assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
+    """One integer per symbol within its capped range."""
+    symbols = {
+        name: st.integers(*cap_range(symbol_range, max_dim))
+        for name, symbol_range in shapes.symbols.items()
+    }
+    # Drawing each symbol in its range already keeps plain and linear dims in range;
+    # the filter only rejects anything for dims with unusual expressions.
+    return st.fixed_dictionaries(symbols).filter(lambda values: assignment_fits(shapes, values))
+
+
+def _leaf_names(program: ExportedProgram, leaves: list[Any], treespec: Any) -> list[str]:
+    """The program's user-input name of each of the caller's leaves.
+
+    The program may order keyword arguments differently from the caller, so the leaves
+    are numbered, put in the program's order, and matched back by number.
+    """
+    import torch.utils._pytree as pytree
+
+    args, kwargs = pytree.tree_unflatten(list(range(len(leaves))), treespec)
+    ordered = flat_user_inputs(program, args, kwargs)
+    names = read_signature_names(program)
+    if len(ordered) != len(names):
+        raise AotiUsageError(
+            f"the program takes {len(names)} inputs ({', '.join(names)}) "
+            f"but the example has {len(ordered)}"
+        )
+    by_index = dict(zip(ordered, names))
+    return [by_index[index] for index in range(len(leaves))]
+
+
+@dataclass(frozen=True)
+class _TensorMaker:
+    """Makes tensors with the dtype, device and value range of one example tensor."""
+
+    dtype: torch.dtype
+    device: torch.device
+    low: float
+    high: float  # ints for integer dtypes, exact even beyond 2**53
+
+    @classmethod
+    def like(cls, example: torch.Tensor) -> _TensorMaker:
+        low, high = _value_range(example)
+        return cls(example.dtype, example.device, low, high)
+
+    def make(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        # Drawn on the CPU so that one seed gives the same values on every device.
+        if self.dtype == torch.bool:
+            values = torch.randint(0, 2, shape, generator=generator).bool()
+        elif self.dtype.is_floating_point or self.dtype.is_complex:
+            wide = self.dtype in (torch.float64, torch.complex128)
+            work = torch.float64 if wide else torch.float32
+            values = _uniform(shape, self.low, self.high, work, generator)
+            if self.dtype.is_complex:
+                imaginary = _uniform(shape, self.low, self.high, work, generator)
+                values = torch.complex(values, imaginary)
+        else:
+            values = _integers(shape, int(self.low), int(self.high), generator)
+        return values.to(dtype=self.dtype, device=self.device)
+
+
+def _value_range(example: torch.Tensor) -> tuple[float, float]:
+    """The example's [min, max], or a default where it says nothing usable."""
+    floating = example.dtype.is_floating_point or example.dtype.is_complex
+    if example.dtype == torch.bool:
+        return 0, 1
+    if example.numel() == 0:
+        return (-1.0, 1.0) if floating else (0, 0)
+    data = example.detach()
+    if example.dtype.is_complex:
+        data = torch.view_as_real(data)
+    if floating:
+        data = data.to(torch.float64)
+        low, high = float(data.min()), float(data.max())
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            return -1.0, 1.0
+        return low, high
+    return int(data.min()), int(data.max())
+
+
+def _uniform(
+    shape: tuple[int, ...], low: float, high: float, dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    values = torch.rand(shape, generator=generator, dtype=dtype)
+    # Clamp: rounding in low + (high - low) * u can land just outside [low, high].
+    return (low + (high - low) * values).clamp(low, high)
+
+
+def _integers(
+    shape: tuple[int, ...], low: int, high: int, generator: torch.Generator
+) -> torch.Tensor:
+    # randint's upper bound is exclusive and must fit in int64.
+    upper = min(high + 1, torch.iinfo(torch.int64).max)
+    return torch.randint(low, upper, shape, generator=generator, dtype=torch.int64)
+

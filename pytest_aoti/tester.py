@@ -1,0 +1,379 @@
+"""The object behind the ``aoti`` fixture: ``compile()`` and ``check()``.
+
+Orchestration only: exporting and compiling live in :mod:`pytest_aoti.pipeline` and
+:mod:`pytest_aoti.registry`, judging numbers in :mod:`pytest_aoti.compare`, running one
+input set in :mod:`pytest_aoti.runs`.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.errors import AotiBufferMutationWarning, AotiCheckError, AotiUsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compare import LeafStats
+    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.registry import ProgramRegistry
+
+
+@dataclass(frozen=True)
+class CheckDefaults:
+    """Defaults a check falls back to: from the command line, the ini file, the marker."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    strict: bool | None = None
+    inductor_configs: Mapping[str, Any] = field(default_factory=dict)
+    examples: int = 20
+    max_dim: int = 64
+
+    def overridden(self, **values: Any) -> CheckDefaults:
+        """A copy with every non-None value of ``values`` applied (configs are merged)."""
+        values = {name: value for name, value in values.items() if value is not None}
+        if "inductor_configs" in values:
+            values["inductor_configs"] = {**self.inductor_configs, **values["inductor_configs"]}
+        return replace(self, **values)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What :meth:`AotiTester.check` compared, with the largest errors it measured."""
+
+    program: AotiProgram
+    stats: tuple[tuple[str, LeafStats], ...]
+    """``(context, stats)`` for every compared output and input leaf, e.g.
+    ``("call 2, sample 1", LeafStats(location="output[0]", ...))``."""
+    dynamic_shapes: Any = None
+    """The ``dynamic_shapes`` spec the program was exported with (inferred for ``"auto"``)."""
+    examples: int = 0
+    """How many generated input sets were checked."""
+
+    @property
+    def max_errors(self) -> dict[str, tuple[float, float]]:
+        """Largest ``(max_abs, max_rel)`` per output or input location over all calls."""
+        worst: dict[str, tuple[float, float]] = {}
+        for _, leaf in self.stats:
+            abs_err, rel_err = worst.get(leaf.location, (0.0, 0.0))
+            worst[leaf.location] = (max(abs_err, leaf.max_abs), max(rel_err, leaf.max_rel))
+        return worst
+
+    @property
+    def max_abs(self) -> float:
+        return max((leaf.max_abs for _, leaf in self.stats), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((leaf.max_rel for _, leaf in self.stats), default=0.0)
+
+
+Expected = Any  # a tensor, nested list or number; or a callable of the original inputs
+
+
+class AotiTester:
+    """Compiles modules to AOTInductor engines and checks them against eager PyTorch.
+
+    Use it through the ``aoti`` fixture::
+
+        def test_scale(aoti):
+            aoti.check(Scale(), (torch.randn(4, 8),))
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        registry: ProgramRegistry,
+        defaults: CheckDefaults = CheckDefaults(),
+        on_program: Callable[[AotiProgram], None] | None = None,
+        on_result: Callable[[CheckResult], None] | None = None,
+    ) -> None:
+        self.device = device
+        """The ``torch.device`` every module and input is moved to."""
+        self.defaults = defaults
+        self._registry = registry
+        self._on_program = on_program
+        self._on_result = on_result
+
+    def __repr__(self) -> str:
+        return f"<AotiTester device={self.device}>"
+
+    def compile(
+        self,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        dynamic_shapes: Any = None,
+        strict: bool | None = None,
+        inductor_configs: Mapping[str, Any] | None = None,
+    ) -> AotiProgram:
+        """Export, decompose and AOT-compile ``module`` for :attr:`device` and load it.
+
+        The same program (same graph, weights, configs, device and torch) is compiled once
+        per session, and once across sessions while the artifact cache holds it.
+        """
+        __tracebackhide__ = True
+        from pytest_aoti.pipeline import export_module
+
+        _check_module_and_inputs(module, args, kwargs)
+        settings = self.defaults.overridden(strict=strict, inductor_configs=inductor_configs)
+        device_module = self._module_on_device(module)
+        device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
+        exported = export_module(
+            device_module,
+            device_args,
+            device_kwargs,
+            dynamic_shapes=dynamic_shapes,
+            strict=settings.strict,
+        )
+        program = self._registry.program_for(
+            exported, device=self.device, inductor_configs=settings.inductor_configs
+        )
+        if self._on_program is not None:
+            self._on_program(program)
+        return program
+
+    def check(
+        self,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        mutates: Mapping[str, Expected] | None = None,
+        mutated_buffers: Iterable[str] | None = None,
+        calls: int = 1,
+        samples: Sequence[tuple[Any, ...]] | None = None,
+        examples: int | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        strict: bool | None = None,
+        inductor_configs: Mapping[str, Any] | None = None,
+        dynamic_shapes: Any = None,
+    ) -> CheckResult:
+        """Compile ``module`` and assert the engine matches eager PyTorch.
+
+        - parity of every output and of every input the program mutates, after each of
+          ``calls`` calls; inputs the program does not mutate must stay untouched;
+        - ``mutates={"x": expected}``: the program mutates exactly these inputs and the engine
+          writes ``expected`` into the caller's tensor in place (checked after the last call;
+          ``expected`` may be a callable of the original inputs); ``mutates={}``: none;
+        - ``mutated_buffers={"counter"}``: the program mutates exactly these buffers;
+        - ``samples=[args2, ...]``: more input tuples for the same program (with
+          ``dynamic_shapes``), each checked the same way;
+        - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer one from ``args``
+          and ``samples``; with dynamic dims, ``examples`` generated input sets inside the
+          exported ranges are checked too.
+
+        Tensors passed in are never modified: eager and engine each run on their own clones.
+        Raises :class:`~pytest_aoti.AotiCheckError` on the first difference.
+        """
+        __tracebackhide__ = True
+        from pytest_aoti.compare import Tolerance
+        from pytest_aoti.runs import InputRun
+
+        _check_module_and_inputs(module, args, kwargs)
+        kwargs = dict(kwargs or {})
+        samples = _checked_samples(samples, dynamic_shapes)
+        if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+            raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
+        settings = self.defaults.overridden(rtol=rtol, atol=atol, examples=examples)
+        tolerance = Tolerance(rtol=settings.rtol, atol=settings.atol)
+
+        if isinstance(dynamic_shapes, str):
+            dynamic_shapes = self._infer_dynamic_shapes(dynamic_shapes, module, args, kwargs, samples)
+        program = self.compile(
+            module,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            strict=strict,
+            inductor_configs=inductor_configs,
+        )
+        _assert_signature(program, mutates, mutated_buffers)
+        if program.mutated_buffers:
+            warnings.warn(_buffer_warning(program), stacklevel=2)
+
+        device_module = self._module_on_device(module)
+        input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
+        stats: list[tuple[str, LeafStats]] = []
+        for index, (set_args, set_kwargs) in enumerate(input_sets):
+            run = InputRun(
+                program,
+                device_module,
+                *self._inputs_on_device(set_args, set_kwargs),
+                tolerance=tolerance,
+                label=f"sample {index}" if samples else "",
+            )
+            stats += run.check(calls, mutates, values_too=index == 0)
+
+        generated = 0
+        if settings.examples and dynamic_shapes is not None:
+            from pytest_aoti.generated import check_generated
+
+            generated, generated_stats = check_generated(
+                program,
+                device_module,
+                self._inputs_on_device(args, kwargs),
+                calls=calls,
+                mutates=mutates,
+                tolerance=tolerance,
+                examples=settings.examples,
+                max_dim=settings.max_dim,
+            )
+            stats += generated_stats
+        result = CheckResult(
+            program=program,
+            stats=tuple(stats),
+            dynamic_shapes=dynamic_shapes,
+            examples=generated,
+        )
+        if self._on_result is not None:
+            self._on_result(result)
+        return result
+
+    def _infer_dynamic_shapes(
+        self,
+        mode: str,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        samples: Sequence[tuple[Any, ...]],
+    ) -> Any:
+        __tracebackhide__ = True
+        from pytest_aoti.shapes import format_dynamic_shapes, infer_dynamic_shapes
+
+        if mode != "auto":
+            raise AotiUsageError(
+                f'dynamic_shapes must be a torch.export spec or "auto", got {mode!r}'
+            )
+        if not samples:
+            raise AotiUsageError(
+                'dynamic_shapes="auto" needs samples=[...]: input sets of other sizes to infer from'
+            )
+        spec = infer_dynamic_shapes(module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples])
+        if self._on_result is not None:
+            print(f"aoti: inferred dynamic_shapes =\n{format_dynamic_shapes(spec)}")
+        return spec
+
+    def _module_on_device(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The module on :attr:`device`; a moved copy, so the caller's module is untouched."""
+        tensors = [*module.parameters(), *module.buffers()]
+        if all(tensor.device == self.device or _same_device(tensor.device, self.device) for tensor in tensors):
+            return module
+        return copy.deepcopy(module).to(self.device)
+
+    def _inputs_on_device(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        import torch
+        import torch.utils._pytree as pytree
+
+        def move(leaf: Any) -> Any:
+            if isinstance(leaf, torch.Tensor) and not _same_device(leaf.device, self.device):
+                return leaf.to(self.device)
+            return leaf
+
+        moved_args, moved_kwargs = pytree.tree_map(move, (tuple(args), dict(kwargs)))
+        return tuple(moved_args), moved_kwargs
+
+
+def _same_device(actual: torch.device, wanted: torch.device) -> bool:
+    if actual.type != wanted.type:
+        return False
+    if wanted.type != "cuda":
+        return True
+    import torch
+
+    wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
+    return actual.index == wanted_index
+
+
+def _check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise AotiUsageError(
+            f"module must be a torch.nn.Module, got {type(module).__name__}; "
+            "wrap a function in a Module whose forward calls it"
+        )
+    if not isinstance(args, tuple):
+        raise AotiUsageError(
+            f"args must be a tuple of positional inputs, got {type(args).__name__}; "
+            "write (x,) for a single input"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise AotiUsageError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+
+
+def _checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]:
+    __tracebackhide__ = True
+    if samples is None:
+        return []
+    if isinstance(samples, tuple) or not isinstance(samples, Sequence):
+        raise AotiUsageError(
+            "samples must be a list of argument tuples, e.g. samples=[(x2,), (x3,)]"
+        )
+    for index, sample in enumerate(samples):
+        if not isinstance(sample, tuple):
+            raise AotiUsageError(
+                f"samples[{index}] must be a tuple of positional inputs, got {type(sample).__name__}"
+            )
+    if samples and dynamic_shapes is None:
+        raise AotiUsageError(
+            'samples need dynamic_shapes: pass a torch.export spec or dynamic_shapes="auto"'
+        )
+    return list(samples)
+
+
+def _assert_signature(
+    program: AotiProgram,
+    mutates: Mapping[str, Any] | None,
+    mutated_buffers: Iterable[str] | None,
+) -> None:
+    __tracebackhide__ = True
+    if mutates is not None:
+        if not isinstance(mutates, Mapping):
+            raise AotiUsageError(
+                f"mutates must be a dict of input name to expected value, got {type(mutates).__name__}"
+            )
+        expected = set(mutates)
+        actual = program.mutated_inputs
+        if expected != actual:
+            inputs = ", ".join(program.signature.user_inputs) or "none"
+            raise AotiCheckError(
+                f"mutated inputs differ: expected {_names(expected)}, "
+                f"the program mutates {_names(actual)}\n"
+                f"inputs of the program: {inputs}"
+            )
+    if mutated_buffers is not None:
+        if isinstance(mutated_buffers, str):
+            raise AotiUsageError(
+                f'mutated_buffers must be a set of buffer names, e.g. {{"{mutated_buffers}"}}'
+            )
+        expected = set(mutated_buffers)
+        actual = program.mutated_buffers
+        if expected != actual:
+            raise AotiCheckError(
+                f"mutated buffers differ: expected {_names(expected)}, "
+                f"the program mutates {_names(actual)}"
+            )
+
+
+def _names(names: Iterable[str]) -> str:
+    ordered = sorted(names)
+    return "{" + ", ".join(repr(name) for name in ordered) + "}" if ordered else "none"
+
+
+def _buffer_warning(program: AotiProgram) -> AotiBufferMutationWarning:
+    return AotiBufferMutationWarning(
+        f"the program mutates registered buffers {_names(program.mutated_buffers)}: one engine "
+        "shared by several threads shares this state and is not thread-safe; pass the state "
+        "as an input the program mutates instead"
+    )
