@@ -606,7 +606,7 @@ class _Solver:
         symbol = unknown[0]
         value = self._solve_for(name, axis, size, expr, symbol)
         symbol_range = self.shapes.symbols.get(str(symbol), SymbolRange(str(symbol), 0, None))
-        if False and value < symbol_range.min or (symbol_range.max is not None and value > symbol_range.max):
+        if value < symbol_range.min or (symbol_range.max is not None and value > symbol_range.max):
             via = "" if expr == symbol else f" = {expr} with {symbol} = {value}"
             raise AotiInputError(
                 f"input '{name}' dim {axis} is {size}{via}, outside the exported range "

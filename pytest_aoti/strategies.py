@@ -68,10 +68,11 @@ def inputs_for(
     kwargs = dict(like_kwargs or {})
     leaves, treespec = pytree.tree_flatten((tuple(like), kwargs))
     names = _leaf_names(exported, leaves, treespec)
+    tensor_inputs = {spec.name for spec in shapes.inputs}
     makers = {
         index: _TensorMaker.like(leaf)
         for index, leaf in enumerate(leaves)
-        if isinstance(leaf, torch.Tensor) and names[index] in {s.name for s in shapes.inputs}
+        if isinstance(leaf, torch.Tensor) and names[index] in tensor_inputs
     }
 
     def build(values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:

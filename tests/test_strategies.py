@@ -31,9 +31,9 @@ class Model(torch.nn.Module):
         return x.sum() + y.sum() + index.sum() * n + mask.sum()
 
 
-# ``y`` is all zeros, so its values have no range to copy.
+# ``x`` has values in [10, 20]; ``y`` is all zeros, so its values have no range to copy.
 LIKE = (
-    torch.randn(6, 3),
+    torch.linspace(10, 20, 18).reshape(6, 3),
     [torch.zeros(3, 3, dtype=torch.float64), torch.tensor([3, 7, 5, 4])],
     2,
 )
@@ -100,7 +100,7 @@ def test_inputs_follow_the_example(
         torch.bool,
     )
     assert {t.device for t in (x, y, index, kwargs["mask"])} == {torch.device("cpu")}
-    assert LIKE[0].min() <= x.min() and x.max() <= LIKE[0].max()
+    assert 10 <= x.min() and x.max() <= 20 and x.unique().numel() > 1
     assert -1 <= y.min() and y.max() <= 1 and y.unique().numel() > 1
     assert 3 <= index.min() and index.max() <= 7
 
@@ -124,6 +124,14 @@ def test_shrinks_to_the_minimum_when_failing_everywhere(inputs_strategy: Any) ->
     assert args[0].shape == (4, 3)
     assert args[1][0].shape == (2, 3) and args[1][1].shape == (3,)
     assert kwargs["mask"].shape == (2,)
+
+
+def test_degenerate_example_range_falls_back_to_minus_one_one(inputs_strategy: Any) -> None:
+    def spread(inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> bool:
+        y = inputs[0][1][0]
+        return bool(y.min() < -0.5 and y.max() > 0.5)
+
+    find(inputs_strategy, spread, settings=settings(database=None))
 
 
 def test_same_draw_same_values(inputs_strategy: Any) -> None:
