@@ -174,7 +174,11 @@ def compare_leaf(
     __tracebackhide__ = True
     frame = _eager_frame(location, context)
     expected_is_tensor = isinstance(expected, torch.Tensor)
-    if expected_is_tensor != isinstance(actual, torch.Tensor):
+    if _is_boxed_number(expected, actual):
+        # an AOTI engine can only return tensors: a Python number eager returns comes back
+        # from the engine as a 0-dim tensor holding it, which must hold exactly that value
+        actual = actual.item()
+    elif expected_is_tensor != isinstance(actual, torch.Tensor):
         tail = f"eager {_type_name(expected)}, engine {_type_name(actual)}"
         raise _error(frame.headline(tail, "type"))
     if not expected_is_tensor:
@@ -296,6 +300,16 @@ def _describe_node(node: Any) -> str:
         inner = ", ".join(_describe_node(value) for value in node)
         return f"({inner},)" if len(node) == 1 else f"({inner})"
     return _type_name(node)
+
+
+def _is_boxed_number(expected: Any, actual: Any) -> bool:
+    return (
+        isinstance(expected, (int, float))
+        and not isinstance(expected, bool)
+        and isinstance(actual, torch.Tensor)
+        and actual.dim() == 0
+        and actual.is_floating_point() == isinstance(expected, float)
+    )
 
 
 def _type_name(value: Any) -> str:

@@ -9,6 +9,8 @@ traceback is internal to torch and hides the user's own line.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -29,15 +31,28 @@ _EXPORT_HINT = (
 
 @contextlib.contextmanager
 def quiet_torch_deprecations() -> Iterator[None]:
-    """Hide deprecation noise that torch raises against itself while exporting and compiling.
+    """Hide torch's noise about itself while it exports and compiles.
 
-    Those warnings are about torch's own internals, not the user's code, and would turn into
-    errors under ``filterwarnings = error``.
+    Deprecation warnings raised inside torch concern torch's internals, not the user's
+    code, and would turn into errors under ``filterwarnings = error``. torch's structured
+    trace log (``torch.__trace``) logs every compile step at DEBUG for its own TORCH_TRACE
+    handler; where pytest's log handlers end up on that logger, they would fill the
+    "Captured log" section of every failed test with hundreds of empty lines.
     """
+    trace_log = logging.getLogger("torch.__trace")
+    if not any(isinstance(f, _TorchTraceOnly) for f in trace_log.filters):
+        trace_log.addFilter(_TorchTraceOnly())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         yield
+
+
+class _TorchTraceOnly(logging.Filter):
+    """Let torch's structured trace records through only when TORCH_TRACE asked for them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return bool(os.environ.get("TORCH_TRACE"))
 
 
 def export_module(

@@ -1,10 +1,127 @@
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import _pytest.pytester
 import pytest
 
 pytest_plugins = ["pytester"]
 
+# Top-level packages whose modules must survive pytester's in-process runs.
+_KEEP_LOADED = frozenset({"torch", "torchgen", "functorch", "sympy", "mpmath", "numpy", "triton"})
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester drops every module first imported during an in-process run. torch imports
+    much of itself lazily and registers native state as it does, so importing those modules
+    a second time in the next inner session crashes the process: keep them loaded."""
+
+    class Snapshot(_pytest.pytester.SysModulesSnapshot):
+        def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
+            def keep(name: str) -> bool:
+                return name.partition(".")[0] in _KEEP_LOADED or bool(preserve and preserve(name))
+
+            super().__init__(preserve=keep)
+
+    monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", Snapshot)
+
+# Models shared by the inner pytest sessions. ``torch.compiler.is_exporting()`` is true only
+# while torch.export traces, so a branch on it makes the compiled engine, and only the
+# engine, wrong in a known way: honest faults that need no torch bug.
+MODELS = textwrap.dedent(
+    '''
+    import pytest
+    import torch
+    from pytest_aoti import AotiBufferMutationWarning, AotiCheckError
+
+
+    def example():
+        return torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+
+    class DoubleThenCos(torch.nn.Module):
+        def forward(self, x):
+            x.mul_(2)
+            return x.cos()
+
+
+    class OffWhenCompiled(torch.nn.Module):
+        """The engine adds 0.5 to element [1, 0]; eager does not."""
+
+        def forward(self, x):
+            y = x * 3
+            if torch.compiler.is_exporting():
+                y = y + torch.tensor([[0.0, 0.0], [0.5, 0.0], [0.0, 0.0]])
+            return y
+
+
+    class NanWhenCompiled(torch.nn.Module):
+        """log() of negative entries: NaN on both sides; the engine adds one NaN more."""
+
+        def forward(self, x):
+            y = torch.log(x)
+            if torch.compiler.is_exporting():
+                y = y * torch.tensor([[1.0, 1.0], [1.0, float("nan")], [1.0, 1.0]])
+            return y
+
+
+    class LosesWrite(torch.nn.Module):
+        """Eager writes into x; the traced program does not."""
+
+        def forward(self, x, y):
+            if not torch.compiler.is_exporting():
+                x.add_(1)
+            return y * 2
+
+
+    class Nested(torch.nn.Module):
+        def forward(self, x, y):
+            return {"sum": x + y, "rest": (torch.log(x - 3), None, 3, (x > 2).int())}
+
+
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("counter", torch.zeros(1))
+
+        def forward(self, x):
+            self.counter.add_(1)
+            return x * self.counter
+
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+    '''
+)
+
 
 @pytest.fixture(scope="session")
-def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """One artifact cache for every inner pytest session of this run: a program compiled by
-    one pytester session is loaded, not recompiled, by the next."""
-    return tmp_path_factory.mktemp("aoti-cache")
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One artifact cache for every inner pytest session of this run (and every xdist
+    worker): a program compiled by one inner session is loaded, not recompiled, by the next."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / "aoti-shared-cache"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def run_aoti(pytester: pytest.Pytester, shared_cache_dir: Path) -> Callable[..., pytest.RunResult]:
+    """Write ``source`` (after the shared models) as a test file and run pytest on it."""
+
+    def run(source: str, *args: str) -> pytest.RunResult:
+        pytester.makepyfile(test_inner=MODELS + textwrap.dedent(source))
+        return pytester.runpytest(
+            "--aoti-device=cpu", f"--aoti-cache-dir={shared_cache_dir}", *args
+        )
+
+    return run

@@ -357,7 +357,7 @@ def test_tensor_against_non_tensor_leaf_fails() -> None:
     with pytest.raises(AotiCheckError, match=headline):
         compare_trees((torch.tensor(1),), (1,), what="output")
     with pytest.raises(AotiCheckError, match=r"eager float, engine Tensor$"):
-        compare_leaf(1.0, torch.tensor(1.0), location="output")
+        compare_leaf(1.0, torch.tensor([1.0]), location="output")
 
 
 # --- LeafStats ------------------------------------------------------------------------
@@ -659,3 +659,15 @@ def test_assert_values_with_integer_tensor() -> None:
 def test_assert_values_needs_a_tensor_from_the_engine() -> None:
     with pytest.raises(AotiCheckError, match="engine left int, not a tensor"):
         assert_values(1, 1, location="input 'x'")  # type: ignore[arg-type]
+
+
+def test_python_number_output_matches_engine_zero_dim_tensor():
+    # AOTI engines return every output as a tensor: eager's int 3 comes back as tensor(3)
+    compare_trees((1, 3), (1, torch.tensor(3)), what="output")
+    compare_trees(2.5, torch.tensor(2.5), what="output")
+    with pytest.raises(AotiCheckError, match=r"output\[1\] differs .*: eager 3, engine 4"):
+        compare_trees((1, 3), (1, torch.tensor(4)), what="output")
+    with pytest.raises(AotiCheckError, match="type differs"):
+        compare_trees(3, torch.tensor([3]), what="output")
+    with pytest.raises(AotiCheckError, match="type differs"):
+        compare_trees(3, torch.tensor(3.0), what="output")
