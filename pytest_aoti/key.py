@@ -14,6 +14,7 @@ does not force a recompile.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,25 @@ def _graph_fingerprint(exported: ExportedProgram) -> str:
     lines.append(repr(sorted((str(k), str(v)) for k, v in exported.range_constraints.items())))
     lines.append(str(exported.call_spec.in_spec))
     lines.append(str(exported.call_spec.out_spec))
-    return "\n".join(lines)
+    return _canonical_symbols("\n".join(lines))
+
+
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
+def _canonical_symbols(text: str) -> str:
+    """Rename shape symbols by order of first appearance.
+
+    torch numbers symbols with a process-wide counter (``s0`` in one process is ``s77``
+    after other exports in another), which would change the key of the same program.
+    """
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        symbol = match.group(0)
+        return names.setdefault(symbol, f"{symbol[0]}#{len(names)}")
+
+    return _SYMBOL.sub(rename, text)
 
 
 def _describe_value(value: Any) -> str:

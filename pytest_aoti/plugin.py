@@ -120,4 +120,7 @@ def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTeste
         defaults,
         on_program=record_program,
         on_result=lambda result: session.check_done(item, result),
+        hypothesis_database=session.hypothesis_database(),
+        label=item.nodeid,
+        on_inferred=lambda text: session.record_inferred(item, text),
     )

@@ -59,6 +59,7 @@ class InputRun:
         import torch
 
         exported = self.program.exported
+        self.program.validate(*self._originals[0], **self._originals[1])
         eager_module = copy.deepcopy(self._module)
         eager_args, eager_kwargs = clone_tree(self._originals)
         engine_args, engine_kwargs = clone_tree(self._originals)

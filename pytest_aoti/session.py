@@ -41,6 +41,7 @@ class AotiSession:
         self._store_made = False
         self._workdir: Path | None = None
         self.worker_stats: list[Mapping[str, Any]] = []
+        self.inferred: list[tuple[str, str]] = []
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -83,6 +84,11 @@ class AotiSession:
         if cache is None:  # -p no:cacheprovider
             return None
         return Path(cache.mkdir("aoti"))
+
+    def hypothesis_database(self) -> Path | None:
+        """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
+        cache = getattr(self.config, "cache", None)
+        return None if cache is None else Path(cache.mkdir("aoti-hypothesis"))
 
     # -- what fixtures need -------------------------------------------------------------
 
@@ -127,6 +133,13 @@ class AotiSession:
             item.user_properties.append(("aoti_generated_examples", result.examples))
         self.config.hook.pytest_aoti_check_done(item=item, result=result)
 
+    def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
+        """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from: the
+        terminal summary, the failure report and the JUnit properties."""
+        item.user_properties.append(("aoti_inferred_dynamic_shapes", spec_text))
+        item.add_report_section("call", "aoti inferred dynamic_shapes", spec_text)
+        self.inferred.append((item.nodeid, spec_text))
+
     def _program_ready(self, program: AotiProgram) -> None:
         self.config.hook.pytest_aoti_program_ready(config=self.config, program=program)
 
@@ -156,6 +169,15 @@ class AotiSession:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        inferred = self.inferred + [
+            (nodeid, text) for figures in self.worker_stats for nodeid, text in figures.get("inferred", [])
+        ]
+        if inferred:
+            terminalreporter.write_sep("-", "aoti: inferred dynamic_shapes")
+            for nodeid, text in sorted(inferred):
+                terminalreporter.write_line(f"{nodeid}:")
+                for line in text.splitlines():
+                    terminalreporter.write_line(f"    {line}")
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
@@ -164,9 +186,16 @@ class AotiSession:
 
     def stats_json(self) -> dict[str, Any]:
         if self._registry is None:
-            return {"programs": [], "compiled": 0, "compile_seconds": 0.0, "loaded": 0, "load_seconds": 0.0}
+            return {
+                "programs": [],
+                "compiled": 0,
+                "compile_seconds": 0.0,
+                "loaded": 0,
+                "load_seconds": 0.0,
+                "inferred": self.inferred,
+            }
         stats = self._registry.stats
-        return {**stats.to_json(), "programs": sorted(stats.programs)}
+        return {**stats.to_json(), "programs": sorted(stats.programs), "inferred": self.inferred}
 
     def summary_line(self) -> str:
         """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""

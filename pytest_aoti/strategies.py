@@ -44,7 +44,7 @@ def shapes_for(program: Any, *, max_dim: int = 64) -> SearchStrategy[dict[str, t
     ``max_dim``; shrinking goes toward every symbol's minimum.
     """
     shapes = read_program_shapes(_exported(program))
-    return _assignments(shapes, max_dim).map(lambda values: shapes_from_assignment(shapes, values))
+    return assignments(shapes, max_dim).map(lambda values: shapes_from_assignment(shapes, values))
 
 
 def inputs_for(
@@ -61,31 +61,48 @@ def inputs_for(
     example's [min, max] (or [-1, 1] when that is empty or not finite), integers in its
     [min, max], bools at random. Non-tensor leaves are kept as they are.
     """
-    import torch.utils._pytree as pytree
+    builder = InputBuilder(program, like=like, like_kwargs=like_kwargs)
+    return st.builds(builder.build, assignments(builder.shapes, max_dim), st.integers(0, 2**32 - 1))
 
-    exported = _exported(program)
-    shapes = read_program_shapes(exported)
-    kwargs = dict(like_kwargs or {})
-    leaves, treespec = pytree.tree_flatten((tuple(like), kwargs))
-    names = _leaf_names(exported, leaves, treespec)
-    tensor_inputs = {spec.name for spec in shapes.inputs}
-    makers = {
-        index: _TensorMaker.like(leaf)
-        for index, leaf in enumerate(leaves)
-        if isinstance(leaf, torch.Tensor) and names[index] in tensor_inputs
-    }
 
-    def build(values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        sizes = shapes_from_assignment(shapes, values)
+class InputBuilder:
+    """Builds ``(args, kwargs)`` like an example, for a chosen size of every shape symbol.
+
+    The building block of :func:`inputs_for`, for callers that draw the sizes and the
+    value seed themselves (and report them when a check fails).
+    """
+
+    def __init__(
+        self, program: Any, *, like: tuple[Any, ...], like_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        import torch.utils._pytree as pytree
+
+        exported = _exported(program)
+        self.shapes: ProgramShapes = read_program_shapes(exported)
+        leaves, self._treespec = pytree.tree_flatten((tuple(like), dict(like_kwargs or {})))
+        self._leaves = leaves
+        self._names = _leaf_names(exported, leaves, self._treespec)
+        tensor_inputs = {spec.name for spec in self.shapes.inputs}
+        self._makers = {
+            index: _TensorMaker.like(leaf)
+            for index, leaf in enumerate(leaves)
+            if isinstance(leaf, torch.Tensor) and self._names[index] in tensor_inputs
+        }
+
+    def build(self, values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Inputs whose shape symbols take ``values``, tensor values drawn from ``seed``."""
+        import torch.utils._pytree as pytree
+
+        sizes = shapes_from_assignment(self.shapes, values)
         generator = torch.Generator().manual_seed(seed)
         new_leaves = [
-            makers[index].make(sizes[names[index]], generator) if index in makers else leaf
-            for index, leaf in enumerate(leaves)
+            self._makers[index].make(sizes[self._names[index]], generator)
+            if index in self._makers
+            else leaf
+            for index, leaf in enumerate(self._leaves)
         ]
-        args, new_kwargs = pytree.tree_unflatten(new_leaves, treespec)
-        return tuple(args), dict(new_kwargs)
-
-    return st.builds(build, _assignments(shapes, max_dim), st.integers(0, 2**32 - 1))
+        args, kwargs = pytree.tree_unflatten(new_leaves, self._treespec)
+        return tuple(args), dict(kwargs)
 
 
 def _exported(program: Any) -> ExportedProgram:
@@ -99,8 +116,8 @@ def _exported(program: Any) -> ExportedProgram:
     return exported
 
 
-def _assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
-    """One integer per symbol within its capped range."""
+def assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
+    """One integer per shape symbol within its capped range, shrinking to the minimum."""
     symbols = {
         name: st.integers(*cap_range(symbol_range, max_dim))
         for name, symbol_range in shapes.symbols.items()

@@ -11,6 +11,7 @@ import copy
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.errors import AotiBufferMutationWarning, AotiCheckError, AotiUsageError
@@ -92,6 +93,9 @@ class AotiTester:
         defaults: CheckDefaults = CheckDefaults(),
         on_program: Callable[[AotiProgram], None] | None = None,
         on_result: Callable[[CheckResult], None] | None = None,
+        hypothesis_database: Path | None = None,
+        label: str = "",
+        on_inferred: Callable[[str], None] | None = None,
     ) -> None:
         self.device = device
         """The ``torch.device`` every module and input is moved to."""
@@ -99,6 +103,9 @@ class AotiTester:
         self._registry = registry
         self._on_program = on_program
         self._on_result = on_result
+        self._hypothesis_database = hypothesis_database
+        self._label = label
+        self._on_inferred = on_inferred
 
     def __repr__(self) -> str:
         return f"<AotiTester device={self.device}>"
@@ -214,7 +221,7 @@ class AotiTester:
 
         generated = 0
         if settings.examples and dynamic_shapes is not None:
-            from pytest_aoti.generated import check_generated
+            from pytest_aoti.generated import Generation, check_generated
 
             generated, generated_stats = check_generated(
                 program,
@@ -223,8 +230,12 @@ class AotiTester:
                 calls=calls,
                 mutates=mutates,
                 tolerance=tolerance,
-                examples=settings.examples,
-                max_dim=settings.max_dim,
+                generation=Generation(
+                    examples=settings.examples,
+                    max_dim=settings.max_dim,
+                    database=self._hypothesis_database,
+                    label=self._label,
+                ),
             )
             stats += generated_stats
         result = CheckResult(
@@ -257,8 +268,8 @@ class AotiTester:
                 'dynamic_shapes="auto" needs samples=[...]: input sets of other sizes to infer from'
             )
         spec = infer_dynamic_shapes(module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples])
-        if self._on_result is not None:
-            print(f"aoti: inferred dynamic_shapes =\n{format_dynamic_shapes(spec)}")
+        if self._on_inferred is not None:
+            self._on_inferred(format_dynamic_shapes(spec))
         return spec
 
     def _module_on_device(self, module: torch.nn.Module) -> torch.nn.Module:
