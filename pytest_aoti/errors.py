@@ -6,6 +6,10 @@ can act, what to try. Internal torch tracebacks are never chained onto them.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 
 class AotiError(Exception):
     """Base class of every pytest-aoti error."""
@@ -46,3 +50,24 @@ class AotiBufferMutationWarning(UserWarning):
 
 class AotiCacheWarning(UserWarning):
     """The artifact cache could not be used as configured; the run goes on without it."""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def user_facing(function: _F) -> _F:
+    """Let an :class:`AotiError` leave a public entry point with only the caller's frame.
+
+    The frames below (pipeline, registry, comparison, torch) explain nothing to a user
+    whose model failed a check; the error's message carries what matters.
+    """
+
+    @functools.wraps(function)
+    def entry_point(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return function(*args, **kwargs)
+        except AotiError as error:
+            raise error.with_traceback(None) from None
+
+    return entry_point  # type: ignore[return-value]

@@ -129,7 +129,10 @@ def load_engine(package_path: Path, device: torch.device | None = None) -> Any:
 
 _USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _TORCH_PATH = re.compile(r"[/\\](torch|functorch|torchgen)[/\\]")
-_REASON_LINE = re.compile(r"^\s*(Explanation|Hint|Suggested fix)\b:?|\berror:", re.IGNORECASE)
+_REASON_LINE = re.compile(
+    r"^\s*(Explanation|Hint|Suggested fix)\b:?|:\d+(:\d+)?: (fatal )?error:|^\s*error:",
+    re.IGNORECASE,
+)
 
 
 def summarize_torch_error(error: BaseException, max_lines: int = 4) -> str:

@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.errors import user_facing
 from pytest_aoti.pipeline import decompose, load_engine
 from pytest_aoti.signature import MutationSignature, named_user_inputs
 
@@ -105,10 +106,12 @@ class AotiProgram:
 
         return read_program_shapes(self.exported)
 
+    @user_facing
     def load_engine(self) -> Any:
         """Load a fresh engine from the package, with buffers in their exported state."""
         return load_engine(self.package_path, self.device)
 
+    @user_facing
     def validate(self, *args: Any, **kwargs: Any) -> None:
         """Raise :class:`~pytest_aoti.AotiInputError` if an input does not fit the program."""
         __tracebackhide__ = True
@@ -121,6 +124,7 @@ class AotiProgram:
             raise AotiInputError(f"inputs do not match the exported program: {error}") from None
         validate_inputs(self.shapes, named)
 
+    @user_facing
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Validate the inputs against the exported program, then run the engine on them."""
         __tracebackhide__ = True

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AotiBufferMutationWarning, AotiCheckError, AotiUsageError
+from pytest_aoti.errors import (
+    AotiBufferMutationWarning,
+    AotiCheckError,
+    AotiUsageError,
+    user_facing,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +115,7 @@ class AotiTester:
     def __repr__(self) -> str:
         return f"<AotiTester device={self.device}>"
 
+    @user_facing
     def compile(
         self,
         module: torch.nn.Module,
@@ -146,6 +152,7 @@ class AotiTester:
             self._on_program(program)
         return program
 
+    @user_facing
     def check(
         self,
         module: torch.nn.Module,
