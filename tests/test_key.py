@@ -1,0 +1,79 @@
+"""The content key's ingredients, without compiling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+from torch.export import Dim
+
+from pytest_aoti.key import _canonical_symbols, program_key
+
+
+class Linear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x).relu()
+
+
+@pytest.fixture(scope="module")
+def exported() -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    return torch.export.export(Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
+
+
+def key_of(program: torch.export.ExportedProgram, **configs: object) -> str:
+    return program_key(program, device=torch.device("cpu"), inductor_configs=configs).digest
+
+
+def test_symbols_are_renamed_by_first_appearance() -> None:
+    assert _canonical_symbols("s77 s3 s77 u0 sum_1 s3") == _canonical_symbols("s0 s9 s0 u4 sum_1 s9")
+    assert _canonical_symbols("s1 s2") != _canonical_symbols("s1 s1")
+
+
+def test_key_is_stable_for_the_same_program(exported: torch.export.ExportedProgram) -> None:
+    torch.manual_seed(0)
+    again = torch.export.export(Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
+    assert key_of(exported) == key_of(again)
+
+
+def test_one_weight_value_changes_the_key(exported: torch.export.ExportedProgram) -> None:
+    torch.manual_seed(0)
+    module = Linear()
+    with torch.no_grad():
+        module.layer.bias[1] += 1e-6
+    changed = torch.export.export(module, (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
+    assert program_key(changed, device=torch.device("cpu"), inductor_configs={}).parts["graph"] == (
+        program_key(exported, device=torch.device("cpu"), inductor_configs={}).parts["graph"]
+    )
+    assert key_of(changed) != key_of(exported)
+
+
+def test_configs_global_and_per_call_change_the_key(exported: torch.export.ExportedProgram) -> None:
+    base = key_of(exported)
+    assert key_of(exported, max_autotune=True) != base
+    with inductor_config.patch({"cpp.simdlen": 8}):
+        assert key_of(exported) != base
+    assert key_of(exported) == base
+
+
+def test_options_torch_writes_while_compiling_do_not_change_the_key(
+    exported: torch.export.ExportedProgram,
+) -> None:
+    base = key_of(exported)
+    with inductor_config.patch({"aot_inductor.metadata": {"AOTI_DEVICE_KEY": "cpu"}}):
+        assert key_of(exported) == base
+
+
+def test_custom_pass_without_uuid_is_not_persistable(exported: torch.export.ExportedProgram) -> None:
+    def my_pass(graph: object) -> None:
+        return None
+
+    key = program_key(
+        exported, device=torch.device("cpu"), inductor_configs={"post_grad_custom_post_pass": my_pass}
+    )
+    assert not key.persistable
+    assert program_key(exported, device=torch.device("cpu"), inductor_configs={}).persistable
