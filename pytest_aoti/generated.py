@@ -158,14 +158,25 @@ def _search(checker: _ShapeChecker, generation: Generation, shapes: ProgramShape
     except _Failure:
         # Hypothesis re-runs the shrunk example last, so ``last`` holds the smallest
         failure = last[0]
-        # no @seed here: a seeded search would not save the failing shape in the database.
-        # The seed Hypothesis drew (or --hypothesis-seed's) replays the same search.
-        failure.search_seed = (  # type: ignore[attr-defined]
-            hypothesis.core.global_force_seed
-            or getattr(generated_shapes, "_hypothesis_internal_use_generated_seed", None)
-        )
+        failure.replay = _replay_hint(generated_shapes)  # type: ignore[attr-defined]
         return failure
     return None
+
+
+def _replay_hint(search: Any) -> str:
+    """How to run the same search again.
+
+    No ``@seed`` is applied: a seeded search would not save the failing shape in the
+    example database. The seed Hypothesis drew (or ``--hypothesis-seed``'s) replays it.
+    """
+    import hypothesis
+
+    seed = hypothesis.core.global_force_seed
+    if seed is None:
+        seed = getattr(search, "_hypothesis_internal_use_generated_seed", None)
+    if seed is None:  # a derandomizing profile, e.g. Hypothesis' "ci" profile
+        return "replay: run the test again (the Hypothesis profile derandomizes the search)"
+    return f"replay: pytest <this test> --hypothesis-seed={seed}"
 
 
 def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
@@ -190,13 +201,11 @@ def _report(failure: _Failure, shapes: ProgramShapes, generation: Generation) ->
     first = str(failure.error).splitlines()[0] if str(failure.error) else type(failure.error).__name__
     if not isinstance(failure.error, AotiCheckError):
         first = f"{type(failure.error).__name__}: {first}"
-    search_seed = getattr(failure, "search_seed", None)
-    replay = (
-        f"replay: pytest <this test> --hypothesis-seed={search_seed} "
-        "(the failing shape is also saved and tried first on the next run)"
-        if search_seed is not None
-        else "found at an exported boundary (the search did not shrink it further)"
-    )
+    replay = getattr(failure, "replay", None)
+    if replay is None:
+        replay = "found at an exported boundary (the search did not shrink it further)"
+    elif generation.database is not None:
+        replay += " (the failing shape is also saved and tried first on the next run)"
     return "\n".join(
         [
             f"generated shape fails: {_describe_shapes(shapes, failure.values)}",

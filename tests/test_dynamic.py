@@ -80,7 +80,7 @@ def test_odd(aoti):
         [
             "E * generated shape fails: x=(3, 3)",
             "E *x.shape[[]0[]] = 3  (s*, exported range [[]2, 48[]])",
-            "E *values seed *; replay: pytest <this test> --hypothesis-seed=*",
+            "E *values seed *; replay: *",
             "E *first difference: output differs between eager and the AOTI engine "
             "(generated x=(3, 3)): 9 of 9 elements beyond *",
         ]
@@ -182,3 +182,21 @@ def test_process_still_alive():
 """
     )
     result.assert_outcomes(passed=2)
+
+
+def test_hypothesis_seed_replays_the_search(run_aoti):
+    result = run_aoti(
+        DYNAMIC_MODELS
+        + """
+def test_odd(aoti):
+    aoti.check(WrongAtOddBatch(), (torch.randn(4, 3),), dynamic_shapes=({0: BATCH},))
+""",
+        "--hypothesis-seed=1234",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * generated shape fails: x=(3, 3)",
+            "E *values seed *; replay: pytest <this test> --hypothesis-seed=1234*",
+        ]
+    )
