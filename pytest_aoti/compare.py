@@ -438,11 +438,11 @@ def _fp64_rescue(
         return False, f"fp64 check unavailable: {reason}"
     usable = isinstance(ref, torch.Tensor) and ref.dtype == torch.float64
     if not usable or ref.shape != expected.shape:
-        got = _type_name(ref)
+        found = _type_name(ref)
         if isinstance(ref, torch.Tensor):
-            got = f"{ref.dtype} {tuple(ref.shape)}"
+            found = f"{ref.dtype} {tuple(ref.shape)}"
         wanted = f"float64 {tuple(expected.shape)}"
-        return False, f"fp64 check unavailable: reference leaf is {got}, not {wanted}"
+        return False, f"fp64 check unavailable: reference leaf is {found}, not {wanted}"
     ref = _plain(ref).to(device=expected.device)
     want, got = expected.to(torch.float64), actual.to(torch.float64)
     finite = ref.isfinite() & want.isfinite() & got.isfinite()

@@ -79,9 +79,9 @@ def check_generated(
             break
     # a failing boundary is not reported yet: the search below shrinks it, or finds a
     # smaller failing shape, where the boundary alone would only name the extreme
-    failure = _search(checker, generation, builder.shapes) or boundary_failure
-    if failure is not None:
-        raise AotiCheckError(_report(failure, builder.shapes, generation)) from None
+    found = _search(checker, generation, builder.shapes) or boundary_failure
+    if found is not None:
+        raise AotiCheckError(_report(found, builder.shapes, generation)) from None
     return checker.count, checker.stats
 
 
@@ -125,7 +125,6 @@ class _ShapeChecker:
 def _search(checker: _ShapeChecker, generation: Generation, shapes: ProgramShapes) -> _Failure | None:
     if generation.examples <= 0:
         return None
-    import hypothesis
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from hypothesis.database import DirectoryBasedExampleDatabase

@@ -145,7 +145,7 @@ def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
             flat = tensor.cpu().contiguous().reshape(-1)
             if flat.numel():
-                digest.update(memoryview(flat.view(torch.uint8).numpy()))
+                digest.update(flat.view(torch.uint8).numpy().data)
         else:
             digest.update(f"{name}:{value!r}".encode())
     return digest.hexdigest()[:16]

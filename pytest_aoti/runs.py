@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compare import (
@@ -79,14 +79,14 @@ class InputRun:
             with torch.no_grad():
                 eager_out = clone_tree(eager_module(*eager_args, **eager_kwargs))
             engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
-            reference = self._reference.after_call(call)
+            output_reference = self._reference.outputs_after(call)
             for leaf in compare_trees(
                 eager_out,
                 engine_out,
                 what="output",
                 context=context,
                 tolerance=self.tolerance,
-                reference=lambda: reference()[0],
+                reference=output_reference,
             ):
                 stats.append((context, leaf))
             for name, engine_leaf in engine_inputs.items():
@@ -107,7 +107,7 @@ class InputRun:
                     location=location,
                     context=context,
                     tolerance=self.tolerance,
-                    reference=lambda name=name: reference()[1][name],
+                    reference=self._reference.input_after(call, name),
                 )
                 stats.append((context, leaf))
         if mutates:
@@ -171,9 +171,13 @@ class Float64Reference:
         self._state: tuple[Any, Any, Any] | None = None
         self._history: list[tuple[Any, dict[str, Any]]] = []
 
-    def after_call(self, call: int) -> Any:
-        """A callable giving ``(outputs, named inputs)`` in float64 after ``call`` calls."""
-        return lambda: self._run_until(call)
+    def outputs_after(self, call: int) -> Callable[[], Any]:
+        """A callable giving the float64 outputs of call number ``call``."""
+        return lambda: self._run_until(call)[0]
+
+    def input_after(self, call: int, name: str) -> Callable[[], Any]:
+        """A callable giving input ``name`` in float64 after ``call`` calls."""
+        return lambda: self._run_until(call)[1][name]
 
     def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
         import torch

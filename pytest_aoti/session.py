@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.program import AotiProgram
-    from pytest_aoti.registry import CompileStats, ProgramRegistry
-    from pytest_aoti.store import ArtifactStore
+    from pytest_aoti.registry import ProgramRegistry
+    from pytest_aoti.store import ArtifactStore, CacheMode
     from pytest_aoti.tester import CheckDefaults, CheckResult
 
 MARKER_OPTIONS = ("rtol", "atol", "strict", "inductor_configs", "examples", "max_dim")
@@ -64,7 +64,9 @@ class AotiSession:
                 from pytest_aoti.store import ArtifactStore
 
                 self._store = ArtifactStore(
-                    root, mode=self.settings.cache_mode, max_bytes=self.settings.cache_max_size
+                    root,
+                    mode=cast("CacheMode", self.settings.cache_mode),
+                    max_bytes=self.settings.cache_max_size,
                 )
         return self._store
 

@@ -680,7 +680,7 @@ def test_two_processes_compile_once(root: Path, packages: Path, tmp_path: Path) 
         for racer in racers:
             racer.kill()
 
-    for racer, (out, err) in zip(racers, results):
+    for racer, (_out, err) in zip(racers, results):
         assert racer.returncode == 0, err
     assert counter.read_text() == "compile\n"
     expected = hashlib.sha256(source.read_bytes()).hexdigest()
