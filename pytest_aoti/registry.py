@@ -139,25 +139,34 @@ class ProgramRegistry:
         """
         started = time.perf_counter()
         local = self._workdir / f"{key.digest}.pt2"
-        local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(entry.package_path, local)
-        if _sha256(local) != entry.metadata.get("sha256"):
+        problem = None
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            # the entry can vanish after lookup: another process's clear takes no lock
+            shutil.copyfile(entry.package_path, local)
+            if _sha256(local) != entry.metadata.get("sha256"):
+                problem = "changed while it was read"
+            caller = entry.metadata.get("caller", entry.metadata)
+            signature = MutationSignature.from_json(caller["signature"])
+            compile_seconds = float(caller.get("compile_seconds", 0.0))
+        except OSError as error:
+            problem = f"could not be read: {error}"
+        except (LookupError, TypeError, ValueError) as error:
+            problem = f"has metadata this version cannot use ({type(error).__name__}: {error})"
+        if problem is not None:
             warnings.warn(
-                AotiCacheWarning(
-                    f"aoti cache entry {key.digest} changed while it was read; recompiling"
-                ),
+                AotiCacheWarning(f"pytest-aoti cache entry {key.digest} {problem}; recompiling"),
                 stacklevel=2,
             )
             local.unlink(missing_ok=True)
             return None
-        caller = entry.metadata.get("caller", entry.metadata)
         self.stats.loaded += 1
         self.stats.load_seconds += time.perf_counter() - started
         return CompiledArtifact(
             key=key,
             package_path=local,
-            signature=MutationSignature.from_json(caller["signature"]),
-            compile_seconds=float(caller.get("compile_seconds", 0.0)),
+            signature=signature,
+            compile_seconds=compile_seconds,
             cache_hit=True,
         )
 

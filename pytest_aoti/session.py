@@ -163,8 +163,13 @@ class AotiSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if _is_xdist_worker(self.config):
             self.config.workeroutput["aoti_stats"] = self.stats_json()  # type: ignore[attr-defined]
-        elif self._store is not None and self._store.writable:
-            self._store.evict()
+            return
+        # evict once, here: on the xdist controller, which compiles nothing itself and so
+        # has no store yet, as soon as a worker used a program
+        used = self._store is not None or any(figures["programs"] for figures in self.worker_stats)
+        store = self.store if used else None
+        if store is not None and store.writable:
+            store.evict()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._workdir is not None:
