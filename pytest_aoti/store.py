@@ -37,6 +37,7 @@ import secrets
 import shutil
 import stat
 import sys
+import types
 import tempfile
 import time
 import warnings
@@ -769,9 +770,10 @@ class ArtifactStore:
     @staticmethod
     def _warn(message: str) -> None:
         # Point the warning at the first caller outside this module (and its ``with``).
-        level, frame = 1, sys._getframe(0)
-        while frame is not None and frame.f_code.co_filename in _INTERNAL_FILES:
-            frame, level = frame.f_back, level + 1
+        level = 1
+        frame_or_none: types.FrameType | None = sys._getframe(0)
+        while frame_or_none is not None and frame_or_none.f_code.co_filename in _INTERNAL_FILES:
+            frame_or_none, level = frame_or_none.f_back, level + 1
         warnings.warn(message, AotiCacheWarning, stacklevel=level)
 
 
@@ -784,4 +786,4 @@ def _read_last_used(meta_path: Path) -> float:
     except (OSError, ValueError):
         return 0.0
     value = meta.get("last_used") if isinstance(meta, dict) else None
-    return float(value) if _is_number(value) else 0.0
+    return float(value) if isinstance(value, (int, float)) and _is_number(value) else 0.0
