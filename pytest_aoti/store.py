@@ -37,9 +37,9 @@ import secrets
 import shutil
 import stat
 import sys
-import types
 import tempfile
 import time
+import types
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
