@@ -81,7 +81,8 @@ def decompose(exported: ExportedProgram) -> ExportedProgram:
     """``run_decompositions()``: functionalizes in-place ops into mutation outputs."""
     try:
         with quiet_torch_deprecations():
-            return exported.run_decompositions()
+            decomposed: ExportedProgram = exported.run_decompositions()
+            return decomposed
     except Exception as error:
         message = f"run_decompositions failed: {summarize_torch_error(error)}"
     raise AotiExportError(message)

@@ -216,7 +216,8 @@ def _plain_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
     Raises ``TypeError``/``ValueError`` for metadata JSON cannot hold: that is a bug in
     the caller, not a cache failure.
     """
-    return json.loads(json.dumps(dict(metadata), allow_nan=False))
+    plain: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
+    return plain
 
 
 def _is_number(value: object) -> bool:
