@@ -603,19 +603,25 @@ def test_cache_clear_empties_the_store_at_session_start(
     assert_good_entry(entry, golden)
 
 
-def test_store_over_its_size_loses_the_least_recently_used_entry(
-    scenario: pytest.Pytester, golden: Golden, tmp_path: Path
-) -> None:
+def cache_with_a_stale_entry(golden: Golden, tmp_path: Path) -> tuple[Path, Path, int]:
+    """A copy of the golden cache plus an entry last used long ago; the size limit that
+    holds our entry but not both."""
     cache = copy_of(golden, tmp_path)
     other = tmp_path / "other.pt2"
     other.write_bytes(bytes(1000))
     assert ArtifactStore(cache).store("c0ffee", other, {}) is not None
     old = cache / "v1" / "entries" / "c0ffee"
     meta = meta_of(old)
-    meta["last_used"] = meta["created"] = 1.0  # used long ago
+    meta["last_used"] = meta["created"] = 1.0
     (old / "meta.json").write_text(json.dumps(meta))
     (ours,) = [entry for entry in entries(cache) if entry.name == golden.key]
-    limit = sum(f.stat().st_size for f in ours.iterdir()) + 100
+    return cache, ours, sum(f.stat().st_size for f in ours.iterdir()) + 100
+
+
+def test_store_over_its_size_loses_the_least_recently_used_entry(
+    scenario: pytest.Pytester, golden: Golden, tmp_path: Path
+) -> None:
+    cache, ours, limit = cache_with_a_stale_entry(golden, tmp_path)
 
     result = run_inner(scenario, cache, f"--aoti-cache-max-size={limit}")
 
@@ -830,16 +836,7 @@ def test_entry_with_unusable_caller_metadata_is_recompiled(
 def test_xdist_controller_enforces_the_size_limit(
     scenario: pytest.Pytester, golden: Golden, tmp_path: Path
 ) -> None:
-    cache = copy_of(golden, tmp_path)
-    other = tmp_path / "other.pt2"
-    other.write_bytes(bytes(1000))
-    assert ArtifactStore(cache).store("c0ffee", other, {}) is not None
-    old = cache / "v1" / "entries" / "c0ffee"
-    meta = meta_of(old)
-    meta["last_used"] = meta["created"] = 1.0  # used long ago
-    (old / "meta.json").write_text(json.dumps(meta))
-    (ours,) = [entry for entry in entries(cache) if entry.name == golden.key]
-    limit = sum(f.stat().st_size for f in ours.iterdir()) + 100
+    cache, ours, limit = cache_with_a_stale_entry(golden, tmp_path)
 
     result = scenario.runpytest_subprocess(
         "-n",
