@@ -2,7 +2,12 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
 from torch.export import Dim
+
+from pytest_aoti.strategies import inputs_for
+
+BATCH = Dim("batch", min=1, max=64)
 
 
 class SmallConvNet(torch.nn.Module):
@@ -41,13 +46,30 @@ def test_small_conv_net(aoti):
 @pytest.mark.aoti
 def test_mlp_dynamic_batch(aoti):
     torch.manual_seed(0)
-    batch = Dim("batch", min=1, max=64)
     result = aoti.check(
         MLP(),
         (torch.randn(4, 32),),
-        dynamic_shapes=({0: batch},),
+        dynamic_shapes=({0: BATCH},),
         samples=[(torch.randn(7, 32),), (torch.randn(33, 32),)],
     )
     # besides the three given batches, 20 generated ones inside [1, 64]: one compile for all
     assert result.examples >= 20
     assert result.max_abs < 1e-4
+
+
+@pytest.mark.aoti
+def test_mlp_engine_in_your_own_given_test(aoti):
+    """The plugin's strategies in a hand-written Hypothesis test; same program, no new compile."""
+    torch.manual_seed(0)
+    module = MLP()
+    example = (torch.randn(4, 32),)
+    program = aoti.compile(module, example, dynamic_shapes=({0: BATCH},))
+
+    @settings(max_examples=10, deadline=None)
+    @given(inputs_for(program, like=example))
+    def engine_matches_eager(inputs):
+        args, kwargs = inputs
+        with torch.no_grad():
+            torch.testing.assert_close(program(*args, **kwargs), module(*args, **kwargs))
+
+    engine_matches_eager()
