@@ -260,6 +260,15 @@ def assert_good_entry(entry: Path, golden: Golden) -> None:
     assert package == golden.package.read_bytes()
 
 
+def assert_recompiled_after_one_warning(result: pytest.RunResult, *warning_lines: str) -> None:
+    """The test passed, with exactly one cache warning (``warning_lines`` match it), after
+    compiling again."""
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [*warning_lines, "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *"]
+    )
+
+
 def snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
     """Every path under ``root`` with its owner, mode, mtime and content."""
     result = {}
@@ -327,14 +336,11 @@ def test_truncated_package_is_recompiled_and_replaced(
 
     result = run_inner(scenario, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*warnings summary*",
-            f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
-            f"truncated: {size // 2} of {size} bytes; removed it",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        "*warnings summary*",
+        f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
+        f"truncated: {size // 2} of {size} bytes; removed it",
     )
     (entry,) = entries(cache)
     assert_good_entry(entry, golden)
@@ -355,13 +361,10 @@ def test_flipped_byte_is_a_checksum_mismatch(
 
     result = run_inner(scenario, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
-            "checksum mismatch; removed it",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
+        "checksum mismatch; removed it",
     )
     (entry,) = entries(cache)
     assert_good_entry(entry, golden)
@@ -379,13 +382,10 @@ def test_unwritable_cache_dir_turns_the_cache_off(
 
     result = run_inner(scenario, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            f"*AotiCacheWarning: pytest-aoti cache {cache} is off for this run: "
-            f"cannot create {cache}: Not a directory",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        f"*AotiCacheWarning: pytest-aoti cache {cache} is off for this run: "
+        f"cannot create {cache}: Not a directory",
     )
     assert not_a_dir.read_text() == "a regular file where the cache's parent should be\n"
 
@@ -436,13 +436,10 @@ def test_foreign_cache_dir_is_refused(
 
     result = run_inner(scenario, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*AotiCacheWarning: pytest-aoti cache refused, off for this run: "
-            f"{cache} is owned by uid {FOREIGN_UID}, not you",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        "*AotiCacheWarning: pytest-aoti cache refused, off for this run: "
+        f"{cache} is owned by uid {FOREIGN_UID}, not you",
     )
     assert snapshot(cache) == before
     assert cache.stat().st_uid == FOREIGN_UID
@@ -742,13 +739,10 @@ def test_publish_failing_half_way_leaves_no_partial_entry(
 
     result = run_inner(pytester, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            f"*AotiCacheWarning: pytest-aoti could not store {golden.key} in the cache: "
-            "*No space left on device*",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        f"*AotiCacheWarning: pytest-aoti could not store {golden.key} in the cache: "
+        "*No space left on device*",
     )
     assert entries(cache) == []
     assert list((cache / "v1" / "tmp").iterdir()) == []
@@ -795,13 +789,10 @@ def test_entry_removed_between_lookup_and_copy_is_recompiled(
 
     result = run_inner(pytester, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} could not be read: "
-            "*No such file or directory*; recompiling",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} could not be read: "
+        "*No such file or directory*; recompiling",
     )
     (entry,) = entries(cache)
     assert_good_entry(entry, golden)
@@ -820,13 +811,10 @@ def test_entry_with_unusable_caller_metadata_is_recompiled(
 
     result = run_inner(scenario, cache)
 
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} has metadata this version cannot use "
-            "(KeyError: 'signature'); recompiling",
-            "aoti: 1 program; 1 compiled in *; 0 loaded from cache in *",
-        ]
+    assert_recompiled_after_one_warning(
+        result,
+        f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} has metadata this version cannot use "
+        "(KeyError: 'signature'); recompiling",
     )
     (entry,) = entries(cache)
     assert_good_entry(entry, golden)
