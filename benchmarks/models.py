@@ -256,6 +256,7 @@ def selected_models() -> list[str]:
         raise ValueError(f"{MODELS_ENV}: unknown model(s) {', '.join(unknown)}")
     return names or list(SUITE)
 
+
 # -- the raw torch pipeline -------------------------------------------------------------
 
 RAW_STEPS: tuple[str, ...] = (

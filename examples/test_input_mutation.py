@@ -48,7 +48,9 @@ def test_input_mutated_not_returned(aoti):
 @pytest.mark.aoti
 def test_input_mutated_across_calls(aoti):
     calls = 3
-    aoti.check(DoubleThenCos(), (example_input(),), mutates={"x": example_input() * 2**calls}, calls=calls)
+    aoti.check(
+        DoubleThenCos(), (example_input(),), mutates={"x": example_input() * 2**calls}, calls=calls
+    )
 
 
 @pytest.mark.aoti

@@ -106,7 +106,6 @@ class _Frame:
         return f"{self.location} {self.phrase}{ctx}: {lead}{tail}"
 
 
-
 def _error(headline: str, details: list[str] | None = None) -> AotiCheckError:
     lines = [headline, *(f"  {line}" for line in details or [])]
     return AotiCheckError("\n".join(lines))
@@ -222,8 +221,7 @@ def assert_unchanged(
     __tracebackhide__ = True
     ctx = f" ({context})" if context else ""
     lead = (
-        f"{location} was modified by the AOTI engine although the program does not mutate it"
-        f"{ctx}: "
+        f"{location} was modified by the AOTI engine although the program does not mutate it{ctx}: "
     )
     for attribute in ("shape", "dtype", "device", "layout"):
         old, new = getattr(before, attribute), getattr(after, attribute)

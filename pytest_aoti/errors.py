@@ -7,6 +7,9 @@ can act, what to try. Internal torch tracebacks are never chained onto them.
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,6 +56,15 @@ class AotiCacheWarning(UserWarning):
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_at_caller(warning: Warning) -> None:
+    """Issue ``warning`` at the first frame outside pytest-aoti: the user's own line."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(warning, stacklevel=level)
 
 
 def user_facing(function: _F) -> _F:

@@ -122,7 +122,9 @@ class _ShapeChecker:
         self.stats += stats
 
 
-def _search(checker: _ShapeChecker, generation: Generation, shapes: ProgramShapes) -> _Failure | None:
+def _search(
+    checker: _ShapeChecker, generation: Generation, shapes: ProgramShapes
+) -> _Failure | None:
     if generation.examples <= 0:
         return None
     from hypothesis import HealthCheck, given, settings
@@ -138,7 +140,9 @@ def _search(checker: _ShapeChecker, generation: Generation, shapes: ProgramShape
     @settings(
         max_examples=generation.examples,
         deadline=None,
-        database=DirectoryBasedExampleDatabase(generation.database) if generation.database else None,
+        database=DirectoryBasedExampleDatabase(generation.database)
+        if generation.database
+        else None,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
     )
@@ -196,8 +200,12 @@ def _report(failure: _Failure, shapes: ProgramShapes, generation: Generation) ->
             if isinstance(expr, str):
                 low, high = shapes.dim_range(spec.name, axis)
                 allowed = f"[{low}, {high if high is not None else 'inf'}]"
-                dims.append(f"    {spec.name}.shape[{axis}] = {size}  ({expr}, exported range {allowed})")
-    first = str(failure.error).splitlines()[0] if str(failure.error) else type(failure.error).__name__
+                dims.append(
+                    f"    {spec.name}.shape[{axis}] = {size}  ({expr}, exported range {allowed})"
+                )
+    first = (
+        str(failure.error).splitlines()[0] if str(failure.error) else type(failure.error).__name__
+    )
     if not isinstance(failure.error, AotiCheckError):
         first = f"{type(failure.error).__name__}: {first}"
     replay = getattr(failure, "replay", None)

@@ -14,6 +14,7 @@ does not force a recompile.
 from __future__ import annotations
 
 import hashlib
+import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -192,6 +193,10 @@ def _device_fingerprint(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         return f"cuda sm_{major}{minor} {torch.version.cuda}"
+    if device.type == "cpu":
+        # inductor compiles CPU kernels for the host's vector ISA: an AVX-512 package
+        # shared through a cache directory must not be loaded on an AVX2 machine
+        return f"cpu {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
     return device.type
 
 

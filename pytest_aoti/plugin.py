@@ -63,7 +63,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run every AOTI test once per ``--aoti-device``, with the device in the test id."""
     if not _is_aoti_test(metafunc):
         return
-    if any(_DEVICE_FIXTURE in marker.args[0] for marker in metafunc.definition.iter_markers("parametrize") if marker.args):
+    if any(
+        _DEVICE_FIXTURE in marker.args[0]
+        for marker in metafunc.definition.iter_markers("parametrize")
+        if marker.args
+    ):
         return  # the test parametrizes its device itself
     if _DEVICE_FIXTURE not in metafunc.fixturenames:
         metafunc.fixturenames.append(_DEVICE_FIXTURE)

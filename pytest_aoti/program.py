@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,25 @@ if TYPE_CHECKING:
 
     from pytest_aoti.key import ProgramKey
     from pytest_aoti.shapes import ProgramShapes
+
+
+class _SharedEngine:
+    """One engine loaded on first use, for programs whose calls leave no state behind.
+
+    Each ``aoti_load_package`` maps a new copy of the package's code and weights that
+    torch does not release, so loading an engine per check would grow the process by a
+    model's size every time.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Any = None
+
+    def get(self, load: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._engine is None:
+                self._engine = load()
+            return self._engine
 
 
 @dataclass(frozen=True)
@@ -36,14 +56,16 @@ class CompiledArtifact:
     """True when the package came from the on-disk cache instead of a compile."""
     decomposed: ExportedProgram | None = None
     """The decomposed program, when this session decomposed it (not on a cache hit)."""
+    shared_engine: _SharedEngine = field(default_factory=_SharedEngine, compare=False)
 
 
 class AotiProgram:
     """A module exported, decomposed and AOT-compiled for one device.
 
     Calling it runs the AOTInductor engine exactly as a deployed model would: inputs the
-    program mutates are written in place. Every ``AotiProgram`` loads its own engine, so
-    buffer state mutated through one never leaks into another.
+    program mutates are written in place. A program that mutates registered buffers gets
+    an engine of its own, so buffer state changed through one ``AotiProgram`` never leaks
+    into another; engines of programs without such state are shared.
     """
 
     def __init__(
@@ -111,6 +133,13 @@ class AotiProgram:
         """Load a fresh engine from the package, with buffers in their exported state."""
         return load_engine(self.package_path, self.device)
 
+    def engine_in_exported_state(self) -> Any:
+        """An engine whose buffers hold their exported values: freshly loaded when the
+        program mutates buffers, else the one engine shared by every user of the package."""
+        if self.mutated_buffers:
+            return self.load_engine()
+        return self._artifact.shared_engine.get(self.load_engine)
+
     @user_facing
     def validate(self, *args: Any, **kwargs: Any) -> None:
         """Raise :class:`~pytest_aoti.AotiInputError` if an input does not fit the program."""
@@ -131,5 +160,5 @@ class AotiProgram:
         self.validate(*args, **kwargs)
         with self._engine_lock:
             if self._engine is None:
-                self._engine = self.load_engine()
+                self._engine = self.engine_in_exported_state()
         return self._engine(*args, **kwargs)

@@ -116,9 +116,7 @@ class ProgramRegistry:
     ) -> CompiledArtifact:
         started = time.perf_counter()
         decomposed = decompose(exported)
-        package = compile_package(
-            decomposed, self._workdir / f"{key.digest}.pt2", inductor_configs
-        )
+        package = compile_package(decomposed, self._workdir / f"{key.digest}.pt2", inductor_configs)
         seconds = time.perf_counter() - started
         self.stats.compiled += 1
         self.stats.compile_seconds += seconds

@@ -71,7 +71,7 @@ class InputRun:
             for name, leaf in engine_inputs.items()
             if isinstance(leaf, torch.Tensor)
         }
-        engine = self.program.load_engine()
+        engine = self.program.engine_in_exported_state()
         mutated = self.program.mutated_inputs
         stats: list[tuple[str, LeafStats]] = []
         for call in range(1, calls + 1):
@@ -221,8 +221,10 @@ def to_float64(tree: Any) -> Any:
     import torch.utils._pytree as pytree
 
     return pytree.tree_map(
-        lambda leaf: leaf.to(torch.float64)
-        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
-        else leaf,
+        lambda leaf: (
+            leaf.to(torch.float64)
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
+            else leaf
+        ),
         tree,
     )

@@ -85,7 +85,11 @@ class AotiSession:
         cache = getattr(self.config, "cache", None)
         if cache is None:  # -p no:cacheprovider
             return None
-        return Path(cache.mkdir("aoti"))
+        root = Path(cache.mkdir("aoti"))
+        # pytest creates it under the umask (0o775 under umask 002); it is ours, and the
+        # store refuses a directory others can write to: make it private
+        root.chmod(0o700)
+        return root
 
     def hypothesis_database(self) -> Path | None:
         """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
@@ -150,7 +154,12 @@ class AotiSession:
     def pytest_report_header(self, config: pytest.Config) -> str:
         mode = self.settings.cache_mode
         where = self.settings.cache_dir or ".pytest_cache/d/aoti"
-        cache = "off" if mode == "off" else f"{mode} at {where}"
+        if mode == "off":
+            cache = "off"
+        elif self.settings.cache_dir is None and getattr(config, "cache", None) is None:
+            cache = "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
+        else:
+            cache = f"{mode} at {where}"
         return f"aoti: device={','.join(self.settings.devices)}, cache={cache}"
 
     @pytest.hookimpl(trylast=True)
@@ -177,7 +186,9 @@ class AotiSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         inferred = self.inferred + [
-            (nodeid, text) for figures in self.worker_stats for nodeid, text in figures.get("inferred", [])
+            (nodeid, text)
+            for figures in self.worker_stats
+            for nodeid, text in figures.get("inferred", [])
         ]
         if inferred:
             terminalreporter.write_sep("-", "aoti: inferred dynamic_shapes")

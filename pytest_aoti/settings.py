@@ -101,8 +101,18 @@ _OPTIONS = (
         "Device(s) AOTI tests run on: cpu, cuda, cuda:N, auto (cuda when available, else cpu) "
         "or a comma list such as cpu,cuda that runs every AOTI test on each. Default: auto.",
     ),
-    _Option("aoti-rtol", _tolerance, None, "Relative tolerance of every check. Default: by dtype, as torch.testing.assert_close."),
-    _Option("aoti-atol", _tolerance, None, "Absolute tolerance of every check. Default: by dtype, as torch.testing.assert_close."),
+    _Option(
+        "aoti-rtol",
+        _tolerance,
+        None,
+        "Relative tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
+    ),
+    _Option(
+        "aoti-atol",
+        _tolerance,
+        None,
+        "Absolute tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
+    ),
     _Option(
         "aoti-examples",
         _non_negative_int,
@@ -113,7 +123,7 @@ _OPTIONS = (
         "aoti-max-dim",
         _positive_int,
         DEFAULT_MAX_DIM,
-        f"Largest size generated for a dim whose exported range is unbounded. Default: {DEFAULT_MAX_DIM}.",
+        f"Largest size drawn for a generated dim, and the cap of unbounded ranges. Default: {DEFAULT_MAX_DIM}.",
     ),
     _Option(
         "aoti-cache",

@@ -17,7 +17,7 @@ import json
 import keyword
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -404,6 +404,10 @@ class InputSpec:
     shape: tuple[int | str, ...]
     dtype: torch.dtype
     device: torch.device
+    layout: str = "any"
+    """Memory layout the engine was compiled for: ``contiguous``, ``channels_last`` or
+    ``any`` (another layout, not checked). An AOTI engine reads its inputs with the
+    exported strides, so a tensor in another layout gives silently wrong results."""
 
 
 @dataclass(frozen=True)
@@ -414,6 +418,9 @@ class ProgramShapes:
     """Tensor user inputs, in signature order."""
     symbols: dict[str, SymbolRange]
     """Free symbols of the input shapes, in order of first appearance, and their ranges."""
+    constants: dict[str, Any] = field(default_factory=dict)
+    """Non-tensor user inputs and the value they were exported with: the engine ignores
+    what a caller passes for them and uses that value."""
 
     def input(self, name: str) -> InputSpec:
         """The input called ``name``."""
@@ -440,7 +447,7 @@ def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
             continue
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
-            continue  # constant user inputs have no shape to check
+            continue  # constant user inputs are read from the signature below
         shape: list[int | str] = []
         for size in value.shape:
             if isinstance(size, int):
@@ -453,10 +460,31 @@ def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
             shape.append(str(expr))
             for symbol in sorted(expr.free_symbols, key=str):
                 free.setdefault(str(symbol), symbol)
-        inputs.append(InputSpec(node.name, tuple(shape), value.dtype, value.device))
+        inputs.append(InputSpec(node.name, tuple(shape), value.dtype, value.device, _layout(value)))
     ranges = {str(key): value for key, value in program.range_constraints.items()}
     symbols = {name: _symbol_range(name, ranges.get(name)) for name in free}
-    return ProgramShapes(inputs=tuple(inputs), symbols=symbols)
+    return ProgramShapes(inputs=tuple(inputs), symbols=symbols, constants=_constants(program))
+
+
+def _layout(value: torch.Tensor) -> str:
+    try:
+        if value.is_contiguous():
+            return "contiguous"
+        if value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last):
+            return "channels_last"
+    except Exception:  # symbolic strides that cannot be decided here
+        pass
+    return "any"
+
+
+def _constants(program: ExportedProgram) -> dict[str, Any]:
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    return {
+        spec.arg.name: spec.arg.value
+        for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)
+    }
 
 
 def _symbol_range(name: str, value_range: Any) -> SymbolRange:
@@ -548,6 +576,37 @@ def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> N
             )
         named_shapes[spec.name] = tuple(value.shape)
     solve_sizes(shapes, named_shapes)
+    for spec in shapes.inputs:
+        _check_layout(spec, named_inputs[spec.name])
+    for name, exported in shapes.constants.items():
+        if name in named_inputs and not _same_constant(named_inputs[name], exported):
+            raise AotiInputError(
+                f"input '{name}' is {named_inputs[name]!r} but the program was exported with "
+                f"{exported!r}, which the engine uses whatever is passed; export again with "
+                "this value, or pass it as a tensor"
+            )
+
+
+def _check_layout(spec: InputSpec, value: torch.Tensor) -> None:
+    if spec.layout == "contiguous" and not value.is_contiguous():
+        raise AotiInputError(
+            f"input '{spec.name}' is not contiguous (strides {tuple(value.stride())}) but the "
+            f"program reads it as contiguous; pass {spec.name}.contiguous()"
+        )
+    if spec.layout == "channels_last" and not value.is_contiguous(
+        memory_format=torch.channels_last
+    ):
+        raise AotiInputError(
+            f"input '{spec.name}' is not channels_last but the program reads it so; pass "
+            f"{spec.name}.contiguous(memory_format=torch.channels_last)"
+        )
+
+
+def _same_constant(given: Any, exported: Any) -> bool:
+    try:
+        return bool(given == exported) and type(given) is type(exported)
+    except Exception:
+        return False
 
 
 def _rank_message(spec: InputSpec, rank: int) -> str:
@@ -672,14 +731,19 @@ def cap_range(r: SymbolRange, max_dim: int) -> tuple[int, int]:
 
 
 def boundary_assignments(shapes: ProgramShapes, max_dim: int) -> list[dict[str, int]]:
-    """Symbol assignments at the edges of the (capped) ranges.
+    """Symbol assignments at the edges of the exported ranges.
 
+    A declared maximum is used as it is, however far above ``max_dim`` (the sizes where
+    engines go wrong include the largest); only an unbounded one is capped at ``max_dim``.
     All symbols at their minimum, all at their maximum, then each symbol at its minimum
     with the others at their maximum and at its maximum with the others at their
     minimum; duplicates and assignments that put some input dim outside its range are
     dropped.
     """
-    ranges = {name: cap_range(r, max_dim) for name, r in shapes.symbols.items()}
+    ranges = {
+        name: (r.min, r.max) if r.max is not None else cap_range(r, max_dim)
+        for name, r in shapes.symbols.items()
+    }
     lows = {name: low for name, (low, _) in ranges.items()}
     highs = {name: high for name, (_, high) in ranges.items()}
     candidates = [lows, highs]

@@ -502,9 +502,7 @@ class ArtifactStore:
             raise _Refused(f"{name} is {problem}")
         return f
 
-    def _touch(
-        self, key: str, entry_dir: Path, meta: dict[str, Any], ino: int
-    ) -> dict[str, Any]:
+    def _touch(self, key: str, entry_dir: Path, meta: dict[str, Any], ino: int) -> dict[str, Any]:
         """Record a hit in ``last_used``; recency is advisory, so failures are ignored."""
         now = _now()
         if not self._writable or now - meta["last_used"] < _TOUCH_INTERVAL:
@@ -529,9 +527,7 @@ class ArtifactStore:
 
     # -- store -----------------------------------------------------------------------
 
-    def store(
-        self, key: str, package_file: Path, metadata: Mapping[str, Any]
-    ) -> CacheEntry | None:
+    def store(self, key: str, package_file: Path, metadata: Mapping[str, Any]) -> CacheEntry | None:
         """Copy ``package_file`` into the store under ``key`` and return the new entry.
 
         ``metadata`` must be JSON-serializable; it is kept under ``metadata["caller"]``.
@@ -646,12 +642,13 @@ class ArtifactStore:
             lock.acquire()
         except Timeout:
             self._warn(
-                f"pytest-aoti waited {timeout:g} s for the cache lock of {key}; "
-                "going on without it"
+                f"pytest-aoti waited {timeout:g} s for the cache lock of {key}; going on without it"
             )
             return False
         except OSError as e:
-            self._warn(f"pytest-aoti could not take the cache lock of {key}: {e}; going on without it")
+            self._warn(
+                f"pytest-aoti could not take the cache lock of {key}: {e}; going on without it"
+            )
             return False
         return True
 

@@ -155,13 +155,24 @@ class _TensorMaker:
     device: torch.device
     low: float
     high: float  # ints for integer dtypes, exact even beyond 2**53
+    dim_order: tuple[int, ...]
+    """Dims from outermost to innermost in memory: the example's layout, which the
+    engine was compiled for (``channels_last`` is ``(0, 2, 3, 1)``)."""
 
     @classmethod
     def like(cls, example: torch.Tensor) -> _TensorMaker:
         low, high = _value_range(example)
-        return cls(example.dtype, example.device, low, high)
+        strides = example.stride()
+        order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
+        return cls(example.dtype, example.device, low, high, order)
 
     def make(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """A tensor of ``shape`` laid out in memory like the example."""
+        in_memory_order = tuple(shape[dim] for dim in self.dim_order)
+        values = self._values(in_memory_order, generator)
+        return values.permute(*sorted(range(len(shape)), key=self.dim_order.__getitem__))
+
+    def _values(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
         # Drawn on the CPU so that one seed gives the same values on every device.
         if self.dtype == torch.bool:
             values = torch.randint(0, 2, shape, generator=generator).bool()
@@ -210,4 +221,3 @@ def _integers(
     # randint's upper bound is exclusive and must fit in int64.
     upper = min(high + 1, torch.iinfo(torch.int64).max)
     return torch.randint(low, upper, shape, generator=generator, dtype=torch.int64)
-

@@ -8,7 +8,6 @@ input set in :mod:`pytest_aoti.runs`.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from pytest_aoti.errors import (
     AotiCheckError,
     AotiUsageError,
     user_facing,
+    warn_at_caller,
 )
 
 if TYPE_CHECKING:
@@ -148,6 +148,8 @@ class AotiTester:
         program = self._registry.program_for(
             exported, device=self.device, inductor_configs=settings.inductor_configs
         )
+        if program.mutated_buffers:
+            warn_at_caller(_buffer_warning(program))
         if self._on_program is not None:
             self._on_program(program)
         return program
@@ -200,7 +202,9 @@ class AotiTester:
         tolerance = Tolerance(rtol=settings.rtol, atol=settings.atol)
 
         if isinstance(dynamic_shapes, str):
-            dynamic_shapes = self._infer_dynamic_shapes(dynamic_shapes, module, args, kwargs, samples)
+            dynamic_shapes = self._infer_dynamic_shapes(
+                dynamic_shapes, module, args, kwargs, samples
+            )
         program = self.compile(
             module,
             args,
@@ -210,8 +214,6 @@ class AotiTester:
             inductor_configs=inductor_configs,
         )
         _assert_signature(program, mutates, mutated_buffers)
-        if program.mutated_buffers:
-            warnings.warn(_buffer_warning(program), stacklevel=2)
 
         device_module = self._module_on_device(module)
         input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
@@ -274,7 +276,9 @@ class AotiTester:
             raise AotiUsageError(
                 'dynamic_shapes="auto" needs samples=[...]: input sets of other sizes to infer from'
             )
-        spec = infer_dynamic_shapes(module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples])
+        spec = infer_dynamic_shapes(
+            module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples]
+        )
         if self._on_inferred is not None:
             self._on_inferred(format_dynamic_shapes(spec))
         return spec
@@ -282,7 +286,10 @@ class AotiTester:
     def _module_on_device(self, module: torch.nn.Module) -> torch.nn.Module:
         """The module on :attr:`device`; a moved copy, so the caller's module is untouched."""
         tensors = [*module.parameters(), *module.buffers()]
-        if all(tensor.device == self.device or _same_device(tensor.device, self.device) for tensor in tensors):
+        if all(
+            tensor.device == self.device or _same_device(tensor.device, self.device)
+            for tensor in tensors
+        ):
             return module
         return copy.deepcopy(module).to(self.device)
 

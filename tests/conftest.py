@@ -29,6 +29,7 @@ def _keep_torch_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", Snapshot)
 
+
 # Models shared by the inner pytest sessions. ``torch.compiler.is_exporting()`` is true only
 # while torch.export traces, so a branch on it makes the compiled engine, and only the
 # engine, wrong in a known way: honest faults that need no torch bug.

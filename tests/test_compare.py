@@ -127,11 +127,19 @@ def test_explicit_tolerance_widens_and_narrows() -> None:
 
 def test_relative_tolerance_scales_with_the_eager_value() -> None:
     eager = torch.tensor([1e6, 1.0], dtype=torch.float64)
-    compare_trees(eager, eager + torch.tensor([0.05, 0.0], dtype=torch.float64),
-                  what="output", tolerance=Tolerance(rtol=1e-7, atol=0.0))
+    compare_trees(
+        eager,
+        eager + torch.tensor([0.05, 0.0], dtype=torch.float64),
+        what="output",
+        tolerance=Tolerance(rtol=1e-7, atol=0.0),
+    )
     with pytest.raises(AotiCheckError, match=r"1 of 2 elements beyond"):
-        compare_trees(eager, eager + torch.tensor([0.0, 0.05], dtype=torch.float64),
-                      what="output", tolerance=Tolerance(rtol=1e-7, atol=0.0))
+        compare_trees(
+            eager,
+            eager + torch.tensor([0.0, 0.05], dtype=torch.float64),
+            what="output",
+            tolerance=Tolerance(rtol=1e-7, atol=0.0),
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -185,8 +193,12 @@ def test_nan_on_one_side_fails_and_says_where() -> None:
 
 def test_nan_on_one_side_fails_even_with_huge_tolerance() -> None:
     with pytest.raises(AotiCheckError, match="NaN on one side only"):
-        compare_trees(torch.tensor([1.0]), torch.tensor([math.nan]), what="output",
-                      tolerance=Tolerance(rtol=1e9, atol=1e9))
+        compare_trees(
+            torch.tensor([1.0]),
+            torch.tensor([math.nan]),
+            what="output",
+            tolerance=Tolerance(rtol=1e9, atol=1e9),
+        )
 
 
 def test_matching_infinities_pass() -> None:
@@ -284,7 +296,11 @@ def test_nested_outputs_report_pytree_paths() -> None:
     engine = (torch.ones(2), {"a": None, "b": [torch.zeros(3), 7]}, "label")
     stats = compare_trees(eager, engine, what="output")
     assert [s.location for s in stats] == [
-        "output[0]", "output[1]['a']", "output[1]['b'][0]", "output[1]['b'][1]", "output[2]"
+        "output[0]",
+        "output[1]['a']",
+        "output[1]['b'][0]",
+        "output[1]['b'][1]",
+        "output[2]",
     ]
 
     engine[1]["b"][0][2] = 1.0
@@ -302,8 +318,9 @@ def test_second_tuple_element_is_reported_by_index() -> None:
 def test_named_tuple_fields_appear_in_the_path() -> None:
     Pair = namedtuple("Pair", ["mean", "var"])
     with pytest.raises(AotiCheckError, match=r"^output\.var differs"):
-        compare_trees(Pair(torch.ones(1), torch.ones(1)), Pair(torch.ones(1), torch.zeros(1)),
-                      what="output")
+        compare_trees(
+            Pair(torch.ones(1), torch.ones(1)), Pair(torch.ones(1), torch.zeros(1)), what="output"
+        )
 
 
 @pytest.mark.parametrize(
@@ -510,8 +527,12 @@ def test_reference_is_called_once_for_several_rescued_leaves() -> None:
     eager_a, engine_a, truth_a = _noisy_pair(2000, 1.0)
     eager_b, engine_b, truth_b = _noisy_pair(3000, 1.0)
     reference = _CountingReference({"a": truth_a, "b": [truth_b, 4]})
-    compare_trees({"a": eager_a, "b": [eager_b, 4]}, {"a": engine_a, "b": [engine_b, 4]},
-                  what="output", reference=reference)
+    compare_trees(
+        {"a": eager_a, "b": [eager_b, 4]},
+        {"a": engine_a, "b": [engine_b, 4]},
+        what="output",
+        reference=reference,
+    )
     assert reference.calls == 1
 
 
@@ -524,8 +545,9 @@ def test_reference_that_raises_counts_as_no_reference() -> None:
         raise RuntimeError("float64 not supported by this op")
 
     with pytest.raises(AotiCheckError) as excinfo:
-        compare_trees({"a": eager, "b": eager}, {"a": engine, "b": engine}, what="output",
-                      reference=broken)
+        compare_trees(
+            {"a": eager, "b": eager}, {"a": engine, "b": engine}, what="output", reference=broken
+        )
     assert _message(excinfo)[0].startswith("output['a'] differs")
     assert "fp64 check unavailable: computing it raised RuntimeError: float64 not supported" in str(
         excinfo.value
@@ -560,8 +582,12 @@ def test_compare_leaf_takes_a_leaf_reference() -> None:
 
 def test_non_floating_leaves_are_never_rescued() -> None:
     with pytest.raises(AotiCheckError, match="exact comparison"):
-        compare_trees(torch.tensor([1]), torch.tensor([2]), what="output",
-                      reference=lambda: torch.tensor([2.0], dtype=torch.float64))
+        compare_trees(
+            torch.tensor([1]),
+            torch.tensor([2]),
+            what="output",
+            reference=lambda: torch.tensor([2.0], dtype=torch.float64),
+        )
 
 
 # --- assert_unchanged -----------------------------------------------------------------------

@@ -200,3 +200,37 @@ def test_odd(aoti):
             "E *values seed *; replay: pytest <this test> --hypothesis-seed=1234*",
         ]
     )
+
+
+def test_one_engine_serves_every_generated_shape(run_aoti):
+    # each aoti_load_package maps a copy of the package that torch never frees: a check
+    # must not load one per generated input set
+    result = run_aoti(
+        DYNAMIC_MODELS
+        + """
+import pytest_aoti.program
+
+@pytest.fixture
+def loads(monkeypatch):
+    count = []
+    original = pytest_aoti.program.load_engine
+    monkeypatch.setattr(
+        pytest_aoti.program, "load_engine", lambda *a, **k: count.append(1) or original(*a, **k)
+    )
+    return count
+
+def test_stateless_program(aoti, loads):
+    result = aoti.check(
+        RowScale(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: BATCH}, None), examples=10
+    )
+    assert result.examples >= 10
+    assert len(loads) == 1
+
+def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
+    with pytest.warns(AotiBufferMutationWarning):
+        aoti.check(Counter(), (example(),))
+        aoti.check(Counter(), (example(),))
+    assert len(loads) == 2
+"""
+    )
+    result.assert_outcomes(passed=2)

@@ -22,7 +22,9 @@ class Linear(torch.nn.Module):
 @pytest.fixture(scope="module")
 def exported() -> torch.export.ExportedProgram:
     torch.manual_seed(0)
-    return torch.export.export(Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
+    return torch.export.export(
+        Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},)
+    )
 
 
 def key_of(program: torch.export.ExportedProgram, **configs: object) -> str:
@@ -30,13 +32,17 @@ def key_of(program: torch.export.ExportedProgram, **configs: object) -> str:
 
 
 def test_symbols_are_renamed_by_first_appearance() -> None:
-    assert _canonical_symbols("s77 s3 s77 u0 sum_1 s3") == _canonical_symbols("s0 s9 s0 u4 sum_1 s9")
+    assert _canonical_symbols("s77 s3 s77 u0 sum_1 s3") == _canonical_symbols(
+        "s0 s9 s0 u4 sum_1 s9"
+    )
     assert _canonical_symbols("s1 s2") != _canonical_symbols("s1 s1")
 
 
 def test_key_is_stable_for_the_same_program(exported: torch.export.ExportedProgram) -> None:
     torch.manual_seed(0)
-    again = torch.export.export(Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
+    again = torch.export.export(
+        Linear(), (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},)
+    )
     assert key_of(exported) == key_of(again)
 
 
@@ -45,9 +51,12 @@ def test_one_weight_value_changes_the_key(exported: torch.export.ExportedProgram
     module = Linear()
     with torch.no_grad():
         module.layer.bias[1] += 1e-6
-    changed = torch.export.export(module, (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},))
-    assert program_key(changed, device=torch.device("cpu"), inductor_configs={}).parts["graph"] == (
-        program_key(exported, device=torch.device("cpu"), inductor_configs={}).parts["graph"]
+    changed = torch.export.export(
+        module, (torch.ones(4, 3),), dynamic_shapes=({0: Dim("b", min=2)},)
+    )
+    assert (
+        program_key(changed, device=torch.device("cpu"), inductor_configs={}).parts["graph"]
+        == (program_key(exported, device=torch.device("cpu"), inductor_configs={}).parts["graph"])
     )
     assert key_of(changed) != key_of(exported)
 
@@ -68,12 +77,25 @@ def test_options_torch_writes_while_compiling_do_not_change_the_key(
         assert key_of(exported) == base
 
 
-def test_custom_pass_without_uuid_is_not_persistable(exported: torch.export.ExportedProgram) -> None:
+def test_custom_pass_without_uuid_is_not_persistable(
+    exported: torch.export.ExportedProgram,
+) -> None:
     def my_pass(graph: object) -> None:
         return None
 
     key = program_key(
-        exported, device=torch.device("cpu"), inductor_configs={"post_grad_custom_post_pass": my_pass}
+        exported,
+        device=torch.device("cpu"),
+        inductor_configs={"post_grad_custom_post_pass": my_pass},
     )
     assert not key.persistable
     assert program_key(exported, device=torch.device("cpu"), inductor_configs={}).persistable
+
+
+def test_cpu_vector_isa_is_part_of_the_key(
+    exported: torch.export.ExportedProgram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    avx2 = key_of(exported)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert key_of(exported) != avx2

@@ -3,6 +3,7 @@ errors. No test here compiles a program except where a hook needs one."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -201,16 +202,33 @@ def test_unknown_marker_option_is_a_one_line_error(pytester: pytest.Pytester) ->
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        ("aoti.check(Double(), torch.ones(2))", "args must be a tuple of positional inputs, got Tensor; write (x,) for a single input"),
-        ("aoti.check(lambda x: x, (torch.ones(2),))", "module must be a torch.nn.Module, got function*"),
+        (
+            "aoti.check(Double(), torch.ones(2))",
+            "args must be a tuple of positional inputs, got Tensor; write (x,) for a single input",
+        ),
+        (
+            "aoti.check(lambda x: x, (torch.ones(2),))",
+            "module must be a torch.nn.Module, got function*",
+        ),
         ("aoti.check(Double(), (torch.ones(2),), calls=0)", "calls must be a positive int, got 0"),
-        ("aoti.check(Double(), (torch.ones(2),), samples=[(torch.ones(3),)])", "samples need dynamic_shapes*"),
-        ("aoti.check(Double(), (torch.ones(2),), samples=(torch.ones(3),), dynamic_shapes='auto')", "samples must be a list of argument tuples*"),
-        ("aoti.check(Double(), (torch.ones(2),), dynamic_shapes='guess')", "*dynamic_shapes must be a torch.export spec or \"auto\", got 'guess'"),
+        (
+            "aoti.check(Double(), (torch.ones(2),), samples=[(torch.ones(3),)])",
+            "samples need dynamic_shapes*",
+        ),
+        (
+            "aoti.check(Double(), (torch.ones(2),), samples=(torch.ones(3),), dynamic_shapes='auto')",
+            "samples must be a list of argument tuples*",
+        ),
+        (
+            "aoti.check(Double(), (torch.ones(2),), dynamic_shapes='guess')",
+            "*dynamic_shapes must be a torch.export spec or \"auto\", got 'guess'",
+        ),
         ("aoti.check(Double(), (torch.ones(2),), kwargs=[1])", "kwargs must be a dict, got list"),
     ],
 )
-def test_fixture_misuse_is_a_one_line_error(pytester: pytest.Pytester, call: str, message: str) -> None:
+def test_fixture_misuse_is_a_one_line_error(
+    pytester: pytest.Pytester, call: str, message: str
+) -> None:
     pytester.makepyfile(
         f"""
         import torch
@@ -281,7 +299,9 @@ def test_compile_failure_names_the_compiler_reason(pytester: pytest.Pytester) ->
     )
 
 
-def test_hooks_extend_configs_and_see_programs_and_results(run_aoti, pytester: pytest.Pytester) -> None:
+def test_hooks_extend_configs_and_see_programs_and_results(
+    run_aoti, pytester: pytest.Pytester
+) -> None:
     pytester.makeconftest(
         """
         SEEN = []
@@ -329,24 +349,65 @@ def test_properties_reach_junit_xml(run_aoti, pytester: pytest.Pytester) -> None
     )
     result.assert_outcomes(passed=1)
     xml = (pytester.path / "report.xml").read_text()
-    for name in ("aoti_device", "aoti_program", "aoti_cache_hit", "aoti_compile_seconds", "aoti_max_abs_error"):
+    for name in (
+        "aoti_device",
+        "aoti_program",
+        "aoti_cache_hit",
+        "aoti_compile_seconds",
+        "aoti_max_abs_error",
+    ):
         assert f'name="{name}"' in xml, name
 
 
-def test_buffer_mutation_warning_shows_in_the_summary(run_aoti) -> None:
+def test_buffer_mutation_warning_points_at_the_users_line(run_aoti) -> None:
     result = run_aoti(
         """
         def test_counter(aoti):
             aoti.check(Counter(), (example(),))
+
+        def test_compile_warns_too(aoti):
+            with pytest.warns(AotiBufferMutationWarning, match="counter"):
+                aoti.compile(Counter(), (example(),))
         """,
         "-W",
         "default::pytest_aoti.AotiBufferMutationWarning",
     )
-    result.assert_outcomes(passed=1, warnings=1)
+    result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines(
-        ["*AotiBufferMutationWarning: the program mutates registered buffers {'counter'}*"]
+        [
+            "*test_inner.py:*: AotiBufferMutationWarning: the program mutates registered "
+            "buffers {'counter'}*",
+        ]
     )
 
 
 def test_python_version_is_supported() -> None:
     assert sys.version_info >= (3, 10)
+
+
+def test_default_cache_is_private_under_a_group_writable_umask(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import stat
+
+        def test_store(request):
+            store = request.config.pluginmanager.get_plugin("aoti-session").store
+            assert store is not None and store.writable
+            mode = (request.config.rootpath / ".pytest_cache" / "d" / "aoti").stat().st_mode
+            assert stat.S_IMODE(mode) == 0o700
+        """
+    )
+    previous = os.umask(0o002)
+    try:
+        result = pytester.runpytest("-W", "error::pytest_aoti.AotiCacheWarning")
+    finally:
+        os.umask(previous)
+    result.assert_outcomes(passed=1)
+
+
+def test_header_says_when_there_is_no_cache(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--aoti-device=cpu")
+    result.stdout.fnmatch_lines(
+        ["aoti: device=cpu, cache=off (pytest's cache provider is disabled*"]
+    )

@@ -30,7 +30,13 @@ def test_bad_device_lists(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("1024", 1024), ("4GiB", 4 * 2**30), ("500MB", 500 * 2**20), ("1.5k", 1536), ("2 G", 2 * 2**30)],
+    [
+        ("1024", 1024),
+        ("4GiB", 4 * 2**30),
+        ("500MB", 500 * 2**20),
+        ("1.5k", 1536),
+        ("2 G", 2 * 2**30),
+    ],
 )
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size

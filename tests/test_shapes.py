@@ -60,9 +60,7 @@ Samples = list[tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 def derived_samples(sizes: tuple[int, ...] = (2, 3, 5)) -> Samples:
-    return [
-        ((torch.randn(2 * d, 3), torch.randn(d, 3), torch.randn(d + 1)), {}) for d in sizes
-    ]
+    return [((torch.randn(2 * d, 3), torch.randn(d, 3), torch.randn(d + 1)), {}) for d in sizes]
 
 
 def describe(spec: Any) -> Any:
@@ -291,10 +289,11 @@ def test_reads_a_bounded_dim(ranged_program: ExportedProgram) -> None:
     shapes = read_program_shapes(ranged_program)
     b = symbol_of(shapes, "x", 0)
     assert shapes.inputs == (
-        InputSpec("x", (b, 8), torch.float32, torch.device("cpu")),
-        InputSpec("y", (b,), torch.float32, torch.device("cpu")),
+        InputSpec("x", (b, 8), torch.float32, torch.device("cpu"), "contiguous"),
+        InputSpec("y", (b,), torch.float32, torch.device("cpu"), "contiguous"),
     )
     assert shapes.symbols == {b: SymbolRange(b, 2, 512)}
+    assert shapes.constants == {"n": 3}
     assert shapes.dim_range("x", 0) == (2, 512)
     assert shapes.dim_range("x", 1) == (8, 8)
 
@@ -331,8 +330,8 @@ def check(program: ExportedProgram, *args: Any) -> None:
 def test_valid_inputs_pass(
     ranged_program: ExportedProgram, derived_program: ExportedProgram
 ) -> None:
-    check(ranged_program, torch.randn(512, 8), torch.randn(512), 7)
-    check(ranged_program, torch.randn(2, 8), torch.randn(2), 7)
+    check(ranged_program, torch.randn(512, 8), torch.randn(512), 3)
+    check(ranged_program, torch.randn(2, 8), torch.randn(2), 3)
     check(derived_program, torch.randn(20, 3), torch.randn(10, 3), torch.randn(11))
 
 
@@ -422,7 +421,8 @@ def test_cap_range() -> None:
 def test_boundary_assignments_of_one_symbol(ranged_program: ExportedProgram) -> None:
     shapes = read_program_shapes(ranged_program)
     b = symbol_of(shapes, "x", 0)
-    assert boundary_assignments(shapes, 64) == [{b: 2}, {b: 64}]
+    # a declared maximum is a boundary even above max_dim
+    assert boundary_assignments(shapes, 64) == [{b: 2}, {b: 512}]
     assert boundary_assignments(shapes, 1000) == [{b: 2}, {b: 512}]
 
 
@@ -444,9 +444,46 @@ def test_boundary_assignments_drop_dims_out_of_range() -> None:
     )
     assert boundary_assignments(shapes, 64) == [
         {"s0": 2, "s1": 2},
-        {"s0": 64, "s1": 64},
-        {"s0": 64, "s1": 2},
+        {"s0": 100, "s1": 100},
+        {"s0": 100, "s1": 2},
     ]
+
+
+def test_unbounded_boundary_is_capped_at_max_dim() -> None:
+    shapes = ProgramShapes(
+        inputs=(InputSpec("x", ("s0", 2), torch.float32, torch.device("cpu")),),
+        symbols={"s0": SymbolRange("s0", 2, None)},
+    )
+    assert boundary_assignments(shapes, 64) == [{"s0": 2}, {"s0": 64}]
+
+
+def test_exported_constant_must_be_passed_unchanged(ranged_program: ExportedProgram) -> None:
+    with pytest.raises(
+        AotiInputError, match=r"^input 'n' is 7 but the program was exported with 3"
+    ):
+        check(ranged_program, torch.randn(4, 8), torch.randn(4), 7)
+
+
+def test_layout_the_engine_reads_is_required(ranged_program: ExportedProgram) -> None:
+    transposed = torch.randn(8, 4).t()
+    with pytest.raises(
+        AotiInputError, match=r"^input 'x' is not contiguous .*pass x.contiguous\(\)"
+    ):
+        check(ranged_program, transposed, torch.randn(4), 3)
+
+
+def test_channels_last_layout_is_read_and_required() -> None:
+    class Conv(torch.nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return images * 2
+
+    example = torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last)
+    program = torch.export.export(Conv(), (example,))
+    shapes = read_program_shapes(program)
+    assert shapes.inputs[0].layout == "channels_last"
+    validate_inputs(shapes, {"images": example.clone()})
+    with pytest.raises(AotiInputError, match="is not channels_last"):
+        validate_inputs(shapes, {"images": example.contiguous()})
 
 
 def test_shapes_from_assignment(derived_program: ExportedProgram) -> None:

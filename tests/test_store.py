@@ -78,7 +78,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     yield now
 
 
-def stored(root: Path, packages: Path, key: str = KEY, size: int = 4096, seed: int = 0) -> CacheEntry:
+def stored(
+    root: Path, packages: Path, key: str = KEY, size: int = 4096, seed: int = 0
+) -> CacheEntry:
     entry = ArtifactStore(root).store(key, make_package(packages, size, seed), {"seed": seed})
     assert entry is not None
     return entry
@@ -326,7 +328,9 @@ def test_entry_owned_by_someone_else_is_refused_and_kept(root: Path, packages: P
     os.chown(entry_dir(root, KEY), FOREIGN_UID, FOREIGN_UID)
     store = ArtifactStore(root)
 
-    with pytest.warns(AotiCacheWarning, match=f"{KEY}.*owned by uid {FOREIGN_UID}, not you") as record:
+    with pytest.warns(
+        AotiCacheWarning, match=f"{KEY}.*owned by uid {FOREIGN_UID}, not you"
+    ) as record:
         assert store.lookup(KEY) is None
         assert store.lookup(KEY) is None  # warned once per entry
 
@@ -453,7 +457,9 @@ def test_unwritable_existing_store_is_read_only(
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only_fs)
-    with pytest.warns(AotiCacheWarning, match="read-only for this run.*Read-only file system") as record:
+    with pytest.warns(
+        AotiCacheWarning, match="read-only for this run.*Read-only file system"
+    ) as record:
         store = ArtifactStore(root)
 
     assert len(record) == 1
@@ -493,7 +499,9 @@ def test_mode_read_never_writes(root: Path, packages: Path, clock: list[float]) 
 
     assert store.readable and not store.writable
     assert store.lookup(KEY) is not None
-    with pytest.warns(AotiCacheWarning, match=f"{OTHER_KEY}.*corrupt meta.json.*not using it") as record:
+    with pytest.warns(
+        AotiCacheWarning, match=f"{OTHER_KEY}.*corrupt meta.json.*not using it"
+    ) as record:
         assert store.lookup(OTHER_KEY) is None
         assert store.lookup(OTHER_KEY) is None
     assert len(record) == 1
@@ -570,7 +578,9 @@ def test_evict_down_to_max_bytes(root: Path, packages: Path, clock: list[float])
     assert store.stats().entries == 1
 
 
-def test_evict_keeps_everything_within_budget(root: Path, packages: Path, clock: list[float]) -> None:
+def test_evict_keeps_everything_within_budget(
+    root: Path, packages: Path, clock: list[float]
+) -> None:
     store = _store_three(root, packages, clock, max_bytes=10**6)
     assert store.evict() == []
     assert store.stats().entries == 3
@@ -661,7 +671,17 @@ def test_two_processes_compile_once(root: Path, packages: Path, tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, str(root), KEY, str(source), str(counter), str(ready), str(go)],
+            [
+                sys.executable,
+                "-c",
+                RACER,
+                str(root),
+                KEY,
+                str(source),
+                str(counter),
+                str(ready),
+                str(go),
+            ],
             cwd=REPO_ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -148,3 +148,17 @@ def test_rejects_what_is_not_a_program() -> None:
 def test_example_must_match_the_program(program: ExportedProgram) -> None:
     with pytest.raises(AotiUsageError, match="the program takes 5 inputs"):
         inputs_for(program, like=LIKE)
+
+
+def test_generated_tensors_keep_the_example_layout() -> None:
+    class Scale(torch.nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return images * 2
+
+    example = torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last)
+    exported = torch.export.export(Scale(), (example,), dynamic_shapes=({0: Dim("b", max=8)},))
+    shapes = read_program_shapes(exported)
+    inputs = find(inputs_for(exported, like=(example,)), lambda drawn: drawn[0][0].shape[0] > 2)
+    (images,), _ = inputs
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    validate_inputs(shapes, named_user_inputs(exported, (images,), {}))
