@@ -158,7 +158,30 @@ def raw_worker(names: Sequence[str], out: Path) -> None:
             cpu = models.cpu_seconds() - cpu_started
             report["per_model"][name] = {"seconds": seconds, "cpu_s": cpu}
             print(f"  raw {name}: {sum(seconds.values()):.2f} s", file=sys.stderr, flush=True)
+    report["key_hashing"] = measure_key_hashing()
     out.write_text(json.dumps(report))
+
+
+def measure_key_hashing(layers: int = 10, width: int = 2048) -> dict[str, float]:
+    """Seconds the plugin's content key takes on a model of tens of millions of parameters
+    (every weight byte is hashed, on every compile request)."""
+    import torch
+
+    from pytest_aoti.key import program_key
+
+    module = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    exported = torch.export.export(module, (torch.randn(2, width),))
+    started = time.perf_counter()
+    program_key(exported, device=torch.device("cpu"), inductor_configs={})
+    seconds = time.perf_counter() - started
+    parameters = sum(p.numel() for p in module.parameters())
+    size = sum(p.numel() * p.element_size() for p in module.parameters())
+    print(f"  key of {parameters / 1e6:.0f}M parameters: {seconds:.3f} s", file=sys.stderr)
+    return {
+        "parameters": parameters,
+        "megabytes": round(size / 2**20, 1),
+        "seconds": round(seconds, 4),
+    }
 
 
 def measure_raw(names: Sequence[str], tmp: Path) -> dict[str, Any]:
@@ -192,6 +215,7 @@ def measure_raw(names: Sequence[str], tmp: Path) -> dict[str, Any]:
         "per_model": per_model,
         "total": total,
         "warm_up": _rounded(report["warm_up"]),
+        "key_hashing": report["key_hashing"],
         **process.figures(),
     }
 
