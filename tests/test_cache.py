@@ -269,6 +269,12 @@ def assert_recompiled_after_one_warning(result: pytest.RunResult, *warning_lines
     )
 
 
+def assert_one_good_entry(cache: Path, golden: Golden) -> None:
+    """The cache holds exactly one entry: the golden package, intact."""
+    (entry,) = entries(cache)
+    assert_good_entry(entry, golden)
+
+
 def snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
     """Every path under ``root`` with its owner, mode, mtime and content."""
     result = {}
@@ -342,8 +348,7 @@ def test_truncated_package_is_recompiled_and_replaced(
         f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
         f"truncated: {size // 2} of {size} bytes; removed it",
     )
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
 
     again = run_inner(scenario, cache)
     again.assert_outcomes(passed=1, warnings=0)
@@ -366,8 +371,7 @@ def test_flipped_byte_is_a_checksum_mismatch(
         f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} not used: "
         "checksum mismatch; removed it",
     )
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
 
 
 # -- 4. an unusable cache directory turns the cache off -----------------------------------
@@ -413,8 +417,7 @@ def test_entry_of_an_older_format_is_replaced_silently(
 
     result.assert_outcomes(passed=1, warnings=0)  # and no warning: an old entry is not a fault
     result.stdout.fnmatch_lines(["aoti: 1 program; 1 compiled in *; 0 loaded from cache in *"])
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
     assert snapshot(cache / "v0") == before_old
 
 
@@ -495,8 +498,7 @@ def test_xdist_workers_racing_for_one_key_compile_it_once(
     result.assert_outcomes(passed=2, warnings=0)
     # the controller's line merges both workers: one compiled, the other loaded it
     result.stdout.fnmatch_lines(["aoti: 1 program; 1 compiled in *; 1 loaded from cache in *"])
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
 
 
 def test_plain_processes_racing_for_one_key_compile_it_once(
@@ -541,8 +543,7 @@ def test_plain_processes_racing_for_one_key_compile_it_once(
         for test in ("test_first", "test_second")
     }
     assert keys == {golden.key}  # the same key in three processes
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
 
 
 # -- 8. cache modes and clearing ------------------------------------------------------------
@@ -750,8 +751,8 @@ def test_publish_failing_half_way_leaves_no_partial_entry(
     fake_compile(pytester, golden, delay=0.0)
     again = run_inner(pytester, cache)
     again.assert_outcomes(passed=1, warnings=0)
+    assert_one_good_entry(cache, golden)
     (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
     assert stat.S_IMODE(entry.stat().st_mode) == 0o700
 
 
@@ -794,8 +795,7 @@ def test_entry_removed_between_lookup_and_copy_is_recompiled(
         f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} could not be read: "
         "*No such file or directory*; recompiling",
     )
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
 
 
 def test_entry_with_unusable_caller_metadata_is_recompiled(
@@ -816,8 +816,7 @@ def test_entry_with_unusable_caller_metadata_is_recompiled(
         f"*AotiCacheWarning: pytest-aoti cache entry {golden.key} has metadata this version cannot use "
         "(KeyError: 'signature'); recompiling",
     )
-    (entry,) = entries(cache)
-    assert_good_entry(entry, golden)
+    assert_one_good_entry(cache, golden)
     assert "signature" in meta_of(entry)["caller"]
 
 

@@ -89,6 +89,18 @@ def stored(
 # -- round trip and atomic publishing ----------------------------------------------------
 
 
+def assert_inert(store: ArtifactStore, root: Path, packages: Path) -> None:
+    """A store that is off: every call answers "nothing" and nothing reaches the disk."""
+    assert not store.readable and not store.writable
+    assert store.store(KEY, make_package(packages), {}) is None
+    assert store.lookup(KEY) is None
+    with store.locked(KEY):
+        pass
+    assert store.evict() == [] and store.clear() == 0
+    assert store.stats() == StoreStats(entries=0, total_bytes=0)
+    assert not root.exists()
+
+
 def test_round_trip(root: Path, packages: Path) -> None:
     source = make_package(packages)
     caller = {"torch": "2.8.0", "parts": {"graph": "abc", "inputs": [1, 2]}, "none": None}
@@ -415,14 +427,7 @@ def test_uncreatable_root_turns_the_cache_off(
         store = ArtifactStore(root)
 
     assert len(record) == 1
-    assert not store.readable and not store.writable
-    assert store.store(KEY, make_package(packages), {}) is None
-    assert store.lookup(KEY) is None
-    with store.locked(KEY):
-        pass
-    assert store.evict() == [] and store.clear() == 0
-    assert store.stats() == StoreStats(entries=0, total_bytes=0)
-    assert not root.exists()
+    assert_inert(store, root, packages)
 
 
 def test_unwritable_parent_directory(tmp_path: Path, packages: Path) -> None:
@@ -474,14 +479,7 @@ def test_unwritable_existing_store_is_read_only(
 
 def test_mode_off_creates_nothing(root: Path, packages: Path) -> None:
     store = ArtifactStore(root, mode="off")
-    assert not store.readable and not store.writable
-    assert store.store(KEY, make_package(packages), {}) is None
-    assert store.lookup(KEY) is None
-    with store.locked(KEY):
-        pass
-    assert store.evict() == [] and store.clear() == 0
-    assert store.stats() == StoreStats(entries=0, total_bytes=0)
-    assert not root.exists()
+    assert_inert(store, root, packages)
 
 
 def test_mode_off_ignores_existing_entries(root: Path, packages: Path) -> None:
