@@ -7,7 +7,6 @@ whose package is published to the store for later runs.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import threading
 import time
@@ -22,6 +21,7 @@ from pytest_aoti.key import ProgramKey, program_key
 from pytest_aoti.pipeline import compile_package, decompose
 from pytest_aoti.program import AotiProgram, CompiledArtifact
 from pytest_aoti.signature import MutationSignature, read_signature
+from pytest_aoti.store import sha256_of
 
 if TYPE_CHECKING:
     import torch
@@ -142,9 +142,9 @@ class ProgramRegistry:
             local.parent.mkdir(parents=True, exist_ok=True)
             # the entry can vanish after lookup: another process's clear takes no lock
             shutil.copyfile(entry.package_path, local)
-            if _sha256(local) != entry.metadata.get("sha256"):
+            if sha256_of(local) != entry.metadata.get("sha256"):
                 problem = "changed while it was read"
-            caller = entry.metadata.get("caller", entry.metadata)
+            caller = entry.metadata["caller"]
             signature = MutationSignature.from_json(caller["signature"])
             compile_seconds = float(caller.get("compile_seconds", 0.0))
         except OSError as error:
@@ -178,11 +178,3 @@ def _entry_metadata(artifact: CompiledArtifact) -> dict[str, Any]:
         "compile_seconds": round(artifact.compile_seconds, 3),
         "torch_version": torch.__version__,
     }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

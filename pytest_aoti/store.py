@@ -173,6 +173,12 @@ def _hash_stream(f: BinaryIO) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def sha256_of(path: Path) -> str:
+    """sha256 of a file's content, as recorded in ``meta.json``."""
+    with open(path, "rb") as f:
+        return _hash_stream(f)[0]
+
+
 def _hash_and_sync(path: Path) -> tuple[str, int]:
     """Hash the file as written, and flush it to disk before it can be published."""
     with open(path, "rb") as f:

@@ -29,7 +29,7 @@ from pytest_aoti.shapes import (
     read_program_shapes,
     shapes_from_assignment,
 )
-from pytest_aoti.signature import flat_user_inputs, read_signature_names
+from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -131,20 +131,17 @@ def _leaf_names(program: ExportedProgram, leaves: list[Any], treespec: Any) -> l
     """The program's user-input name of each of the caller's leaves.
 
     The program may order keyword arguments differently from the caller, so the leaves
-    are numbered, put in the program's order, and matched back by number.
+    are numbered and the numbers named through the program's own input order.
     """
     import torch.utils._pytree as pytree
 
     args, kwargs = pytree.tree_unflatten(list(range(len(leaves))), treespec)
-    ordered = flat_user_inputs(program, args, kwargs)
-    names = read_signature_names(program)
-    if len(ordered) != len(names):
-        raise AotiUsageError(
-            f"the program takes {len(names)} inputs ({', '.join(names)}) "
-            f"but the example has {len(ordered)}"
-        )
-    by_index = dict(zip(ordered, names))
-    return [by_index[index] for index in range(len(leaves))]
+    try:
+        index_by_name = named_user_inputs(program, args, kwargs)
+    except ValueError as error:
+        raise AotiUsageError(f"the example does not fit the program: {error}") from None
+    name_by_index = {index: name for name, index in index_by_name.items()}
+    return [name_by_index[index] for index in range(len(leaves))]
 
 
 @dataclass(frozen=True)

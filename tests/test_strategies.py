@@ -162,3 +162,8 @@ def test_generated_tensors_keep_the_example_layout() -> None:
     (images,), _ = inputs
     assert images.is_contiguous(memory_format=torch.channels_last)
     validate_inputs(shapes, named_user_inputs(exported, (images,), {}))
+
+
+def test_example_that_does_not_fit_the_program_is_a_usage_error(program: ExportedProgram) -> None:
+    with pytest.raises(AotiUsageError, match="the example does not fit the program"):
+        inputs_for(program, like=(torch.randn(4, 3),))
