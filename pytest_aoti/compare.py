@@ -19,6 +19,7 @@ import torch
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.findings import Figures, Finding
 
 # assert_close's defaults, for torch versions that move or drop the private helper.
 _FALLBACK_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -63,6 +64,12 @@ class Tolerance:
         atol = default_atol if self.atol is None else float(self.atol)
         return rtol, atol
 
+    def as_json(self, dtype: torch.dtype) -> dict[str, Any]:
+        """``{"rtol", "atol", "source"}``: the tolerance used for ``dtype``, as data."""
+        rtol, atol = self.resolve(dtype)
+        source = "set by the test" if self.explicit else f"default for {dtype}"
+        return {"rtol": rtol, "atol": atol, "source": source}
+
     def describe(self, dtype: torch.dtype) -> str:
         """One line naming the tolerance used for ``dtype`` and where it came from."""
         rtol, atol = self.resolve(dtype)
@@ -96,23 +103,38 @@ class _Frame:
     context: str
     expected_name: str  # "eager", or "expected" for values the test gave
     phrase: str  # what the first line says went wrong
+    kind: str = "output"
 
-    def headline(self, tail: str, attribute: str = "") -> str:
-        ctx = f" ({self.context})" if self.context else ""
-        if self.expected_name == _EAGER:
-            subject = f"{self.location} {attribute}".rstrip()
-            return f"{subject} {self.phrase}{ctx}: {tail}"
-        lead = f"{attribute} differs: " if attribute else ""
-        return f"{self.location} {self.phrase}{ctx}: {lead}{tail}"
-
-
-def _error(headline: str, details: list[str] | None = None) -> AotiCheckError:
-    lines = [headline, *(f"  {line}" for line in details or [])]
-    return AotiCheckError("\n".join(lines))
+    def error(
+        self,
+        summary: str,
+        attribute: str = "",
+        *,
+        details: list[str] | None = None,
+        figures: Figures | None = None,
+        tolerance: dict[str, Any] | None = None,
+        notes: list[str] | None = None,
+    ) -> AotiCheckError:
+        return AotiCheckError(
+            Finding(
+                kind=self.kind,
+                location=self.location,
+                summary=summary,
+                phrase=self.phrase,
+                attribute=attribute,
+                expected_name=self.expected_name,
+                context=self.context,
+                details=tuple(details or ()),
+                figures=figures,
+                tolerance=tolerance,
+                notes=tuple(notes or ()),
+            )
+        )
 
 
 def _eager_frame(location: str, context: str) -> _Frame:
-    return _Frame(location, context, _EAGER, "differs between eager and the AOTI engine")
+    kind = "output" if location.startswith("output") else "mutated input"
+    return _Frame(location, context, _EAGER, "differs between eager and the AOTI engine", kind)
 
 
 def compare_trees(
@@ -137,7 +159,7 @@ def compare_trees(
     if expected_spec != actual_spec:
         frame = _eager_frame(what, context)
         tail = f"eager {_describe(expected)}, engine {_describe(actual)}"
-        raise _error(frame.headline(tail, "structure"))
+        raise frame.error(tail, "structure")
 
     lazy = _LazyReference(reference, expected_spec) if reference is not None else None
     stats = []
@@ -179,7 +201,7 @@ def compare_leaf(
         actual = actual.item()
     elif expected_is_tensor != isinstance(actual, torch.Tensor):
         tail = f"eager {_type_name(expected)}, engine {_type_name(actual)}"
-        raise _error(frame.headline(tail, "type"))
+        raise frame.error(tail, "type")
     if not expected_is_tensor:
         _check_plain(expected, actual, frame)
         return LeafStats(location, 0.0, 0.0)
@@ -202,7 +224,7 @@ def assert_values(
     __tracebackhide__ = True
     frame = _Frame(location, context, "expected", "holds the wrong value after the AOTI engine ran")
     if not isinstance(actual, torch.Tensor):
-        raise _error(frame.headline(f"engine left {_type_name(actual)}, not a tensor"))
+        raise frame.error(f"engine left {_type_name(actual)}, not a tensor")
     want = _as_expected_tensor(expected, actual, frame)
     return _check_tensor(want, actual, frame, tolerance, None)
 
@@ -219,14 +241,17 @@ def assert_unchanged(
     Used for inputs the program does not mutate: the engine must not write to them.
     """
     __tracebackhide__ = True
-    ctx = f" ({context})" if context else ""
-    lead = (
-        f"{location} was modified by the AOTI engine although the program does not mutate it{ctx}: "
+    frame = _Frame(
+        location,
+        context,
+        "before",
+        "was modified by the AOTI engine although the program does not mutate it",
+        "untouched input",
     )
     for attribute in ("shape", "dtype", "device", "layout"):
         old, new = getattr(before, attribute), getattr(after, attribute)
         if old != new:
-            raise _error(f"{lead}{attribute} changed from {old} to {new}")
+            raise frame.error(f"{attribute} changed from {old} to {new}")
     old_t, new_t = _plain(before), _plain(after)
     changed = _bitwise_changed(old_t, new_t)
     count = int(changed.sum())
@@ -237,7 +262,7 @@ def assert_unchanged(
         f"shape {tuple(old_t.shape)}, dtype {old_t.dtype}",
         f"first change at index {index}: before={_fmt(old_t[index])} after={_fmt(new_t[index])}",
     ]
-    raise _error(f"{lead}{count} of {old_t.numel()} elements changed", details)
+    raise frame.error(f"{count} of {old_t.numel()} elements changed", details=details)
 
 
 # --- tree helpers -------------------------------------------------------------------
@@ -331,7 +356,7 @@ def _check_plain(expected: Any, actual: Any, frame: _Frame) -> None:
     )
     if both_nan or expected == actual:
         return
-    raise _error(frame.headline(f"{frame.expected_name} {expected!r}, engine {actual!r}"))
+    raise frame.error(f"{frame.expected_name} {expected!r}, engine {actual!r}")
 
 
 def _check_tensor(
@@ -346,7 +371,7 @@ def _check_tensor(
         want, got = getattr(expected, attribute), getattr(actual, attribute)
         if want != got:
             tail = f"{frame.expected_name} {want}, engine {got}"
-            raise _error(frame.headline(tail, attribute))
+            raise frame.error(tail, attribute)
     want_t, got_t = _plain(expected), _plain(actual)
     if want_t.is_floating_point() or want_t.is_complex():
         return _check_inexact(want_t, got_t, frame, tolerance, reference)
@@ -362,7 +387,7 @@ def _check_exact(expected: torch.Tensor, actual: torch.Tensor, frame: _Frame) ->
         summary = (
             f"{count} of {expected.numel()} elements differ (exact comparison for {expected.dtype})"
         )
-        raise _error(frame.headline(summary), _figures(expected, actual, mismatch, diff, frame))
+        raise frame.error(summary, figures=_figures(expected, actual, mismatch, diff, frame))
     return _stats(frame.location, expected, diff)
 
 
@@ -388,11 +413,12 @@ def _check_inexact(
         if passed:
             return _stats(frame.location, expected, diff)
     summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
-    details = _figures(expected, actual, mismatch, diff, frame)
-    details.append(f"tolerance {tolerance.describe(expected.dtype)}")
-    if rescue_line:
-        details.append(rescue_line)
-    raise _error(frame.headline(summary), details)
+    raise frame.error(
+        summary,
+        figures=_figures(expected, actual, mismatch, diff, frame, rtol=rtol, atol=atol),
+        tolerance=tolerance.as_json(expected.dtype),
+        notes=[rescue_line] if rescue_line else None,
+    )
 
 
 def _check_nan_positions(expected: torch.Tensor, actual: torch.Tensor, frame: _Frame) -> None:
@@ -406,7 +432,7 @@ def _check_nan_positions(expected: torch.Tensor, actual: torch.Tensor, frame: _F
         f"{count} of {expected.numel()} elements are NaN on one side only, first at index "
         f"{index}: {frame.expected_name}={_fmt(expected[index])} engine={_fmt(actual[index])}"
     )
-    raise _error(frame.headline(tail))
+    raise frame.error(tail)
 
 
 def _beyond_tolerance(
@@ -517,19 +543,61 @@ def _figures(
     mismatch: torch.Tensor,
     diff: torch.Tensor,
     frame: _Frame,
-) -> list[str]:
-    count = int(mismatch.sum())
-    share = 100.0 * count / expected.numel()
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Figures:
     # -1 keeps matching elements out of the argmax; every mismatch has diff > 0
     worst = _unravel(int(torch.where(mismatch, diff, -1.0).argmax()), expected.shape)
     stats = _stats(frame.location, expected, diff)
-    return [
-        f"shape {tuple(expected.shape)}, dtype {expected.dtype}, device {expected.device}",
-        f"mismatched {count} of {expected.numel()} ({share:.3g}%)",
-        f"max abs error {stats.max_abs:.3g}, max rel error {stats.max_rel:.3g}",
-        f"worst at index {worst}: {frame.expected_name}={_fmt(expected[worst])} "
-        f"engine={_fmt(actual[worst])}",
-    ]
+    finite_diff = diff[diff.isfinite()] if diff.is_floating_point() else diff
+    needed: tuple[float | None, float | None] = (None, None)
+    if rtol is not None and atol is not None:
+        needed = _tolerances_needed(expected, actual, diff, rtol, atol)
+    floating = expected.is_floating_point() or expected.is_complex()
+    return Figures(
+        shape=tuple(expected.shape),
+        dtype=str(expected.dtype),
+        device=str(expected.device),
+        numel=expected.numel(),
+        mismatched=int(mismatch.sum()),
+        max_abs=stats.max_abs,
+        max_rel=stats.max_rel,
+        mean_abs=float(finite_diff.double().mean()) if finite_diff.numel() else 0.0,
+        worst_index=worst,
+        expected_value=_fmt(expected[worst]),
+        actual_value=_fmt(actual[worst]),
+        nan_expected=int(expected.isnan().sum()) if floating else 0,
+        nan_actual=int(actual.isnan().sum()) if floating else 0,
+        inf_expected=int(expected.isinf().sum()) if floating else 0,
+        inf_actual=int(actual.isinf().sum()) if floating else 0,
+        rtol_needed=needed[0],
+        atol_needed=needed[1],
+    )
+
+
+def _tolerances_needed(
+    expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
+) -> tuple[float, float]:
+    """The smallest rtol (same atol) and atol (same rtol) under which every element passes.
+
+    Infinite where no finite value would do (an element infinite on one side, or a
+    difference at an element eager computes as 0, for rtol).
+    """
+    want, got = _wide(expected), _wide(actual)
+    agree = (want == got) | (want.isnan() & got.isnan())
+    finite = want.isfinite() & got.isfinite()
+    if bool((~agree & ~finite).any()):
+        return math.inf, math.inf
+    magnitude = want.abs()
+    excess = (diff - atol).clamp(min=0)
+    rtol_needed = 0.0
+    if bool(((excess > 0) & (magnitude == 0)).any()):
+        rtol_needed = math.inf
+    elif excess.numel():
+        rtol_needed = float((excess / torch.where(magnitude > 0, magnitude, 1.0)).max())
+    atol_needed = float((diff - rtol * magnitude).clamp(min=0).max()) if diff.numel() else 0.0
+    return max(rtol_needed, rtol), max(atol_needed, atol)
 
 
 def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
@@ -557,7 +625,7 @@ def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> t
         raw = torch.as_tensor(expected, device=actual.device)
     except (TypeError, ValueError, RuntimeError) as exc:
         tail = f"expected value {expected!r} is not tensor-like ({exc})"
-        raise _error(frame.headline(tail)) from None
+        raise frame.error(tail) from None
     converted = raw.to(actual.dtype)
     # converting 0.5 to an integer dtype would silently expect 0
     lossy = not (actual.is_floating_point() or actual.is_complex()) and not torch.equal(
@@ -565,7 +633,7 @@ def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> t
     )
     if lossy:
         tail = f"expected value {expected!r} does not fit the engine's dtype {actual.dtype}"
-        raise _error(frame.headline(tail))
+        raise frame.error(tail)
     return converted
 
 

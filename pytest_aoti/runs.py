@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.compare import (
     LeafStats,
@@ -15,10 +16,12 @@ from pytest_aoti.compare import (
     compare_trees,
 )
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import Finding
 from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
     import torch
+    from torch.export import ExportedProgram
 
     from pytest_aoti.program import AotiProgram
 
@@ -39,6 +42,7 @@ class InputRun:
         *,
         tolerance: Tolerance,
         label: str = "",
+        localizer: Localizer | None = None,
     ) -> None:
         self.program = program
         self.tolerance = tolerance
@@ -46,20 +50,54 @@ class InputRun:
         self._module = module
         self._originals = clone_tree((tuple(args), dict(kwargs)))
         self._reference = Float64Reference(program, module, *self._originals)
+        self._localizer = localizer
 
     def check(
-        self, calls: int, mutates: Mapping[str, Any] | None, *, values_too: bool
+        self,
+        calls: int,
+        mutates: Mapping[str, Any] | None,
+        *,
+        values_too: bool,
+        expect_at: int | None = None,
     ) -> list[tuple[str, LeafStats]]:
-        """Run ``calls`` calls on both sides, comparing after each; then the expected values.
+        """Run ``calls`` calls on both sides, comparing after each, and the expected values
+        after call ``expect_at`` (default: the last).
 
         ``values_too``: check plain (non-callable) ``mutates`` values, which describe the
         first input set only; callables are evaluated on every input set.
+
+        A difference between eager and the engine is attributed to the stage that
+        introduced it (see :meth:`_attributed`) before it is raised.
+        """
+        __tracebackhide__ = True
+        self.program.validate(*self._originals[0], **self._originals[1])
+        engine = self.program.engine_in_exported_state()
+        try:
+            return self._run(
+                engine, calls, mutates, values_too=values_too, expect_at=expect_at or calls
+            )
+        except AotiCheckError as error:
+            raise error.amended(self._attributed(error.finding, calls)) from None
+
+    def _run(
+        self,
+        engine: Callable[..., Any],
+        calls: int,
+        mutates: Mapping[str, Any] | None,
+        *,
+        values_too: bool = False,
+        expect_at: int = 1,
+        engine_is_compiled: bool = True,
+    ) -> list[tuple[str, LeafStats]]:
+        """The check proper: ``engine`` against eager, call by call.
+
+        ``engine_is_compiled`` False replays an uncompiled program (``exported.module()``)
+        in place of the engine, for stage attribution: only parity is compared then.
         """
         __tracebackhide__ = True
         import torch
 
         exported = self.program.exported
-        self.program.validate(*self._originals[0], **self._originals[1])
         eager_module = copy.deepcopy(self._module)
         eager_args, eager_kwargs = clone_tree(self._originals)
         engine_args, engine_kwargs = clone_tree(self._originals)
@@ -71,58 +109,91 @@ class InputRun:
             for name, leaf in engine_inputs.items()
             if isinstance(leaf, torch.Tensor)
         }
-        engine = self.program.engine_in_exported_state()
         mutated = self.program.mutated_inputs
         stats: list[tuple[str, LeafStats]] = []
         for call in range(1, calls + 1):
             context = self._context(call, calls)
+            before = _EagerState(eager_module, eager_inputs, skip_inputs=mutated)
             with torch.no_grad():
                 eager_out = clone_tree(eager_module(*eager_args, **eager_kwargs))
-            engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
-            output_reference = self._reference.outputs_after(call)
-            for leaf in compare_trees(
-                eager_out,
-                engine_out,
-                what="output",
+            try:
+                before.assert_recorded(self.program, context)
+                engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
+                stats += self._compare_call(
+                    call,
+                    context,
+                    eager_out,
+                    engine_out,
+                    eager_inputs,
+                    engine_inputs,
+                    original_inputs,
+                    addresses if engine_is_compiled else None,
+                )
+                if engine_is_compiled and mutates and call == expect_at:
+                    stats += self._check_expected(
+                        mutates, eager_inputs, engine_inputs, call, values_too
+                    )
+            except AotiCheckError as error:
+                finding = error.finding.with_call(call, calls, self.label, error.finding.context)
+                raise error.amended(self._stateful(finding, call)) from None
+        return stats
+
+    def _compare_call(
+        self,
+        call: int,
+        context: str,
+        eager_out: Any,
+        engine_out: Any,
+        eager_inputs: Mapping[str, Any],
+        engine_inputs: Mapping[str, Any],
+        original_inputs: Mapping[str, Any],
+        addresses: Mapping[str, int] | None,
+    ) -> list[tuple[str, LeafStats]]:
+        __tracebackhide__ = True
+        import torch
+
+        stats = []
+        for leaf in compare_trees(
+            eager_out,
+            engine_out,
+            what="output",
+            context=context,
+            tolerance=self.tolerance,
+            reference=self._reference.outputs_after(call),
+        ):
+            stats.append((context, leaf))
+        mutated = self.program.mutated_inputs
+        for name, engine_leaf in engine_inputs.items():
+            if not isinstance(engine_leaf, torch.Tensor):
+                continue
+            location = f"input '{name}'"
+            if name not in mutated:
+                assert_unchanged(
+                    original_inputs[name], engine_leaf, location=location, context=context
+                )
+            elif addresses is not None:
+                _assert_in_place(engine_leaf, addresses[name], location, context)
+            leaf = compare_leaf(
+                eager_inputs[name],
+                engine_leaf,
+                location=location,
                 context=context,
                 tolerance=self.tolerance,
-                reference=output_reference,
-            ):
-                stats.append((context, leaf))
-            for name, engine_leaf in engine_inputs.items():
-                if not isinstance(engine_leaf, torch.Tensor):
-                    continue
-                location = f"input '{name}'"
-                if name not in mutated:
-                    assert_unchanged(
-                        original_inputs[name], engine_leaf, location=location, context=context
-                    )
-                    # eager writing to an input the program does not mutate means export
-                    # lost that write: the comparison below reports it as a difference
-                else:
-                    _assert_in_place(engine_leaf, addresses[name], location, context)
-                leaf = compare_leaf(
-                    eager_inputs[name],
-                    engine_leaf,
-                    location=location,
-                    context=context,
-                    tolerance=self.tolerance,
-                    reference=self._reference.input_after(call, name),
-                )
-                stats.append((context, leaf))
-        if mutates:
-            stats += self._check_expected(mutates, engine_inputs, calls, values_too)
+                reference=self._reference.input_after(call, name),
+            )
+            stats.append((context, leaf))
         return stats
 
     def _check_expected(
         self,
         mutates: Mapping[str, Any],
+        eager_inputs: Mapping[str, Any],
         engine_inputs: Mapping[str, Any],
-        calls: int,
+        call: int,
         values_too: bool,
     ) -> list[tuple[str, LeafStats]]:
         __tracebackhide__ = True
-        context = self._context(calls, calls, after=True)
+        context = self._context(call, call, after=True)
         stats = []
         for name, expected in mutates.items():
             if callable(expected):
@@ -130,15 +201,89 @@ class InputRun:
                 expected = expected(*args, **kwargs)
             elif not values_too:
                 continue
-            leaf = assert_values(
-                expected,
-                engine_inputs[name],
-                location=f"input '{name}'",
-                context=context,
-                tolerance=self.tolerance,
-            )
+            location = f"input '{name}'"
+            try:
+                leaf = assert_values(
+                    expected,
+                    engine_inputs[name],
+                    location=location,
+                    context=context,
+                    tolerance=self.tolerance,
+                )
+            except AotiCheckError as error:
+                raise _expectation_or(
+                    error, expected, eager_inputs[name], location, context, self.tolerance
+                ) from None
             stats.append((context, leaf))
         return stats
+
+    def _stateful(self, finding: Finding, call: int) -> Finding:
+        """Name the mutated buffers when a stateful program diverges after its first call.
+
+        The engine's buffers cannot be read back (torch's package loader exposes their
+        names, not their values), but the first call matched: what differs is the state
+        the engine carried into this call.
+        """
+        buffers = self.program.mutated_buffers
+        if call < 2 or not buffers or finding.kind not in _PARITY_KINDS:
+            return finding
+        names = ", ".join(repr(name) for name in sorted(buffers))
+        return replace(
+            finding,
+            kind="buffer",
+            lead=f"buffer state diverges ({names})",
+            details=(
+                f"the program mutates registered buffer{'s' if len(buffers) > 1 else ''} "
+                f"{names}; call 1 matched, so the state the engine carried into call {call} "
+                "differs from eager's",
+                "a known torch bug: an engine does not carry the new value of a buffer "
+                "initialized with one value (e.g. torch.zeros(1)) to the next call "
+                "(pytorch/pytorch#165444)",
+                *finding.details,
+            ),
+            extra={**finding.extra, "buffers": sorted(buffers)},
+        )
+
+    def _attributed(self, finding: Finding, calls: int) -> Finding:
+        """``finding`` with the stage that introduced the difference, and its node.
+
+        The same inputs run through the exported program and the decomposed program
+        (plain ATen, no compile): the first of them that differs from eager is the stage
+        at fault; when both match, the AOTI compile is.
+        """
+        # a "buffer" finding that comes here is a parity finding named after its buffers
+        if finding.stage is not None or finding.kind not in {*_PARITY_KINDS, "buffer"}:
+            return finding
+        try:
+            if self._replay_differs(self.program.exported, calls):
+                return replace(finding, stage="export")
+            if self._replay_differs(self.program.decomposed, calls):
+                return replace(finding, stage="decompose")
+        except Exception as error:  # attribution is a bonus: never mask the failure
+            reason = f"replaying the uncompiled programs raised {type(error).__name__}: {error}"
+            return replace(finding, stage_reason=reason.splitlines()[0])
+        finding = replace(finding, stage="compile")
+        if self._localizer is None:
+            return finding
+        args, kwargs = clone_tree(self._originals)
+        try:
+            localization = self._localizer(args, kwargs, calls)
+        except Exception as error:  # like the stage: a bonus that never masks the failure
+            reason = f"localizing raised {type(error).__name__}: {error}".splitlines()[0]
+            return replace(finding, node_reason=reason)
+        return replace(finding, node=localization.node, node_reason=localization.reason)
+
+    def _replay_differs(self, program: ExportedProgram, calls: int) -> bool:
+        from pytest_aoti.pipeline import quiet_torch_deprecations
+
+        with quiet_torch_deprecations():
+            # module() shares the program's own buffers: a copy keeps its state as exported
+            replayed = copy.deepcopy(program.module())
+        try:
+            self._run(replayed, calls, None, engine_is_compiled=False)
+        except AotiCheckError:
+            return True
+        return False
 
     def _context(self, call: int, calls: int, *, after: bool = False) -> str:
         parts = []
@@ -149,6 +294,131 @@ class InputRun:
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
+
+
+_PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})
+
+
+class Localizer(Protocol):
+    """Names the first diverging node for failing inputs (see :mod:`pytest_aoti.localize`)."""
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any: ...
+
+
+class _EagerState:
+    """What eager's module and inputs hold before a call, to see what the call changed.
+
+    A registered buffer or an input that eager changes must be one the program records
+    as mutated: otherwise the engine never writes it back and every later call (or the
+    caller's tensor) is wrong.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        inputs: Mapping[str, Any],
+        *,
+        skip_inputs: set[str],
+    ) -> None:
+        import torch
+
+        self._module = module
+        self._buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+        self._inputs = inputs
+        self._input_values = {
+            name: leaf.detach().clone()
+            for name, leaf in inputs.items()
+            if isinstance(leaf, torch.Tensor) and name not in skip_inputs
+        }
+
+    def assert_recorded(self, program: AotiProgram, context: str) -> None:
+        __tracebackhide__ = True
+        changed = sorted(
+            name
+            for name, buffer in self._module.named_buffers()
+            if name not in program.mutated_buffers
+            and (name not in self._buffers or _changed(self._buffers[name], buffer))
+        )
+        if changed:
+            raise AotiCheckError(_unrecorded_buffers(changed, program, context))
+        for name, before in self._input_values.items():
+            if _changed(before, self._inputs[name]):
+                raise AotiCheckError(_unrecorded_input(name, context))
+
+
+def _changed(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Whether a call changed a tensor (NaN left as NaN is no change)."""
+    import torch
+
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return True
+    if before.is_floating_point() or before.is_complex():
+        return not bool(((before == after) | (before.isnan() & after.isnan())).all())
+    return not torch.equal(before, after)
+
+
+def _unrecorded_buffers(names: list[str], program: AotiProgram, context: str) -> Finding:
+    listed = ", ".join(repr(name) for name in names)
+    recorded = ", ".join(repr(name) for name in sorted(program.mutated_buffers)) or "none"
+    plural = len(names) > 1
+    return Finding(
+        kind="buffer",
+        location=f"buffer{'s' if plural else ''} {listed}",
+        phrase="changed in eager but not recorded as mutated by the program",
+        summary="the engine keeps the exported value, so every later call is wrong",
+        context=context,
+        details=(
+            f"buffers the program records as mutated: {recorded}",
+            "strict export drops a reassigned buffer attribute (self.buf = self.buf + 1): "
+            "export with strict=False, or update the buffer in place (self.buf.add_(1)), "
+            "to record it",
+        ),
+        stage="export",
+        extra={"buffers": names},
+    )
+
+
+def _unrecorded_input(name: str, context: str) -> Finding:
+    return Finding(
+        kind="mutated input",
+        location=f"input '{name}'",
+        phrase="was written by eager but the program does not record it as mutated",
+        summary="export lost the write, so the engine leaves the caller's tensor unchanged",
+        context=context,
+        details=(
+            "a write that export does not see (e.g. behind torch.compiler.is_exporting(), "
+            "or through .data) is not in the program; make it an ordinary in-place op",
+        ),
+        stage="export",
+    )
+
+
+def _expectation_or(
+    error: AotiCheckError,
+    expected: Any,
+    eager_value: Any,
+    location: str,
+    context: str,
+    tolerance: Tolerance,
+) -> AotiCheckError:
+    """The engine missed the test's expected value: if eager misses it as well, the
+    expectation is what is wrong, and the report says so with eager's value."""
+    try:
+        assert_values(
+            expected, eager_value, location=location, context=context, tolerance=tolerance
+        )
+    except AotiCheckError as eager_error:
+        return error.amended(
+            replace(
+                eager_error.finding,
+                kind="expectation",
+                phrase="has a wrong expected value in mutates=: eager PyTorch does not "
+                "produce it either",
+                actual_name="eager",
+                notes=("eager and the AOTI engine agree: the expectation is what is wrong",),
+            )
+        )
+    return error
 
 
 class Float64Reference:
@@ -198,10 +468,15 @@ class Float64Reference:
 def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context: str) -> None:
     __tracebackhide__ = True
     if tensor.data_ptr() != address:
-        where = f" ({context})" if context else ""
         raise AotiCheckError(
-            f"{location} was not updated in place by the AOTI engine{where}: "
-            "its storage moved, so callers holding the tensor would see stale values"
+            Finding(
+                kind="in-place",
+                location=location,
+                phrase="was not updated in place by the AOTI engine",
+                summary="its storage moved, so callers holding the tensor would see stale values",
+                context=context,
+                stage="compile",
+            )
         )
 
 

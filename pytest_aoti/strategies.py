@@ -185,6 +185,14 @@ class _TensorMaker:
         return values.to(dtype=self.dtype, device=self.device)
 
 
+def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
+    """A new tensor with the example's shape, dtype, device, layout and value range, and
+    values of its own (drawn from ``seed``): for inputs that must not share storage or
+    values with any other."""
+    generator = torch.Generator().manual_seed(seed)
+    return _TensorMaker.like(example).make(tuple(example.shape), generator)
+
+
 def _value_range(example: torch.Tensor) -> tuple[float, float]:
     """The example's [min, max], or a default where it says nothing usable."""
     floating = example.dtype.is_floating_point or example.dtype.is_complex

@@ -23,10 +23,12 @@ from pytest_aoti.errors import (
 
 if TYPE_CHECKING:
     import torch
+    from torch.export import ExportedProgram
 
-    from pytest_aoti.compare import LeafStats
+    from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.program import AotiProgram
     from pytest_aoti.registry import ProgramRegistry
+    from pytest_aoti.runs import Localizer
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class CheckDefaults:
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     examples: int = 20
     max_dim: int = 64
+    localize: bool = True
+    """Name the first diverging node when the AOTI compile broke a check (one extra compile)."""
 
     def overridden(self, **values: Any) -> CheckDefaults:
         """A copy with every non-None value of ``values`` applied (configs are merged)."""
@@ -163,7 +167,7 @@ class AotiTester:
         *,
         mutates: Mapping[str, Expected] | None = None,
         mutated_buffers: Iterable[str] | None = None,
-        calls: int = 1,
+        calls: int | None = None,
         samples: Sequence[tuple[Any, ...]] | None = None,
         examples: int | None = None,
         rtol: float | None = None,
@@ -175,10 +179,15 @@ class AotiTester:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
         - parity of every output and of every input the program mutates, after each of
-          ``calls`` calls; inputs the program does not mutate must stay untouched;
+          ``calls`` calls; inputs the program does not mutate must stay untouched. By
+          default one call, two for a program that mutates registered buffers (their
+          state carries from call to call);
+        - every buffer and input that eager changes is one the program records as mutated;
+        - example inputs that share storage are checked again as distinct tensors;
         - ``mutates={"x": expected}``: the program mutates exactly these inputs and the engine
-          writes ``expected`` into the caller's tensor in place (checked after the last call;
-          ``expected`` may be a callable of the original inputs); ``mutates={}``: none;
+          writes ``expected`` into the caller's tensor in place (checked after the last of an
+          explicit ``calls``, else after the first call; ``expected`` may be a callable of the
+          original inputs); ``mutates={}``: none;
         - ``mutated_buffers={"counter"}``: the program mutates exactly these buffers;
         - ``samples=[args2, ...]``: more input tuples for the same program (with
           ``dynamic_shapes``), each checked the same way;
@@ -187,7 +196,9 @@ class AotiTester:
           exported ranges are checked too.
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
-        Raises :class:`~pytest_aoti.AotiCheckError` on the first difference.
+        Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
+        stage that introduced it (``.stage``) and, for the compile, the first diverging
+        graph node (``.node``).
         """
         __tracebackhide__ = True
         from pytest_aoti.compare import Tolerance
@@ -196,7 +207,9 @@ class AotiTester:
         _check_module_and_inputs(module, args, kwargs)
         kwargs = dict(kwargs or {})
         samples = _checked_samples(samples, dynamic_shapes)
-        if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+        if calls is not None and (
+            not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
+        ):
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
         settings = self.defaults.overridden(rtol=rtol, atol=atol, examples=examples)
         tolerance = Tolerance(rtol=settings.rtol, atol=settings.atol)
@@ -214,19 +227,38 @@ class AotiTester:
             inductor_configs=inductor_configs,
         )
         _assert_signature(program, mutates, mutated_buffers)
+        # a program with buffer state is wrong only from its second call on when the
+        # engine drops that state (pytorch/pytorch#165444): check two calls by default
+        run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
+        expect_at = calls if calls is not None else 1
 
         device_module = self._module_on_device(module)
+        localizer = self._localizer(program, tolerance, inductor_configs)
         input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
         stats: list[tuple[str, LeafStats]] = []
         for index, (set_args, set_kwargs) in enumerate(input_sets):
+            device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
+            label = f"sample {index}" if samples else ""
             run = InputRun(
                 program,
                 device_module,
-                *self._inputs_on_device(set_args, set_kwargs),
+                device_args,
+                device_kwargs,
                 tolerance=tolerance,
-                label=f"sample {index}" if samples else "",
+                label=label,
+                localizer=localizer,
             )
-            stats += run.check(calls, mutates, values_too=index == 0)
+            stats += run.check(run_calls, mutates, values_too=index == 0, expect_at=expect_at)
+            stats += self._check_distinct(
+                program,
+                device_module,
+                device_args,
+                device_kwargs,
+                run_calls,
+                tolerance,
+                label,
+                localizer,
+            )
 
         generated = 0
         if settings.examples and dynamic_shapes is not None:
@@ -236,7 +268,7 @@ class AotiTester:
                 program,
                 device_module,
                 self._inputs_on_device(args, kwargs),
-                calls=calls,
+                calls=run_calls,
                 mutates=mutates,
                 tolerance=tolerance,
                 generation=Generation(
@@ -256,6 +288,93 @@ class AotiTester:
         if self._on_result is not None:
             self._on_result(result)
         return result
+
+    def _check_distinct(
+        self,
+        program: AotiProgram,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        calls: int,
+        tolerance: Tolerance,
+        label: str,
+        localizer: Localizer | None,
+    ) -> list[tuple[str, LeafStats]]:
+        """Check again on distinct inputs where example inputs share storage.
+
+        Expected ``mutates`` values describe the given inputs, so only parity is checked.
+        """
+        __tracebackhide__ = True
+        from dataclasses import replace as replace_fields
+
+        from pytest_aoti.aliasing import aliased_inputs, distinct_inputs
+        from pytest_aoti.runs import InputRun
+
+        aliased = aliased_inputs(program.exported, args, kwargs)
+        if not aliased:
+            return []
+        described = "; ".join(", ".join(group) for group in aliased)
+        run = InputRun(
+            program,
+            module,
+            *distinct_inputs(program.exported, args, kwargs, aliased),
+            tolerance=tolerance,
+            label=", ".join(filter(None, [label, "distinct copies of the aliased inputs"])),
+            localizer=localizer,
+        )
+        try:
+            return run.check(calls, None, values_too=False)
+        except AotiCheckError as error:
+            finding = error.finding
+            raise error.amended(
+                replace_fields(
+                    finding,
+                    kind="aliasing",
+                    lead=f"aliased example inputs ({described} share storage)",
+                    notes=(
+                        *finding.notes,
+                        "torch.export specializes a program on aliasing among its example "
+                        "inputs, without a guard (pytorch/pytorch#139805; a mutated input that "
+                        "aliases another: #139789): the program is right only for callers "
+                        "that pass the same aliasing",
+                        "export with distinct example tensors (e.g. y=x.clone()) unless every "
+                        "caller passes these inputs aliased",
+                    ),
+                    extra={**finding.extra, "aliased": aliased},
+                )
+            ) from None
+
+    def _localizer(
+        self,
+        program: AotiProgram,
+        tolerance: Tolerance,
+        inductor_configs: Mapping[str, Any] | None,
+    ) -> Localizer | None:
+        """What names the first diverging node of a check the AOTI compile broke: one
+        instrumented compile, through the registry like any program."""
+        if not self.defaults.localize:
+            return None
+        configs = self.defaults.overridden(inductor_configs=inductor_configs).inductor_configs
+
+        def localize_failure(args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any:
+            from pytest_aoti.localize import localize
+
+            def compile_engine(exported: ExportedProgram) -> Any:
+                instrumented = self._registry.program_for(
+                    exported, device=self.device, inductor_configs=configs
+                )
+                return instrumented.engine_in_exported_state()
+
+            return localize(
+                program.decomposed,
+                args,
+                kwargs,
+                compile_engine=compile_engine,
+                tolerance=tolerance,
+                calls=calls,
+            )
+
+        return localize_failure
 
     def _infer_dynamic_shapes(
         self,

@@ -94,6 +94,43 @@ MODELS = textwrap.dedent(
             return x * self.counter
 
 
+    class Level(torch.nn.Module):
+        """Reassigns its buffer: strict export drops the write."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("level", torch.zeros(1))
+
+        def forward(self, x):
+            self.level = self.level + 1
+            return x + self.level
+
+
+    class RunningMean(torch.nn.Module):
+        """A correct stateful program: a running mean over multi-valued buffers."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.tensor([0.5, -1.0]))
+            self.register_buffer("count", torch.tensor([1.0, 2.0]))
+
+        def forward(self, x):
+            self.count.add_(1)
+            self.mean.add_((x.mean(0) - self.mean) / self.count)
+            return x - self.mean
+
+
+    class ListAdd(torch.nn.Module):
+        """pytorch/pytorch#139805: exported with one tensor passed five times, the graph
+        reads only z."""
+
+        def forward(self, xs, y, z):
+            out = y.clone()
+            for x in xs:
+                out = out + x
+            return out + z + y
+
+
     class DataDependent(torch.nn.Module):
         def forward(self, x):
             if x.sum() > 0:

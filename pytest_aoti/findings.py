@@ -1,0 +1,235 @@
+"""What a failed check found, as data, and the one renderer that turns it into text.
+
+Every :class:`~pytest_aoti.AotiCheckError` carries a :class:`Finding`. The comparison
+builds it with the figures, the run that found it adds the call and the sample, the stage
+attribution adds the stage and the node; the failure text, the JSON report and the repro
+bundle all read the same fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+KINDS = (
+    "output",  # an output differs between eager and the engine
+    "mutated input",  # an input the program mutates ends with another value than eager's
+    "untouched input",  # the engine wrote to an input the program does not mutate
+    "in-place",  # the engine moved a mutated input's storage instead of writing into it
+    "expected value",  # the engine's input differs from the value the test expected
+    "expectation",  # the test's expected value is wrong: eager does not produce it either
+    "buffer",  # a registered buffer's state differs or is not recorded by the program
+    "signature",  # the program's mutation maps differ from what the test declared
+    "aliasing",  # aliased example inputs specialized the program
+    "shape",  # a generated input shape fails
+    "threads",  # one engine shared by threads gives other results than sequential eager
+)
+
+STAGES = {
+    "export": "torch.export broke it",
+    "decompose": "run_decompositions broke it",
+    "compile": "the AOTI compile broke it",
+}
+"""Where a difference was introduced, in words for the report's first line."""
+
+_STAGE_DETAIL = {
+    "export": "the exported program (exported.module(), no compile) already differs from eager",
+    "decompose": "the exported program matches eager, the decomposed one (run_decompositions) "
+    "does not",
+    "compile": "the exported and the decomposed programs match eager; only the AOTI engine differs",
+}
+
+
+class NodeReport(Protocol):
+    """The first diverging graph node (see :mod:`pytest_aoti.localize`)."""
+
+    def describe(self) -> list[str]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Figures:
+    """How far two tensors are apart."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    numel: int
+    mismatched: int
+    """Elements beyond the tolerance (or unequal, for exact comparisons)."""
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    worst_index: tuple[int, ...]
+    expected_value: str
+    actual_value: str
+    nan_expected: int = 0
+    nan_actual: int = 0
+    inf_expected: int = 0
+    inf_actual: int = 0
+    rtol_needed: float | None = None
+    """The smallest rtol that would have passed with the same atol (inf: none would)."""
+    atol_needed: float | None = None
+    """The smallest atol that would have passed with the same rtol."""
+
+    @property
+    def fraction(self) -> float:
+        return self.mismatched / self.numel if self.numel else 0.0
+
+    def lines(self, expected_name: str, actual_name: str = "engine") -> list[str]:
+        share = 100.0 * self.fraction
+        lines = [
+            f"shape {self.shape}, dtype {self.dtype}, device {self.device}",
+            f"mismatched {self.mismatched} of {self.numel} ({share:.3g}%)",
+            f"max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}, "
+            f"mean abs error {self.mean_abs:.3g}",
+            f"worst at index {self.worst_index}: {expected_name}={self.expected_value} "
+            f"{actual_name}={self.actual_value}",
+        ]
+        specials = (self.nan_expected, self.nan_actual, self.inf_expected, self.inf_actual)
+        if any(specials):
+            lines.append(
+                f"NaN: {expected_name} {self.nan_expected}, {actual_name} {self.nan_actual}; "
+                f"Inf: {expected_name} {self.inf_expected}, {actual_name} {self.inf_actual}"
+            )
+        if self.rtol_needed is not None and self.atol_needed is not None:
+            lines.append(
+                f"would pass with rtol={_tol(self.rtol_needed)} (same atol) "
+                f"or atol={_tol(self.atol_needed)} (same rtol)"
+            )
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shape"] = list(self.shape)
+        data["worst_index"] = list(self.worst_index)
+        data["fraction"] = self.fraction
+        return {key: _json_number(value) for key, value in data.items()}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a check found wrong, with everything needed to report it."""
+
+    kind: str
+    """One of :data:`KINDS`."""
+    location: str
+    """What was compared: ``output[0]``, ``input 'x'``, ``buffer 'counter'``."""
+    summary: str
+    """The end of the first line: what differed, in one phrase."""
+    phrase: str = "differs between eager and the AOTI engine"
+    attribute: str = ""
+    """``shape``, ``dtype``, ... when the leaves differ in that rather than in values."""
+    expected_name: str = "eager"
+    """What the engine was compared with: ``eager``, or ``expected`` for the test's values."""
+    actual_name: str = "engine"
+    """What was compared: the ``engine``, or ``eager`` when eager missed an expectation."""
+    lead: str = ""
+    """A cause put before the first line, e.g. ``buffer state diverges ('counter')``."""
+    context: str = ""
+    """Where in the check: ``call 2 of 3, sample 1``."""
+    call: int | None = None
+    calls: int | None = None
+    sample: str = ""
+    """Which input set: ``sample 1``, ``generated x=(3, 8)``; empty for the first."""
+    tolerance: dict[str, Any] | None = None
+    """``{"rtol": ..., "atol": ..., "source": ...}`` for value comparisons."""
+    figures: Figures | None = None
+    details: tuple[str, ...] = ()
+    """Further lines under the first one, before the figures."""
+    notes: tuple[str, ...] = ()
+    """Lines after the figures: explanations, what to try."""
+    stage: str | None = None
+    """``export``, ``decompose`` or ``compile``: where the difference was introduced."""
+    stage_reason: str = ""
+    """Why no stage could be given, when attribution was tried and failed."""
+    node: NodeReport | None = None
+    node_reason: str = ""
+    """Why no node is named, when localization was tried."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific data for the JSON report (buffer names, aliased inputs, shapes)."""
+    message: str = ""
+    """A first line written whole by the caller, in place of location, phrase and summary."""
+
+    def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
+        return replace(self, call=call, calls=calls, sample=sample, context=context)
+
+    def headline(self) -> str:
+        ctx = f" ({self.context})" if self.context else ""
+        if self.message:
+            line = self.message
+        elif self.expected_name == "eager":
+            subject = f"{self.location} {self.attribute}".rstrip()
+            line = f"{subject} {self.phrase}{ctx}: {self.summary}"
+        else:
+            lead = f"{self.attribute} differs: " if self.attribute else ""
+            line = f"{self.location} {self.phrase}{ctx}: {lead}{self.summary}"
+        if self.lead:
+            line = f"{self.lead}: {line}"
+        if self.stage in STAGES:
+            line = f"{STAGES[self.stage]}: {line}"
+        return line
+
+    def render(self) -> str:
+        """The text of the failure, first line first."""
+        lines = [self.headline()]
+        body = list(self.details)
+        if self.figures is not None:
+            body += self.figures.lines(self.expected_name, self.actual_name)
+        if self.tolerance is not None and self.figures is not None:
+            body.append(
+                f"tolerance rtol={self.tolerance['rtol']:g}, atol={self.tolerance['atol']:g} "
+                f"({self.tolerance['source']})"
+            )
+        body += self.notes
+        if self.stage in _STAGE_DETAIL:
+            body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}")
+        elif self.stage_reason:
+            body.append(f"stage: unknown ({self.stage_reason})")
+        if self.node is not None:
+            body += self.node.describe()
+        elif self.node_reason:
+            body.append(f"node: not named ({self.node_reason})")
+        lines += [f"  {line}" for line in body]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "message": self.headline(),
+            "call": self.call,
+            "calls": self.calls,
+            "sample": self.sample or None,
+            "tolerance": self.tolerance,
+            "figures": None if self.figures is None else self.figures.to_json(),
+            "stage": self.stage,
+            "node": None if self.node is None else self.node.to_json(),
+            "details": list(self.details) + list(self.notes),
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+def plain_finding(kind: str, message: str, location: str = "", **fields: Any) -> Finding:
+    """A finding whose text is a written message: its first line, then detail lines."""
+    first, *rest = message.splitlines() or [""]
+    return Finding(
+        kind=kind,
+        location=location,
+        summary="",
+        message=first,
+        details=tuple(line.strip() for line in rest),
+        **fields,
+    )
+
+
+def _tol(value: float) -> str:
+    return "none" if math.isinf(value) else f"{value:.3g}"
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
