@@ -152,6 +152,8 @@ class Finding:
     """Kind-specific data for the JSON report (buffer names, aliased inputs, shapes)."""
     message: str = ""
     """A first line written whole by the caller, in place of location, phrase and summary."""
+    footer: tuple[str, ...] = ()
+    """Last lines: where the repro bundle was written."""
 
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
         return replace(self, call=call, calls=calls, sample=sample, context=context)
@@ -190,8 +192,11 @@ class Finding:
             body.append(f"stage: unknown ({self.stage_reason})")
         if self.node is not None:
             body += self.node.describe()
+            if self.node_reason:  # a caveat, e.g. named from a sample of the graph's nodes
+                body.append(f"node: {self.node_reason}")
         elif self.node_reason:
             body.append(f"node: not named ({self.node_reason})")
+        body += self.footer
         lines += [f"  {line}" for line in body]
         return "\n".join(lines)
 

@@ -127,4 +127,5 @@ def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTeste
         hypothesis_database=session.hypothesis_database(),
         label=item.nodeid,
         on_inferred=lambda text: session.record_inferred(item, text),
+        on_failure=lambda program, error: session.check_failed(item, program, error),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.compare import (
@@ -77,7 +77,9 @@ class InputRun:
                 engine, calls, mutates, values_too=values_too, expect_at=expect_at or calls
             )
         except AotiCheckError as error:
-            raise error.amended(self._attributed(error.finding, calls)) from None
+            amended = error.amended(self._attributed(error.finding, calls))
+            amended.replay = Replay(self._module, *clone_tree(self._originals), calls)
+            raise amended from None
 
     def _run(
         self,
@@ -294,6 +296,30 @@ class InputRun:
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The input set and the number of calls a failure happened on."""
+
+    module: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    calls: int
+
+    def eager_results(self, program: AotiProgram) -> list[tuple[Any, dict[str, Any]]]:
+        """Per call, eager's outputs and every named input after the call."""
+        import torch
+
+        module = copy.deepcopy(self.module)
+        args, kwargs = clone_tree((self.args, self.kwargs))
+        inputs = named_user_inputs(program.exported, args, kwargs)
+        results = []
+        for _ in range(self.calls):
+            with torch.no_grad():
+                outputs = clone_tree(module(*args, **kwargs))
+            results.append((outputs, clone_tree(inputs)))
+        return results
 
 
 _PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.settings import AotiSettings
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class AotiSession:
         self._workdir: Path | None = None
         self.worker_stats: list[Mapping[str, Any]] = []
         self.inferred: list[tuple[str, str]] = []
+        self._bundles: dict[str, int] = {}
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -108,6 +109,7 @@ class AotiSession:
             atol=self.settings.atol,
             examples=self.settings.examples,
             max_dim=self.settings.max_dim,
+            localize=self.settings.localize,
         )
         for marker in reversed(list(item.iter_markers("aoti"))):
             if marker.args:
@@ -138,6 +140,42 @@ class AotiSession:
         if result.examples:
             item.user_properties.append(("aoti_generated_examples", result.examples))
         self.config.hook.pytest_aoti_check_done(item=item, result=result)
+
+    def check_failed(
+        self, item: pytest.Item, program: AotiProgram, error: AotiCheckError
+    ) -> str | None:
+        """Keep a repro bundle of a failed check under ``--aoti-keep-failed``; return the
+        line the failure report shows about it."""
+        root = self.settings.keep_failed
+        if root is None or error.replay is None:
+            return None
+        from pytest_aoti.repro import bundle_dir_name, write_bundle
+
+        name = bundle_dir_name(item.nodeid)
+        self._bundles[name] = self._bundles.get(name, 0) + 1
+        if self._bundles[name] > 1:  # a test that goes on after a failed check
+            name = f"{name}-{self._bundles[name]}"
+        replay = error.replay
+        tolerance = error.finding.tolerance or {}
+        explicit = tolerance.get("source") == "set by the test"
+        try:
+            script = write_bundle(
+                root / name,
+                exported=program.exported,
+                package_path=program.package_path,
+                args=replay.args,
+                kwargs=replay.kwargs,
+                calls=replay.calls,
+                eager_results=replay.eager_results(program),
+                rtol=tolerance.get("rtol") if explicit else None,
+                atol=tolerance.get("atol") if explicit else None,
+                finding_text=error.finding.render(),
+                finding_json=error.finding.to_json(),
+                device=program.device,
+            )
+        except Exception as problem:  # the bundle is a bonus: never mask the failure
+            return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
+        return f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces)"
 
     def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
         """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from: the

@@ -54,6 +54,16 @@ def parse_cache_mode(text: str) -> str:
     return mode
 
 
+def parse_switch(text: str) -> bool:
+    """``on``/``off`` (also true/false, yes/no, 1/0) → bool."""
+    word = str(text).strip().lower()
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -139,6 +149,20 @@ _OPTIONS = (
         "Default: .pytest_cache/d/aoti.",
     ),
     _Option(
+        "aoti-localize",
+        parse_switch,
+        True,
+        "When the AOTI compile broke a check, compile one instrumented program to name the "
+        "first diverging graph node and its source line: on or off. Default: on.",
+    ),
+    _Option(
+        "aoti-keep-failed",
+        str,
+        None,
+        "Directory where each failing check leaves a repro bundle (exported program, inputs, "
+        "package, finding, and a repro.py that needs only torch). Default: none.",
+    ),
+    _Option(
         "aoti-cache-max-size",
         parse_size,
         DEFAULT_CACHE_MAX_SIZE,
@@ -182,16 +206,17 @@ class AotiSettings:
     cache_dir: Path | None
     cache_max_size: int
     cache_clear: bool
+    localize: bool = True
+    keep_failed: Path | None = None
 
 
 def read_settings(config: pytest.Config) -> AotiSettings:
     """Read the options; a bad ini value raises ``pytest.UsageError`` naming the ini key."""
     values = {option.dest: _value(config, option) for option in _OPTIONS}
-    cache_dir = values["aoti_cache_dir"]
-    if cache_dir is not None:
-        cache_dir = Path(cache_dir).expanduser()
-        if not cache_dir.is_absolute():
-            cache_dir = config.rootpath / cache_dir
+    cache_dir = _path(config, values["aoti_cache_dir"])
+    keep_failed = _path(config, values["aoti_keep_failed"])
+    if keep_failed is not None:
+        _check_writable_dir(keep_failed, "--aoti-keep-failed")
     return AotiSettings(
         devices=values["aoti_device"],
         rtol=values["aoti_rtol"],
@@ -202,7 +227,30 @@ def read_settings(config: pytest.Config) -> AotiSettings:
         cache_dir=cache_dir,
         cache_max_size=values["aoti_cache_max_size"],
         cache_clear=bool(config.getoption("aoti_cache_clear")),
+        localize=values["aoti_localize"],
+        keep_failed=keep_failed,
     )
+
+
+def _path(config: pytest.Config, text: str | None) -> Path | None:
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else config.rootpath / path
+
+
+def _check_writable_dir(path: Path, option: str) -> None:
+    """Create ``path`` now, so an unusable directory stops the run before any compile."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".pytest-aoti-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise pytest.UsageError(
+            f"{option}={path}: cannot write there ({error.strerror or error}); "
+            "pass a directory you can write to"
+        ) from None
 
 
 def _value(config: pytest.Config, option: _Option) -> Any:

@@ -105,6 +105,7 @@ class AotiTester:
         hypothesis_database: Path | None = None,
         label: str = "",
         on_inferred: Callable[[str], None] | None = None,
+        on_failure: Callable[[AotiProgram, AotiCheckError], str | None] | None = None,
     ) -> None:
         self.device = device
         """The ``torch.device`` every module and input is moved to."""
@@ -115,6 +116,7 @@ class AotiTester:
         self._hypothesis_database = hypothesis_database
         self._label = label
         self._on_inferred = on_inferred
+        self._on_failure = on_failure
 
     def __repr__(self) -> str:
         return f"<AotiTester device={self.device}>"
@@ -226,59 +228,62 @@ class AotiTester:
             strict=strict,
             inductor_configs=inductor_configs,
         )
-        _assert_signature(program, mutates, mutated_buffers)
-        # a program with buffer state is wrong only from its second call on when the
-        # engine drops that state (pytorch/pytorch#165444): check two calls by default
-        run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
-        expect_at = calls if calls is not None else 1
+        try:
+            _assert_signature(program, mutates, mutated_buffers)
+            # a program with buffer state is wrong only from its second call on when the
+            # engine drops that state (pytorch/pytorch#165444): check two calls by default
+            run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
+            expect_at = calls if calls is not None else 1
 
-        device_module = self._module_on_device(module)
-        localizer = self._localizer(program, tolerance, inductor_configs)
-        input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
-        stats: list[tuple[str, LeafStats]] = []
-        for index, (set_args, set_kwargs) in enumerate(input_sets):
-            device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
-            label = f"sample {index}" if samples else ""
-            run = InputRun(
-                program,
-                device_module,
-                device_args,
-                device_kwargs,
-                tolerance=tolerance,
-                label=label,
-                localizer=localizer,
-            )
-            stats += run.check(run_calls, mutates, values_too=index == 0, expect_at=expect_at)
-            stats += self._check_distinct(
-                program,
-                device_module,
-                device_args,
-                device_kwargs,
-                run_calls,
-                tolerance,
-                label,
-                localizer,
-            )
+            device_module = self._module_on_device(module)
+            localizer = self._localizer(program, tolerance, inductor_configs)
+            input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
+            stats: list[tuple[str, LeafStats]] = []
+            for index, (set_args, set_kwargs) in enumerate(input_sets):
+                device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
+                label = f"sample {index}" if samples else ""
+                run = InputRun(
+                    program,
+                    device_module,
+                    device_args,
+                    device_kwargs,
+                    tolerance=tolerance,
+                    label=label,
+                    localizer=localizer,
+                )
+                stats += run.check(run_calls, mutates, values_too=index == 0, expect_at=expect_at)
+                stats += self._check_distinct(
+                    program,
+                    device_module,
+                    device_args,
+                    device_kwargs,
+                    run_calls,
+                    tolerance,
+                    label,
+                    localizer,
+                )
 
-        generated = 0
-        if settings.examples and dynamic_shapes is not None:
-            from pytest_aoti.generated import Generation, check_generated
+            generated = 0
+            if settings.examples and dynamic_shapes is not None:
+                from pytest_aoti.generated import Generation, check_generated
 
-            generated, generated_stats = check_generated(
-                program,
-                device_module,
-                self._inputs_on_device(args, kwargs),
-                calls=run_calls,
-                mutates=mutates,
-                tolerance=tolerance,
-                generation=Generation(
-                    examples=settings.examples,
-                    max_dim=settings.max_dim,
-                    database=self._hypothesis_database,
-                    label=self._label,
-                ),
-            )
-            stats += generated_stats
+                generated, generated_stats = check_generated(
+                    program,
+                    device_module,
+                    self._inputs_on_device(args, kwargs),
+                    calls=run_calls,
+                    mutates=mutates,
+                    tolerance=tolerance,
+                    generation=Generation(
+                        examples=settings.examples,
+                        max_dim=settings.max_dim,
+                        database=self._hypothesis_database,
+                        label=self._label,
+                    ),
+                )
+                stats += generated_stats
+        except AotiCheckError as error:
+            raise self._failed(program, error, module, args, kwargs, calls) from None
         result = CheckResult(
             program=program,
             stats=tuple(stats),
@@ -288,6 +293,35 @@ class AotiTester:
         if self._on_result is not None:
             self._on_result(result)
         return result
+
+    def _failed(
+        self,
+        program: AotiProgram,
+        error: AotiCheckError,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        calls: int | None,
+    ) -> AotiCheckError:
+        """Hand a failure to the session (which may keep a repro bundle), then return it,
+        with a line saying where the bundle is."""
+        if self._on_failure is None:
+            return error
+        if error.replay is None:  # not about one input set: replay the first one
+            from pytest_aoti.runs import Replay
+
+            error.replay = Replay(
+                self._module_on_device(module),
+                *self._inputs_on_device(args, kwargs),
+                calls or (2 if program.mutated_buffers else 1),
+            )
+        line = self._on_failure(program, error)
+        if not line:
+            return error
+        from dataclasses import replace as replace_fields
+
+        finding = error.finding
+        return error.amended(replace_fields(finding, footer=(*finding.footer, line)))
 
     def _check_distinct(
         self,

@@ -1,0 +1,129 @@
+"""Triage of a failed check end to end: the stage that broke it, the first diverging node
+at the user's line, and a repro bundle that runs with plain torch in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TRIAGE_TESTS = """
+def swap_first_mul(graph):
+    # an Inductor pass that breaks the engine at one known node: a * 3 becomes a + 3
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
+            node.target = torch.ops.aten.add.Tensor
+            return
+
+
+class SinTimesThree(torch.nn.Module):
+    def forward(self, x):
+        a = x.sin()
+        b = a * 3  # the node the pass breaks
+        return b.cos() + 1, a.sum()
+
+
+def test_compile_stage(aoti):
+    with pytest.raises(AotiCheckError) as excinfo:
+        aoti.check(
+            SinTimesThree(),
+            (example(),),
+            inductor_configs={"post_grad_custom_post_pass": swap_first_mul},
+        )
+    error = excinfo.value
+    assert error.stage == "compile"
+    assert error.kind == "output"
+    assert error.node.op == "aten.mul.Tensor"
+    assert error.node.source.text == "b = a * 3  # the node the pass breaks"
+    assert error.finding.figures.mismatched == 6
+    raise error
+
+
+def test_export_stage(aoti):
+    with pytest.raises(AotiCheckError) as excinfo:
+        aoti.check(OffWhenCompiled(), (example(),))
+    assert excinfo.value.stage == "export"
+    assert excinfo.value.node is None
+    raise excinfo.value
+
+
+def test_localize_off(aoti):
+    with pytest.raises(AotiCheckError) as excinfo:
+        aoti.check(
+            SinTimesThree(),
+            (example(),),
+            inductor_configs={"post_grad_custom_post_pass": swap_first_mul},
+        )
+    assert excinfo.value.stage == "compile"
+    assert excinfo.value.node is None
+"""
+
+
+def test_stage_node_and_repro_bundle(run_aoti, pytester: pytest.Pytester, tmp_path: Path) -> None:
+    bundles = tmp_path / "failed"
+    result = run_aoti(TRIAGE_TESTS, f"--aoti-keep-failed={bundles}", "-k", "not localize_off")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_compile_stage*",
+            "E * the AOTI compile broke it: output[[]0] differs between eager and the AOTI "
+            "engine: 6 of 6 elements beyond *",
+            "E *stage: compile: the exported and the decomposed programs match eager; only the "
+            "AOTI engine differs",
+            "E *first diverging node: mul* = aten.mul.Tensor(*",
+            "E *at *test_inner.py:* in forward: b = a * 3  # the node the pass breaks",
+            "E *repro bundle: *test_inner.py__test_compile_stage-cpu-*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_export_stage*",
+            "E * torch.export broke it: output differs between eager and the AOTI engine: *",
+            "E *stage: export: the exported program (exported.module(), no compile) already "
+            "differs from eager",
+        ]
+    )
+    folders = sorted(path.name for path in bundles.iterdir())
+    assert folders == [
+        "test_inner.py__test_compile_stage-cpu-",
+        "test_inner.py__test_export_stage-cpu-",
+    ]
+    compile_bundle = bundles / folders[0]
+    finding = json.loads((compile_bundle / "finding.json").read_text())
+    assert finding["stage"] == "compile"
+    assert finding["node"]["op"] == "aten.mul.Tensor"
+
+    # the repro needs only torch: run it in a fresh, isolated interpreter elsewhere
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    for folder, expected_line in [
+        (compile_bundle, "REPRODUCED"),
+        (bundles / folders[1], "REPRODUCED"),
+    ]:
+        run = subprocess.run(
+            [sys.executable, "-I", str(folder / "repro.py")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert expected_line in run.stdout
+
+
+def test_localize_off_names_no_node(run_aoti) -> None:
+    result = run_aoti(TRIAGE_TESTS, "--aoti-localize=off", "-k", "localize_off")
+    result.assert_outcomes(passed=1)
+
+
+def test_unwritable_keep_failed_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    blocker = pytester.path / "a-file"
+    blocker.write_text("")
+    result = pytester.runpytest(f"--aoti-keep-failed={blocker / 'bundles'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--aoti-keep-failed=*a-file/bundles: cannot write there*"])
