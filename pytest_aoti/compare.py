@@ -84,6 +84,9 @@ class LeafStats:
     location: str
     max_abs: float
     max_rel: float
+    tolerance_used: float = 0.0
+    """The largest error as a fraction of what the tolerance allows there (1: at the limit;
+    above 1 only where the fp64 check accepted it)."""
 
 
 def _default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -405,13 +408,13 @@ def _check_inexact(
     mismatch = _beyond_tolerance(expected, actual, diff, rtol, atol)
     count = int(mismatch.sum())
     if count == 0:
-        return _stats(frame.location, expected, diff)
+        return _stats(frame.location, expected, diff, rtol, atol)
 
     rescue_line = ""
     if not tolerance.explicit and expected.is_floating_point() and reference is not None:
         passed, rescue_line = _fp64_rescue(expected, actual, reference)
         if passed:
-            return _stats(frame.location, expected, diff)
+            return _stats(frame.location, expected, diff, rtol, atol)
     summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
     raise frame.error(
         summary,
@@ -531,10 +534,22 @@ def _rel_diff(expected: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
     return torch.where(measurable, diff / torch.where(measurable, magnitude, 1.0), 0.0)
 
 
-def _stats(location: str, expected: torch.Tensor, diff: torch.Tensor) -> LeafStats:
+def _stats(
+    location: str,
+    expected: torch.Tensor,
+    diff: torch.Tensor,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> LeafStats:
     if diff.numel() == 0:
         return LeafStats(location, 0.0, 0.0)
-    return LeafStats(location, float(diff.max()), float(_rel_diff(expected, diff).max()))
+    used = 0.0
+    if rtol is not None and atol is not None:
+        allowed = atol + rtol * _wide(expected).abs()
+        ratio = torch.where(diff == 0, 0.0, diff / torch.where(allowed > 0, allowed, 1.0))
+        ratio = torch.where((allowed == 0) & (diff > 0), torch.inf, ratio)
+        used = float(ratio.max())
+    return LeafStats(location, float(diff.max()), float(_rel_diff(expected, diff).max()), used)
 
 
 def _figures(

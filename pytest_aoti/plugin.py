@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -111,21 +111,11 @@ def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTeste
             inductor_configs={**hook_configs, **defaults.inductor_configs}
         )
     item = request.node
-
-    def record_program(program: Any) -> None:
-        item.user_properties.append(("aoti_device", str(aoti_device)))
-        item.user_properties.append(("aoti_program", program.key))
-        item.user_properties.append(("aoti_cache_hit", program.cache_hit))
-        item.user_properties.append(("aoti_compile_seconds", round(program.compile_seconds, 3)))
-
     return AotiTester(
         aoti_device,
         session.registry,
         defaults,
-        on_program=record_program,
-        on_result=lambda result: session.check_done(item, result),
+        events=session.events_for(item, aoti_device),
         hypothesis_database=session.hypothesis_database(),
         label=item.nodeid,
-        on_inferred=lambda text: session.record_inferred(item, text),
-        on_failure=lambda program, error: session.check_failed(item, program, error),
     )

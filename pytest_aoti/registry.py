@@ -7,6 +7,7 @@ whose package is published to the store for later runs.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.report import CompileProgress
     from pytest_aoti.store import ArtifactStore, CacheEntry
 
 
@@ -65,10 +67,12 @@ class ProgramRegistry:
         workdir: Path,
         store: ArtifactStore | None = None,
         on_compiled: Callable[[AotiProgram], None] | None = None,
+        progress: CompileProgress | None = None,
     ) -> None:
         self._workdir = workdir
         self._store = store
         self._on_compiled = on_compiled
+        self._progress = progress
         self._artifacts: dict[str, CompiledArtifact] = {}
         self._lock = threading.Lock()
         self.stats = CompileStats()
@@ -79,17 +83,27 @@ class ProgramRegistry:
         *,
         device: torch.device,
         inductor_configs: Mapping[str, Any] | None,
+        label: str = "",
     ) -> AotiProgram:
-        """An engine-backed program for ``exported``, compiled at most once per key."""
+        """An engine-backed program for ``exported``, compiled at most once per key.
+
+        ``label`` (the test id) names the compile in progress lines.
+        """
         key = program_key(exported, device=device, inductor_configs=inductor_configs)
         with self._lock:
             artifact = self._artifacts.get(key.digest)
             fresh = artifact is None
             if artifact is None:
-                artifact = self._obtain(key, exported, inductor_configs)
+                progress = (
+                    self._progress.compiling(label, key.digest, str(device))
+                    if self._progress is not None
+                    else contextlib.nullcontext()
+                )
+                with progress:
+                    artifact = self._obtain(key, exported, inductor_configs)
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
-        program = AotiProgram(exported, artifact, device)
+        program = AotiProgram(exported, artifact, device, first_use=fresh)
         if fresh and self._on_compiled is not None:
             self._on_compiled(program)
         return program

@@ -7,6 +7,7 @@ never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.report import CheckRecord, ReportCollector
 from pytest_aoti.settings import AotiSettings
 
 if TYPE_CHECKING:
@@ -23,8 +25,9 @@ if TYPE_CHECKING:
 
     from pytest_aoti.program import AotiProgram
     from pytest_aoti.registry import ProgramRegistry
+    from pytest_aoti.report import CompileProgress
     from pytest_aoti.store import ArtifactStore, CacheMode
-    from pytest_aoti.tester import CheckDefaults, CheckResult
+    from pytest_aoti.tester import CheckDefaults, CheckResult, _CheckPlan
 
 MARKER_OPTIONS = ("rtol", "atol", "strict", "inductor_configs", "examples", "max_dim")
 
@@ -43,6 +46,9 @@ class AotiSession:
         self.worker_stats: list[Mapping[str, Any]] = []
         self.inferred: list[tuple[str, str]] = []
         self._bundles: dict[str, int] = {}
+        self._progress: CompileProgress | None = None
+        self._profiles: dict[str, int] = {}
+        self.collector = ReportCollector()
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -77,8 +83,36 @@ class AotiSession:
             from pytest_aoti.registry import ProgramRegistry
 
             self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
-            self._registry = ProgramRegistry(self._workdir, self.store, self._program_ready)
+            self._registry = ProgramRegistry(
+                self._workdir, self.store, self._program_ready, self.progress
+            )
         return self._registry
+
+    @property
+    def progress(self) -> CompileProgress:
+        """Announces long compiles on the terminal (recorded only, on an xdist worker)."""
+        if self._progress is None:
+            from pytest_aoti.report import CompileProgress
+
+            worker = getattr(self.config, "workerinput", {}).get("workerid", "")
+            self._progress = CompileProgress(
+                None if worker else self._write_terminal_line, worker=worker
+            )
+        return self._progress
+
+    def _write_terminal_line(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        guard = (
+            capture.global_and_fixture_disabled()
+            if capture is not None
+            else contextlib.nullcontext()
+        )
+        with guard:
+            reporter.ensure_newline()
+            reporter.write_line(line)
 
     def cache_root(self) -> Path | None:
         if self.settings.cache_dir is not None:
@@ -134,14 +168,11 @@ class AotiSession:
             merged.update(configs or {})
         return merged
 
-    def check_done(self, item: pytest.Item, result: CheckResult) -> None:
-        item.user_properties.append(("aoti_max_abs_error", result.max_abs))
-        item.user_properties.append(("aoti_max_rel_error", result.max_rel))
-        if result.examples:
-            item.user_properties.append(("aoti_generated_examples", result.examples))
-        self.config.hook.pytest_aoti_check_done(item=item, result=result)
+    def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
+        """What the ``aoti`` fixture's tester reports to, for one test."""
+        return ItemEvents(self, item, device)
 
-    def check_failed(
+    def write_bundle(
         self, item: pytest.Item, program: AotiProgram, error: AotiCheckError
     ) -> str | None:
         """Keep a repro bundle of a failed check under ``--aoti-keep-failed``; return the
@@ -177,6 +208,18 @@ class AotiSession:
             return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
         return f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces)"
 
+    def profile_path(self, item: pytest.Item) -> Path | None:
+        """Where this test's next Chrome trace goes (``--aoti-profile``)."""
+        root = self.settings.profile
+        if root is None:
+            return None
+        from pytest_aoti.repro import bundle_dir_name
+
+        name = bundle_dir_name(item.nodeid)
+        self._profiles[name] = self._profiles.get(name, 0) + 1
+        count = self._profiles[name]
+        return root / (f"{name}.json" if count == 1 else f"{name}-{count}.json")
+
     def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
         """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from: the
         terminal summary, the failure report and the JUnit properties."""
@@ -189,7 +232,9 @@ class AotiSession:
 
     # -- hooks ----------------------------------------------------------------------------
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from pytest_aoti.report import compiler_version, torch_build, torch_version
+
         mode = self.settings.cache_mode
         where = self.settings.cache_dir or ".pytest_cache/d/aoti"
         if mode == "off":
@@ -198,7 +243,24 @@ class AotiSession:
             cache = "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
         else:
             cache = f"{mode} at {where}"
-        return f"aoti: device={','.join(self.settings.devices)}, cache={cache}"
+        lines = [
+            f"aoti: device={','.join(self.settings.devices)}, cache={cache}",
+            f"aoti: torch {torch_version()} ({torch_build()} build)",
+        ]
+        if any(name in ("cpu", "auto") for name in self.settings.devices):
+            lines[-1] += f", C++ compiler: {compiler_version()}"
+        return lines
+
+    def pytest_report_collectionfinish(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> list[str]:
+        """The devices the run resolved to, once AOTI tests were collected (this imports
+        torch, which a run without AOTI tests never does)."""
+        if not any("aoti_device" in getattr(item, "fixturenames", ()) for item in items):
+            return []
+        from pytest_aoti.report import describe_devices
+
+        return [f"aoti: running on {describe_devices(self.devices)}"]
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -207,10 +269,15 @@ class AotiSession:
             if store is not None:
                 store.clear()
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if _is_xdist_worker(self.config):
-            self.config.workeroutput["aoti_stats"] = self.stats_json()  # type: ignore[attr-defined]
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output["aoti_stats"] = self.stats_json()
+            events = self._progress.events if self._progress is not None else []
+            output["aoti_report"] = self.collector.worker_output(events)
             return
+        if self.settings.report is not None:
+            self._write_report(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         # evict once, here: on the xdist controller, which compiles nothing itself and so
         # has no store yet, as soon as a worker used a program
         used = self._store is not None or any(figures["programs"] for figures in self.worker_stats)
@@ -234,9 +301,25 @@ class AotiSession:
                 terminalreporter.write_line(f"{nodeid}:")
                 for line in text.splitlines():
                     terminalreporter.write_line(f"    {line}")
+        from pytest_aoti.report import durations_table, worker_lines
+
+        records = self.collector.records
+        if records and self.settings.durations >= 0:
+            limit = self.settings.durations
+            title = "all AOTI checks" if limit == 0 else f"slowest {limit} AOTI checks"
+            terminalreporter.write_sep("-", f"aoti: {title}")
+            for row in durations_table(records, limit):
+                terminalreporter.write_line(row)
+        worker_events = self.collector.events
+        if worker_events:
+            terminalreporter.write_sep("-", "aoti: compiles on xdist workers")
+            for row in worker_lines(worker_events):
+                terminalreporter.write_line(row)
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
+        if self.settings.report is not None and records:
+            terminalreporter.write_line(f"aoti: report written to {self.settings.report}")
 
     # -- figures ----------------------------------------------------------------------------
 
@@ -252,6 +335,24 @@ class AotiSession:
             }
         stats = self._registry.stats
         return {**stats.to_json(), "programs": sorted(stats.programs), "inferred": self.inferred}
+
+    def _write_report(self, interrupted: bool) -> None:
+        from pytest_aoti.registry import CompileStats
+        from pytest_aoti.report import write_json_report
+
+        assert self.settings.report is not None
+        total = CompileStats()
+        for figures in [self.stats_json(), *self.worker_stats]:
+            total.programs.update(figures["programs"])
+            total.merge(figures)
+        devices = sorted({record.device for record in self.collector.records})
+        write_json_report(
+            self.settings.report,
+            self.collector.records,
+            devices=devices or list(self.settings.devices),
+            totals={**total.to_json(), "programs": len(total.programs)},
+            interrupted=interrupted,
+        )
 
     def summary_line(self) -> str:
         """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
@@ -281,6 +382,118 @@ class XdistControllerHooks:
         self._session = session
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        figures = getattr(node, "workeroutput", {}).get("aoti_stats")
+        output = getattr(node, "workeroutput", {})
+        figures = output.get("aoti_stats")
         if figures:
             self._session.worker_stats.append(figures)
+        report = output.get("aoti_report")
+        if report:
+            self._session.collector.add_worker_output(report)
+
+
+class ItemEvents:
+    """The session's side of one test's tester: records, properties, bundles, hooks."""
+
+    def __init__(self, session: AotiSession, item: pytest.Item, device: torch.device) -> None:
+        self._session = session
+        self._item = item
+        self._device = device
+
+    def compiled(self, program: AotiProgram) -> None:
+        for name, value in (
+            ("aoti_device", str(self._device)),
+            ("aoti_program", program.key),
+            ("aoti_cache_hit", program.cache_hit),
+            ("aoti_compile_seconds", round(program.seconds_compiled_here, 3)),
+        ):
+            self._item.user_properties.append((name, value))
+
+    def not_compiled(self, error: Exception, seconds: float) -> None:
+        stage = "export" if "export" in type(error).__name__.lower() else "compile"
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        self._add(
+            CheckRecord(
+                test=self._item.nodeid,
+                device=str(self._device),
+                program="",
+                cache_hit=False,
+                compile_seconds=0.0,
+                original_compile_seconds=0.0,
+                outcome="failed",
+                finding={"kind": stage, "message": first, "stage": stage},
+                check_seconds=seconds,
+            )
+        )
+
+    def checked(
+        self,
+        program: AotiProgram,
+        result: CheckResult | None,
+        error: AotiCheckError | None,
+        plan: _CheckPlan,
+        seconds: float,
+    ) -> None:
+        record = CheckRecord(
+            test=self._item.nodeid,
+            device=str(self._device),
+            program=program.key,
+            cache_hit=program.cache_hit,
+            compile_seconds=program.seconds_compiled_here,
+            original_compile_seconds=program.compile_seconds,
+            outcome="passed" if error is None else "failed",
+            calls=plan.calls,
+            check_seconds=seconds,
+        )
+        if result is not None:
+            record.max_abs = result.max_abs
+            record.max_rel = result.max_rel
+            record.tolerance_used = max(
+                (leaf.tolerance_used for _, leaf in result.stats), default=0.0
+            )
+            record.shapes_tried = result.input_sets
+            self._measure(record, program, plan)
+        if error is not None:
+            record.finding = error.finding.to_json()
+            figures = error.finding.figures
+            if figures is not None:
+                record.max_abs, record.max_rel = figures.max_abs, figures.max_rel
+        self._add(record)
+        if result is not None:
+            self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
+
+    def _measure(self, record: CheckRecord, program: AotiProgram, plan: _CheckPlan) -> None:
+        """Engine and eager call times, and the profiler trace where one was asked for."""
+        from pytest_aoti.timing import call_times, write_profile
+
+        args, kwargs = plan.input_sets[0]
+        device_args, device_kwargs = _on_device(args, kwargs, self._device)
+        record.engine_seconds, record.eager_seconds = call_times(
+            program, plan.module, device_args, device_kwargs
+        )
+        path = self._session.profile_path(self._item)
+        if path is not None:
+            record.profile = str(write_profile(path, program, device_args, device_kwargs))
+
+    def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
+        return self._session.write_bundle(self._item, program, error)
+
+    def inferred(self, spec_text: str) -> None:
+        self._session.record_inferred(self._item, spec_text)
+
+    def _add(self, record: CheckRecord) -> None:
+        record.worker = getattr(self._session.config, "workerinput", {}).get("workerid", "")
+        self._session.collector.records.append(record)
+        self._item.user_properties.extend(record.properties())
+
+
+def _on_device(
+    args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    moved = pytree.tree_map(
+        lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf,
+        (tuple(args), dict(kwargs)),
+    )
+    return tuple(moved[0]), dict(moved[1])

@@ -6,6 +6,7 @@ Pure logic without torch: parsing here is what makes a bad value a usage error a
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -163,6 +164,26 @@ _OPTIONS = (
         "package, finding, and a repro.py that needs only torch). Default: none.",
     ),
     _Option(
+        "aoti-report",
+        str,
+        None,
+        "Write a JSON report of every AOTI check (figures, cache use, timings, failures) to "
+        "this file at the end of the session, merged across xdist workers. Default: none.",
+    ),
+    _Option(
+        "aoti-profile",
+        str,
+        None,
+        "Directory for a Chrome trace (torch.profiler) of the engine's calls of each AOTI "
+        "check. Default: none.",
+    ),
+    _Option(
+        "aoti-durations",
+        _non_negative_int,
+        5,
+        "Show the N slowest AOTI checks in the terminal summary; 0 for all. Default: 5.",
+    ),
+    _Option(
         "aoti-cache-max-size",
         parse_size,
         DEFAULT_CACHE_MAX_SIZE,
@@ -208,6 +229,9 @@ class AotiSettings:
     cache_clear: bool
     localize: bool = True
     keep_failed: Path | None = None
+    report: Path | None = None
+    profile: Path | None = None
+    durations: int = 5
 
 
 def read_settings(config: pytest.Config) -> AotiSettings:
@@ -215,8 +239,17 @@ def read_settings(config: pytest.Config) -> AotiSettings:
     values = {option.dest: _value(config, option) for option in _OPTIONS}
     cache_dir = _path(config, values["aoti_cache_dir"])
     keep_failed = _path(config, values["aoti_keep_failed"])
-    if keep_failed is not None:
-        _check_writable_dir(keep_failed, "--aoti-keep-failed")
+    report = _path(config, values["aoti_report"])
+    profile = _path(config, values["aoti_profile"])
+    for option, directory in [
+        ("--aoti-keep-failed", keep_failed),
+        ("--aoti-report", None if report is None else report.parent),
+        ("--aoti-profile", profile),
+    ]:
+        if directory is not None:
+            _check_writable_dir(directory, option)
+    if report is not None and report.is_dir():
+        raise pytest.UsageError(f"--aoti-report={report} is a directory; name a file")
     return AotiSettings(
         devices=values["aoti_device"],
         rtol=values["aoti_rtol"],
@@ -229,6 +262,9 @@ def read_settings(config: pytest.Config) -> AotiSettings:
         cache_clear=bool(config.getoption("aoti_cache_clear")),
         localize=values["aoti_localize"],
         keep_failed=keep_failed,
+        report=report,
+        profile=profile,
+        durations=values["aoti_durations"],
     )
 
 
@@ -241,6 +277,8 @@ def _path(config: pytest.Config, text: str | None) -> Path | None:
 
 def _check_writable_dir(path: Path, option: str) -> None:
     """Create ``path`` now, so an unusable directory stops the run before any compile."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller checked it already; workers race each other's probe files
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".pytest-aoti-write-test"

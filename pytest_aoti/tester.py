@@ -8,14 +8,17 @@ input set in :mod:`pytest_aoti.runs`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
+    AotiCompileError,
+    AotiExportError,
     AotiUsageError,
     user_facing,
     warn_at_caller,
@@ -64,6 +67,9 @@ class CheckResult:
     """The ``dynamic_shapes`` spec the program was exported with (inferred for ``"auto"``)."""
     examples: int = 0
     """How many generated input sets were checked."""
+    input_sets: int = 1
+    """How many input sets were checked in all: the example, samples, distinct copies of
+    aliased inputs, boundary and generated shapes."""
 
     @property
     def max_errors(self) -> dict[str, tuple[float, float]]:
@@ -86,6 +92,51 @@ class CheckResult:
 Expected = Any  # a tensor, nested list or number; or a callable of the original inputs
 
 
+@dataclass
+class _CheckPlan:
+    """What one ``check`` call runs, once its arguments are resolved."""
+
+    module: torch.nn.Module
+    """The module on the tester's device."""
+    input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    mutates: Mapping[str, Any] | None
+    calls: int
+    expect_at: int
+    """The call after which ``mutates`` values are checked."""
+    tolerance: Tolerance
+    examples: int
+    """Generated input sets (0 without dynamic dims)."""
+    max_dim: int
+    inductor_configs: Mapping[str, Any] = field(default_factory=dict)
+    """The configs the program was compiled with, for the localizer's compile."""
+
+
+class CheckEvents(Protocol):
+    """What a tester tells its surroundings (the pytest session, for the ``aoti`` fixture)."""
+
+    def compiled(self, program: AotiProgram) -> None:
+        """``aoti.compile`` returned ``program``."""
+
+    def not_compiled(self, error: Exception, seconds: float) -> None:
+        """A check failed before it had a program: export or compile failed."""
+
+    def checked(
+        self,
+        program: AotiProgram,
+        result: CheckResult | None,
+        error: AotiCheckError | None,
+        plan: _CheckPlan,
+        seconds: float,
+    ) -> None:
+        """A check ended: passed with ``result``, or failed with ``error``."""
+
+    def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
+        """A check failed; the returned line (where its repro bundle is) joins the report."""
+
+    def inferred(self, spec_text: str) -> None:
+        """``dynamic_shapes="auto"`` inferred this spec."""
+
+
 class AotiTester:
     """Compiles modules to AOTInductor engines and checks them against eager PyTorch.
 
@@ -100,23 +151,18 @@ class AotiTester:
         device: torch.device,
         registry: ProgramRegistry,
         defaults: CheckDefaults = CheckDefaults(),
-        on_program: Callable[[AotiProgram], None] | None = None,
-        on_result: Callable[[CheckResult], None] | None = None,
+        *,
+        events: CheckEvents | None = None,
         hypothesis_database: Path | None = None,
         label: str = "",
-        on_inferred: Callable[[str], None] | None = None,
-        on_failure: Callable[[AotiProgram, AotiCheckError], str | None] | None = None,
     ) -> None:
         self.device = device
         """The ``torch.device`` every module and input is moved to."""
         self.defaults = defaults
         self._registry = registry
-        self._on_program = on_program
-        self._on_result = on_result
+        self._events = events
         self._hypothesis_database = hypothesis_database
         self._label = label
-        self._on_inferred = on_inferred
-        self._on_failure = on_failure
 
     def __repr__(self) -> str:
         return f"<AotiTester device={self.device}>"
@@ -138,6 +184,21 @@ class AotiTester:
         per session, and once across sessions while the artifact cache holds it.
         """
         __tracebackhide__ = True
+        program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
+        if self._events is not None:
+            self._events.compiled(program)
+        return program
+
+    def _compile(
+        self,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        dynamic_shapes: Any,
+        strict: bool | None,
+        inductor_configs: Mapping[str, Any] | None,
+    ) -> AotiProgram:
+        __tracebackhide__ = True
         from pytest_aoti.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
@@ -152,12 +213,13 @@ class AotiTester:
             strict=settings.strict,
         )
         program = self._registry.program_for(
-            exported, device=self.device, inductor_configs=settings.inductor_configs
+            exported,
+            device=self.device,
+            inductor_configs=settings.inductor_configs,
+            label=self._label,
         )
         if program.mutated_buffers:
             warn_at_caller(_buffer_warning(program))
-        if self._on_program is not None:
-            self._on_program(program)
         return program
 
     @user_facing
@@ -204,8 +266,8 @@ class AotiTester:
         """
         __tracebackhide__ = True
         from pytest_aoti.compare import Tolerance
-        from pytest_aoti.runs import InputRun
 
+        started = time.perf_counter()
         _check_module_and_inputs(module, args, kwargs)
         kwargs = dict(kwargs or {})
         samples = _checked_samples(samples, dynamic_shapes)
@@ -220,102 +282,110 @@ class AotiTester:
             dynamic_shapes = self._infer_dynamic_shapes(
                 dynamic_shapes, module, args, kwargs, samples
             )
-        program = self.compile(
-            module,
-            args,
-            kwargs,
-            dynamic_shapes=dynamic_shapes,
-            strict=strict,
-            inductor_configs=inductor_configs,
+        try:
+            program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
+        except (AotiExportError, AotiCompileError) as error:
+            if self._events is not None:
+                self._events.not_compiled(error, time.perf_counter() - started)
+            raise
+        # a program with buffer state is wrong only from its second call on when the
+        # engine drops that state (pytorch/pytorch#165444): check two calls by default
+        run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
+        plan = _CheckPlan(
+            module=self._module_on_device(module),
+            input_sets=[(args, kwargs)] + [(sample, kwargs) for sample in samples],
+            mutates=mutates,
+            calls=run_calls,
+            expect_at=calls if calls is not None else 1,
+            tolerance=tolerance,
+            examples=settings.examples if dynamic_shapes is not None else 0,
+            max_dim=settings.max_dim,
+            inductor_configs=self.defaults.overridden(
+                inductor_configs=inductor_configs
+            ).inductor_configs,
         )
         try:
             _assert_signature(program, mutates, mutated_buffers)
-            # a program with buffer state is wrong only from its second call on when the
-            # engine drops that state (pytorch/pytorch#165444): check two calls by default
-            run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
-            expect_at = calls if calls is not None else 1
-
-            device_module = self._module_on_device(module)
-            localizer = self._localizer(program, tolerance, inductor_configs)
-            input_sets = [(args, kwargs)] + [(sample, kwargs) for sample in samples]
-            stats: list[tuple[str, LeafStats]] = []
-            for index, (set_args, set_kwargs) in enumerate(input_sets):
-                device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
-                label = f"sample {index}" if samples else ""
-                run = InputRun(
-                    program,
-                    device_module,
-                    device_args,
-                    device_kwargs,
-                    tolerance=tolerance,
-                    label=label,
-                    localizer=localizer,
-                )
-                stats += run.check(run_calls, mutates, values_too=index == 0, expect_at=expect_at)
-                stats += self._check_distinct(
-                    program,
-                    device_module,
-                    device_args,
-                    device_kwargs,
-                    run_calls,
-                    tolerance,
-                    label,
-                    localizer,
-                )
-
-            generated = 0
-            if settings.examples and dynamic_shapes is not None:
-                from pytest_aoti.generated import Generation, check_generated
-
-                generated, generated_stats = check_generated(
-                    program,
-                    device_module,
-                    self._inputs_on_device(args, kwargs),
-                    calls=run_calls,
-                    mutates=mutates,
-                    tolerance=tolerance,
-                    generation=Generation(
-                        examples=settings.examples,
-                        max_dim=settings.max_dim,
-                        database=self._hypothesis_database,
-                        label=self._label,
-                    ),
-                )
-                stats += generated_stats
+            result = self._run_plan(program, plan, dynamic_shapes)
         except AotiCheckError as error:
-            raise self._failed(program, error, module, args, kwargs, calls) from None
-        result = CheckResult(
+            failure = self._failed(program, error, plan)
+            if self._events is not None:
+                self._events.checked(program, None, failure, plan, time.perf_counter() - started)
+            raise failure from None
+        if self._events is not None:
+            self._events.checked(program, result, None, plan, time.perf_counter() - started)
+        return result
+
+    def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
+        """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
+        __tracebackhide__ = True
+        from pytest_aoti.runs import InputRun
+
+        localizer = self._localizer(program, plan.tolerance, plan.inductor_configs)
+        stats: list[tuple[str, LeafStats]] = []
+        input_sets = 0
+        for index, (set_args, set_kwargs) in enumerate(plan.input_sets):
+            device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
+            label = f"sample {index}" if len(plan.input_sets) > 1 else ""
+            run = InputRun(
+                program,
+                plan.module,
+                device_args,
+                device_kwargs,
+                tolerance=plan.tolerance,
+                label=label,
+                localizer=localizer,
+            )
+            stats += run.check(
+                plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at
+            )
+            distinct = self._check_distinct(
+                program, plan, device_args, device_kwargs, label, localizer
+            )
+            input_sets += 1 + bool(distinct)
+            stats += distinct
+
+        generated = 0
+        if plan.examples:
+            from pytest_aoti.generated import Generation, check_generated
+
+            generated, generated_stats = check_generated(
+                program,
+                plan.module,
+                self._inputs_on_device(*plan.input_sets[0]),
+                calls=plan.calls,
+                mutates=plan.mutates,
+                tolerance=plan.tolerance,
+                generation=Generation(
+                    examples=plan.examples,
+                    max_dim=plan.max_dim,
+                    database=self._hypothesis_database,
+                    label=self._label,
+                ),
+            )
+            stats += generated_stats
+        return CheckResult(
             program=program,
             stats=tuple(stats),
             dynamic_shapes=dynamic_shapes,
             examples=generated,
+            input_sets=input_sets + generated,
         )
-        if self._on_result is not None:
-            self._on_result(result)
-        return result
 
     def _failed(
-        self,
-        program: AotiProgram,
-        error: AotiCheckError,
-        module: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        calls: int | None,
+        self, program: AotiProgram, error: AotiCheckError, plan: _CheckPlan
     ) -> AotiCheckError:
         """Hand a failure to the session (which may keep a repro bundle), then return it,
         with a line saying where the bundle is."""
-        if self._on_failure is None:
+        if self._events is None:
             return error
         if error.replay is None:  # not about one input set: replay the first one
             from pytest_aoti.runs import Replay
 
             error.replay = Replay(
-                self._module_on_device(module),
-                *self._inputs_on_device(args, kwargs),
-                calls or (2 if program.mutated_buffers else 1),
+                plan.module, *self._inputs_on_device(*plan.input_sets[0]), plan.calls
             )
-        line = self._on_failure(program, error)
+        line = self._events.failed(program, error)
         if not line:
             return error
         from dataclasses import replace as replace_fields
@@ -326,11 +396,9 @@ class AotiTester:
     def _check_distinct(
         self,
         program: AotiProgram,
-        module: torch.nn.Module,
+        plan: _CheckPlan,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        calls: int,
-        tolerance: Tolerance,
         label: str,
         localizer: Localizer | None,
     ) -> list[tuple[str, LeafStats]]:
@@ -350,14 +418,14 @@ class AotiTester:
         described = "; ".join(", ".join(group) for group in aliased)
         run = InputRun(
             program,
-            module,
+            plan.module,
             *distinct_inputs(program.exported, args, kwargs, aliased),
-            tolerance=tolerance,
+            tolerance=plan.tolerance,
             label=", ".join(filter(None, [label, "distinct copies of the aliased inputs"])),
             localizer=localizer,
         )
         try:
-            return run.check(calls, None, values_too=False)
+            return run.check(plan.calls, None, values_too=False)
         except AotiCheckError as error:
             finding = error.finding
             raise error.amended(
@@ -382,13 +450,12 @@ class AotiTester:
         self,
         program: AotiProgram,
         tolerance: Tolerance,
-        inductor_configs: Mapping[str, Any] | None,
+        configs: Mapping[str, Any],
     ) -> Localizer | None:
         """What names the first diverging node of a check the AOTI compile broke: one
         instrumented compile, through the registry like any program."""
         if not self.defaults.localize:
             return None
-        configs = self.defaults.overridden(inductor_configs=inductor_configs).inductor_configs
 
         def localize_failure(args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any:
             from pytest_aoti.localize import localize
@@ -432,8 +499,8 @@ class AotiTester:
         spec = infer_dynamic_shapes(
             module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples]
         )
-        if self._on_inferred is not None:
-            self._on_inferred(format_dynamic_shapes(spec))
+        if self._events is not None:
+            self._events.inferred(format_dynamic_shapes(spec))
         return spec
 
     def _module_on_device(self, module: torch.nn.Module) -> torch.nn.Module:

@@ -1,0 +1,105 @@
+"""How fast the engine runs next to eager: median call times, and a profiler trace.
+
+Both run on fresh clones of the check's first input set, after the check passed, so
+inputs the program mutates never reach the caller; on CUDA every timed call is
+synchronized.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.runs import clone_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.program import AotiProgram
+
+TIMED_CALLS = 3
+"""Calls timed after an untimed first one: enough for a median, cheap for a big model."""
+
+PROFILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 5, "repeat": 1}
+"""``torch.profiler.schedule`` of the traces: one call skipped, two warm-up, five recorded."""
+
+
+def call_times(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> tuple[float, float]:
+    """Median seconds of one engine call and of one eager call, after a first call each."""
+    import torch
+
+    engine = program.engine_in_exported_state()
+    eager = copy.deepcopy(module)
+    sync = _synchronizer(program.device)
+
+    def timed(function: Callable[..., Any]) -> float:
+        inputs_args, inputs_kwargs = clone_tree((tuple(args), dict(kwargs)))
+        samples = []
+        with torch.no_grad():
+            for call in range(TIMED_CALLS + 1):
+                sync()
+                started = time.perf_counter()
+                function(*inputs_args, **inputs_kwargs)
+                sync()
+                if call:  # the first call pays one-time costs (allocations, lazy init)
+                    samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+
+    return timed(engine), timed(eager)
+
+
+def write_profile(
+    path: Path,
+    program: AotiProgram,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> Path:
+    """A Chrome trace of the engine's calls (CPU activities, and CUDA on a CUDA device).
+
+    Inputs the engine mutates are cloned anew for each call, so every profiled call
+    sees the check's own inputs.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from pytest_aoti.pipeline import quiet_torch_deprecations
+
+    activities = [ProfilerActivity.CPU]
+    if program.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    engine = program.engine_in_exported_state()
+    sync = _synchronizer(program.device)
+    steps = sum(PROFILE_SCHEDULE[phase] for phase in ("wait", "warmup", "active"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(prof: Any) -> None:
+        prof.export_chrome_trace(str(path))
+
+    with quiet_torch_deprecations(), torch.no_grad():
+        with profile(
+            activities=activities, schedule=schedule(**PROFILE_SCHEDULE), on_trace_ready=save
+        ) as prof:
+            for _ in range(steps):
+                call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
+                with torch.profiler.record_function("aoti_engine_call"):
+                    engine(*call_args, **call_kwargs)
+                sync()
+                prof.step()
+    return path
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    import torch
+
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
