@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -38,15 +38,25 @@ _RESCUE_FLOOR = 1e-5
 _EAGER = "eager"
 
 
+ToleranceHook = Callable[[str, torch.dtype], "tuple[float, float] | None"]
+"""``(location, dtype) -> (rtol, atol) or None``: a project's own tolerance per leaf."""
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """Tolerance for floating and complex leaves; ``None`` takes the dtype's default."""
+    """Tolerance for floating and complex leaves, in layers: ``rtol`` / ``atol`` set by the
+    test (call or marker), then ``hook`` (the ``pytest_aoti_tolerance`` hook), then
+    ``base_rtol`` / ``base_atol`` (``--aoti-rtol`` / ``--aoti-atol``), then the dtype's
+    default. Any value not from the dtype default is final: no fp64 check relaxes it."""
 
     rtol: float | None = None
     atol: float | None = None
+    hook: ToleranceHook | None = field(default=None, compare=False)
+    base_rtol: float | None = None
+    base_atol: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("rtol", "atol"):
+        for name in ("rtol", "atol", "base_rtol", "base_atol"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if value is not None and not (number and value >= 0):
@@ -57,24 +67,44 @@ class Tolerance:
         """True when the test set rtol or atol; explicit tolerances are never relaxed."""
         return self.rtol is not None or self.atol is not None
 
-    def resolve(self, dtype: torch.dtype) -> tuple[float, float]:
-        """Return ``(rtol, atol)`` for ``dtype``; a value left unset takes its default."""
-        default_rtol, default_atol = _default_tolerance(dtype)
-        rtol = default_rtol if self.rtol is None else float(self.rtol)
-        atol = default_atol if self.atol is None else float(self.atol)
+    def resolve(self, dtype: torch.dtype, location: str = "") -> tuple[float, float]:
+        """Return ``(rtol, atol)`` for a leaf of ``dtype`` at ``location``."""
+        rtol, atol, _ = self._resolve(dtype, location)
         return rtol, atol
 
-    def as_json(self, dtype: torch.dtype) -> dict[str, Any]:
-        """``{"rtol", "atol", "source"}``: the tolerance used for ``dtype``, as data."""
-        rtol, atol = self.resolve(dtype)
-        source = "set by the test" if self.explicit else f"default for {dtype}"
+    def is_final(self, dtype: torch.dtype, location: str = "") -> bool:
+        """Whether anything but the dtype default set the tolerance of this leaf."""
+        return not self._resolve(dtype, location)[2].startswith("default")
+
+    def as_json(self, dtype: torch.dtype, location: str = "") -> dict[str, Any]:
+        """``{"rtol", "atol", "source"}``: the tolerance used for a leaf, as data."""
+        rtol, atol, source = self._resolve(dtype, location)
         return {"rtol": rtol, "atol": atol, "source": source}
 
-    def describe(self, dtype: torch.dtype) -> str:
+    def describe(self, dtype: torch.dtype, location: str = "") -> str:
         """One line naming the tolerance used for ``dtype`` and where it came from."""
-        rtol, atol = self.resolve(dtype)
-        source = "set by the test" if self.explicit else f"default for {dtype}"
+        rtol, atol, source = self._resolve(dtype, location)
         return f"rtol={rtol:g}, atol={atol:g} ({source})"
+
+    def _resolve(self, dtype: torch.dtype, location: str) -> tuple[float, float, str]:
+        default_rtol, default_atol = _default_tolerance(dtype)
+        layers: list[tuple[float | None, float | None, str]] = [
+            (self.rtol, self.atol, "set by the test")
+        ]
+        if self.hook is not None and not (self.rtol is not None and self.atol is not None):
+            hooked = self.hook(location, dtype)
+            if hooked is not None:
+                layers.append((float(hooked[0]), float(hooked[1]), "pytest_aoti_tolerance hook"))
+        layers.append((self.base_rtol, self.base_atol, "--aoti-rtol/--aoti-atol"))
+        rtol = next((layer[0] for layer in layers if layer[0] is not None), None)
+        atol = next((layer[1] for layer in layers if layer[1] is not None), None)
+        sources = [name for r, a, name in layers if r is not None or a is not None]
+        source = sources[0] if sources else f"default for {dtype}"
+        return (
+            default_rtol if rtol is None else float(rtol),
+            default_atol if atol is None else float(atol),
+            source,
+        )
 
 
 @dataclass(frozen=True)
@@ -403,7 +433,7 @@ def _check_inexact(
 ) -> LeafStats:
     __tracebackhide__ = True
     _check_nan_positions(expected, actual, frame)
-    rtol, atol = tolerance.resolve(expected.dtype)
+    rtol, atol = tolerance.resolve(expected.dtype, frame.location)
     diff = _abs_diff(expected, actual)
     mismatch = _beyond_tolerance(expected, actual, diff, rtol, atol)
     count = int(mismatch.sum())
@@ -411,7 +441,8 @@ def _check_inexact(
         return _stats(frame.location, expected, diff, rtol, atol)
 
     rescue_line = ""
-    if not tolerance.explicit and expected.is_floating_point() and reference is not None:
+    final = tolerance.is_final(expected.dtype, frame.location)
+    if not final and expected.is_floating_point() and reference is not None:
         passed, rescue_line = _fp64_rescue(expected, actual, reference)
         if passed:
             return _stats(frame.location, expected, diff, rtol, atol)
@@ -419,7 +450,7 @@ def _check_inexact(
     raise frame.error(
         summary,
         figures=_figures(expected, actual, mismatch, diff, frame, rtol=rtol, atol=atol),
-        tolerance=tolerance.as_json(expected.dtype),
+        tolerance=tolerance.as_json(expected.dtype, frame.location),
         notes=[rescue_line] if rescue_line else None,
     )
 

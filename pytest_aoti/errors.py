@@ -1,7 +1,8 @@
 """Errors and warnings raised by pytest-aoti.
 
 Every error carries a short first line that says what went wrong and, where the user
-can act, what to try. Internal torch tracebacks are never chained onto them.
+can act, what to try. An export or compile error keeps torch's own exception as its
+``__cause__``, its traceback cut to the model's line.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_aoti.findings import Finding
 
 
 class AotiError(Exception):
@@ -22,8 +26,46 @@ class AotiCheckError(AotiError, AssertionError):
     """The AOTInductor engine disagreed with eager PyTorch or with what the test expected.
 
     The first line names what differed and where (pytree path, input name, call number,
-    sample number); the following lines give the figures.
+    sample number); the following lines give the figures. What failed is data on
+    :attr:`finding` (kind, location, call, sample, tolerance, figures), with :attr:`stage`
+    (``"export"``, ``"decompose"``, ``"compile"`` or None) and :attr:`node` (the first
+    diverging graph node, for stage ``"compile"``) at hand.
     """
+
+    def __init__(self, finding: Finding | str) -> None:
+        from pytest_aoti.findings import Finding, plain_finding
+
+        self.finding: Finding = (
+            finding if isinstance(finding, Finding) else plain_finding("check", finding)
+        )
+        super().__init__(self.finding.render())
+
+    def __str__(self) -> str:
+        # rendered anew: the stage and node are added after the error was raised
+        return self.finding.render()
+
+    @property
+    def kind(self) -> str:
+        return self.finding.kind
+
+    @property
+    def stage(self) -> str | None:
+        return self.finding.stage
+
+    @property
+    def node(self) -> Any:
+        return self.finding.node
+
+    replay: Any = None
+    """The input set and calls the failure happened on (:class:`pytest_aoti.runs.Replay`),
+    for the repro bundle; None where the failure is not about one input set."""
+
+    def amended(self, finding: Finding) -> AotiCheckError:
+        """The same error with ``finding`` in place of its own (keeps the traceback)."""
+        error = AotiCheckError(finding)
+        error.__traceback__ = self.__traceback__
+        error.replay = self.replay
+        return error
 
 
 class AotiExportError(AotiError):
@@ -71,7 +113,9 @@ def user_facing(function: _F) -> _F:
     """Let an :class:`AotiError` leave a public entry point with only the caller's frame.
 
     The frames below (pipeline, registry, comparison, torch) explain nothing to a user
-    whose model failed a check; the error's message carries what matters.
+    whose model failed a check; the error's message carries what matters. An error
+    raised ``from`` torch's keeps it as ``__cause__`` (pytest prints it above the error,
+    ``--full-trace`` too), its traceback cut to the model's own line.
     """
 
     @functools.wraps(function)
@@ -80,6 +124,11 @@ def user_facing(function: _F) -> _F:
         try:
             return function(*args, **kwargs)
         except AotiError as error:
-            raise error.with_traceback(None) from None
+            cause = error.__cause__
+            if cause is not None:
+                from pytest_aoti.pipeline import pin_to_source
+
+                pin_to_source(cause)
+            raise error.with_traceback(None) from cause
 
     return entry_point  # type: ignore[return-value]

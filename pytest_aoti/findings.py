@@ -158,7 +158,8 @@ class Finding:
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
         return replace(self, call=call, calls=calls, sample=sample, context=context)
 
-    def headline(self) -> str:
+    def headline(self, *, stage: bool = True) -> str:
+        """The first line; ``stage`` False leaves out the stage in words."""
         ctx = f" ({self.context})" if self.context else ""
         if self.message:
             line = self.message
@@ -170,7 +171,7 @@ class Finding:
             line = f"{self.location} {self.phrase}{ctx}: {lead}{self.summary}"
         if self.lead:
             line = f"{self.lead}: {line}"
-        if self.stage in STAGES:
+        if stage and self.stage in STAGES:
             line = f"{STAGES[self.stage]}: {line}"
         return line
 

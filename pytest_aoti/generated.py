@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.compare import LeafStats, Tolerance
+    from pytest_aoti.findings import Finding
     from pytest_aoti.program import AotiProgram
+    from pytest_aoti.runs import Localizer
     from pytest_aoti.shapes import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
 
@@ -55,6 +57,7 @@ def check_generated(
     mutates: Mapping[str, Any] | None,
     tolerance: Tolerance,
     generation: Generation,
+    localizer: Localizer | None = None,
 ) -> tuple[int, list[tuple[str, LeafStats]]]:
     """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones.
 
@@ -81,7 +84,13 @@ def check_generated(
     # smaller failing shape, where the boundary alone would only name the extreme
     found = _search(checker, generation, builder.shapes) or boundary_failure
     if found is not None:
-        raise AotiCheckError(_report(found, builder.shapes, generation)) from None
+        # only the smallest failing shape is attributed to a stage (and localized): the
+        # search itself runs many failing shapes
+        error = checker.attributed(found, localizer)
+        # the program's shapes carry the user's Dim names (see AotiProgram.name_dims)
+        failure = AotiCheckError(_report(found, error, program.shapes, generation))
+        failure.replay = error.replay if isinstance(error, AotiCheckError) else None
+        raise failure from None
     return checker.count, checker.stats
 
 
@@ -113,13 +122,42 @@ class _ShapeChecker:
         label = "generated " + _describe_shapes(self.builder.shapes, values)
         try:
             run = InputRun(
-                self.program, self.module, args, kwargs, tolerance=self.tolerance, label=label
+                self.program,
+                self.module,
+                args,
+                kwargs,
+                tolerance=self.tolerance,
+                label=label,
+                attribute=False,
             )
             stats = run.check(self.calls, self.mutates, values_too=False)
         except Exception as error:  # the engine crashing on a legal shape is a failure too
             raise _Failure(dict(values), seed, error) from None
         self.count += 1
         self.stats += stats
+
+    def attributed(self, failure: _Failure, localizer: Localizer | None) -> BaseException:
+        """The failure of ``failure``'s shape again, with its stage and node."""
+        from pytest_aoti.runs import InputRun
+
+        if not isinstance(failure.error, AotiCheckError):
+            return failure.error
+        args, kwargs = self.builder.build(failure.values, failure.seed)
+        label = "generated " + _describe_shapes(self.builder.shapes, failure.values)
+        run = InputRun(
+            self.program,
+            self.module,
+            args,
+            kwargs,
+            tolerance=self.tolerance,
+            label=label,
+            localizer=localizer,
+        )
+        try:
+            run.check(self.calls, self.mutates, values_too=False)
+        except AotiCheckError as error:
+            return error
+        return failure.error  # did not fail again: report what the search saw
 
 
 def _search(
@@ -190,7 +228,14 @@ def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
     return ", ".join(f"{name}={tuple(shape)}" for name, shape in concrete.items())
 
 
-def _report(failure: _Failure, shapes: ProgramShapes, generation: Generation) -> str:
+def _report(
+    failure: _Failure, error: BaseException, shapes: ProgramShapes, generation: Generation
+) -> Finding:
+    """The finding of a generated shape: the shape and its dims first, then what differed
+    there (the inner finding's stage, node and figures are kept)."""
+    from dataclasses import replace
+
+    from pytest_aoti.findings import plain_finding
     from pytest_aoti.shapes import shapes_from_assignment
 
     concrete = shapes_from_assignment(shapes, failure.values)
@@ -201,23 +246,34 @@ def _report(failure: _Failure, shapes: ProgramShapes, generation: Generation) ->
                 low, high = shapes.dim_range(spec.name, axis)
                 allowed = f"[{low}, {high if high is not None else 'inf'}]"
                 dims.append(
-                    f"    {spec.name}.shape[{axis}] = {size}  ({expr}, exported range {allowed})"
+                    f"{spec.name}.shape[{axis}] = {size}  "
+                    f"({shapes.display(expr)}, exported range {allowed})"
                 )
-    first = (
-        str(failure.error).splitlines()[0] if str(failure.error) else type(failure.error).__name__
-    )
-    if not isinstance(failure.error, AotiCheckError):
-        first = f"{type(failure.error).__name__}: {first}"
     replay = getattr(failure, "replay", None)
     if replay is None:
         replay = "found at an exported boundary (the search did not shrink it further)"
     elif generation.database is not None:
         replay += " (the failing shape is also saved and tried first on the next run)"
-    return "\n".join(
-        [
-            f"generated shape fails: {_describe_shapes(shapes, failure.values)}",
-            *dims,
-            f"  values seed {failure.seed}; {replay}",
-            f"  first difference: {first}",
-        ]
+    described = _describe_shapes(shapes, failure.values)
+    headline = f"generated shape fails: {described}"
+    shape_lines = (*dims, f"values seed {failure.seed}; {replay}")
+    extra = {"shape": {name: list(shape) for name, shape in concrete.items()}}
+    if isinstance(error, AotiCheckError):
+        inner = error.finding
+        return replace(
+            inner,
+            kind="shape",
+            message=headline,
+            details=(
+                *shape_lines,
+                f"first difference: {inner.headline(stage=False)}",
+                *inner.details,
+            ),
+            extra={**inner.extra, **extra, "inner_kind": inner.kind},
+        )
+    first = str(error).splitlines()[0] if str(error) else ""
+    return plain_finding(
+        "shape",
+        "\n".join([headline, *shape_lines, f"first difference: {type(error).__name__}: {first}"]),
+        extra=extra,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -69,11 +69,19 @@ class AotiProgram:
     """
 
     def __init__(
-        self, exported: ExportedProgram, artifact: CompiledArtifact, device: torch.device
+        self,
+        exported: ExportedProgram,
+        artifact: CompiledArtifact,
+        device: torch.device,
+        *,
+        first_use: bool = False,
     ) -> None:
         self.exported: ExportedProgram = exported
         """The program returned by ``torch.export.export``."""
         self.device: torch.device = device
+        self.first_use = first_use
+        """True for the first ``AotiProgram`` of its key in the session: the one whose
+        request compiled the package or loaded it from the cache."""
         self._artifact = artifact
         self._engine: Any = None
         self._engine_lock = threading.Lock()
@@ -116,6 +124,12 @@ class AotiProgram:
     def cache_hit(self) -> bool:
         return self._artifact.cache_hit
 
+    @property
+    def seconds_compiled_here(self) -> float:
+        """Seconds this program's own request spent compiling: 0 on a cache hit and for a
+        program compiled earlier in the session."""
+        return self.compile_seconds if self.first_use and not self.cache_hit else 0.0
+
     @cached_property
     def decomposed(self) -> ExportedProgram:
         """The program after ``run_decompositions()`` (computed on demand after a cache hit)."""
@@ -123,10 +137,29 @@ class AotiProgram:
 
     @cached_property
     def shapes(self) -> ProgramShapes:
-        """Shapes, dtypes and devices the program accepts, read from the program itself."""
+        """Shapes, dtypes and devices the program accepts, read from the program itself.
+
+        Messages name a shape symbol by the user's ``Dim`` once :meth:`name_dims` was
+        called, else by torch's symbol (``s77``).
+        """
         from pytest_aoti.shapes import read_program_shapes
 
         return read_program_shapes(self.exported)
+
+    def name_dims(
+        self, dynamic_shapes: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """Name the shape symbols after the user's ``Dim`` objects in error messages.
+
+        ``dynamic_shapes``, ``args`` and ``kwargs`` are what the module was exported with
+        (the spec is not kept in the exported program): where the spec puts
+        ``Dim("batch")`` on an axis, that axis's symbol is shown as ``batch`` instead of
+        ``s77``. ``Dim.AUTO`` and other unnamed dims keep torch's symbol.
+        """
+        from pytest_aoti.shapes import name_symbols
+
+        named = name_symbols(self.exported, self.shapes, dynamic_shapes, args, kwargs or {})
+        self.__dict__["shapes"] = named  # replaces the cached_property's value
 
     @user_facing
     def load_engine(self) -> Any:

@@ -169,7 +169,9 @@ def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
     rows = [("seconds", "compile", "shapes", "err/tol", "engine/eager", "outcome", "test")]
     for record in ordered:
         compile_text = "cached" if record.cache_hit else f"{record.compile_seconds:.1f}"
-        if not record.cache_hit and record.compile_seconds == 0:
+        if not record.program:
+            compile_text = "-"  # export or compile failed: there is no program
+        elif not record.cache_hit and record.compile_seconds == 0:
             compile_text = "shared"
         ratio = record.speed_ratio
         rows.append(
@@ -305,16 +307,21 @@ class CompileProgress:
         timer.daemon = True
         started = time.perf_counter()
         timer.start()
+        failed = True
         try:
             yield
+            failed = False
         finally:
             timer.cancel()
             seconds = time.perf_counter() - started
             with self._lock:
                 if announced.is_set():
                     done = "compiled" if verb == "compiling" else "waited for"
-                    self._emit(f"aoti: {done} {what} in {seconds:.1f} s")
-            if seconds >= self._after:
+                    if failed:
+                        self._emit(f"aoti: {verb} {what} failed after {seconds:.1f} s")
+                    else:
+                        self._emit(f"aoti: {done} {what} in {seconds:.1f} s")
+            if seconds >= self._after and not failed:
                 self.events.append(CompileEvent(test, program, device, seconds, self._worker))
 
     def _emit(self, line: str) -> None:

@@ -43,14 +43,18 @@ class InputRun:
         tolerance: Tolerance,
         label: str = "",
         localizer: Localizer | None = None,
+        attribute: bool = True,
     ) -> None:
         self.program = program
+        self._attribute = attribute
         self.tolerance = tolerance
         self.label = label
         self._module = module
         self._originals = clone_tree((tuple(args), dict(kwargs)))
         self._reference = Float64Reference(program, module, *self._originals)
         self._localizer = localizer
+        self.engine: Any = None
+        """The engine the check ran (its state is past the check's calls)."""
 
     def check(
         self,
@@ -71,13 +75,14 @@ class InputRun:
         """
         __tracebackhide__ = True
         self.program.validate(*self._originals[0], **self._originals[1])
-        engine = self.program.engine_in_exported_state()
+        engine = self.engine = self.program.engine_in_exported_state()
         try:
             return self._run(
                 engine, calls, mutates, values_too=values_too, expect_at=expect_at or calls
             )
         except AotiCheckError as error:
-            amended = error.amended(self._attributed(error.finding, calls))
+            finding = self._attributed(error.finding, calls) if self._attribute else error.finding
+            amended = error.amended(finding)
             amended.replay = Replay(self._module, *clone_tree(self._originals), calls)
             raise amended from None
 

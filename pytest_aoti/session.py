@@ -467,12 +467,13 @@ class ItemEvents:
 
         args, kwargs = plan.input_sets[0]
         device_args, device_kwargs = _on_device(args, kwargs, self._device)
+        engine = plan.engine or program.engine_in_exported_state()
         record.engine_seconds, record.eager_seconds = call_times(
-            program, plan.module, device_args, device_kwargs
+            program, engine, plan.module, device_args, device_kwargs
         )
         path = self._session.profile_path(self._item)
         if path is not None:
-            record.profile = str(write_profile(path, program, device_args, device_kwargs))
+            record.profile = str(write_profile(path, program, engine, device_args, device_kwargs))
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         return self._session.write_bundle(self._item, program, error)

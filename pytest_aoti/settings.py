@@ -6,6 +6,7 @@ Pure logic without torch: parsing here is what makes a bad value a usage error a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Callable
@@ -92,98 +93,174 @@ def _tolerance(text: str) -> float:
     return value
 
 
+EXPORT_MODES = ("default", "strict", "non-strict")
+
+
+def parse_export_modes(text: str) -> tuple[str, ...]:
+    """``"strict,non-strict"`` → ``("strict", "non-strict")``."""
+    modes = tuple(part.strip().lower() for part in str(text).split(",") if part.strip())
+    unknown = [mode for mode in modes if mode not in EXPORT_MODES]
+    if not modes or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected strict, non-strict, default or a comma list such as strict,non-strict, "
+            f"got {text!r}"
+        )
+    if len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"export mode listed twice in {text!r}")
+    return modes
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """A JSON object, e.g. ``{"max_autotune": false}``."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object, got {text!r} ({error})"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
-class _Option:
+class Option:
+    """One option: its command-line flag, ini key, parsing, default and where it lands.
+
+    Adding an option is adding a row here and a field of the same name to
+    :class:`AotiSettings`; a row with ``check`` set is also a default of every
+    ``aoti.check`` (a field of :class:`~pytest_aoti.tester.CheckDefaults`).
+    """
+
     name: str
     parse: Callable[[str], Any]
     default: Any
     help: str
+    field: str = ""
+    """The :class:`AotiSettings` field; by default the name without ``aoti-``."""
+    check: str = ""
+    """The ``CheckDefaults`` field this setting initializes, if any."""
+    path: str = ""
+    """``dir`` or ``file``: a path made absolute against the rootdir and checked writable."""
+    cli: bool = True
+    """False for ini-only options (values that are awkward on a command line)."""
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
 
+    @property
+    def attribute(self) -> str:
+        return self.field or self.dest.removeprefix("aoti_")
 
-_OPTIONS = (
-    _Option(
+
+OPTIONS = (
+    Option(
         "aoti-device",
         parse_devices,
         ("auto",),
         "Device(s) AOTI tests run on: cpu, cuda, cuda:N, auto (cuda when available, else cpu) "
         "or a comma list such as cpu,cuda that runs every AOTI test on each. Default: auto.",
+        field="devices",
     ),
-    _Option(
+    Option(
+        "aoti-export",
+        parse_export_modes,
+        ("default",),
+        "Export mode(s) of every AOTI test: strict, non-strict, default (torch's), or a comma "
+        "list such as strict,non-strict that runs every AOTI test in each. Default: default.",
+        field="export_modes",
+    ),
+    Option(
         "aoti-rtol",
         _tolerance,
         None,
         "Relative tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
+        check="base_rtol",
     ),
-    _Option(
+    Option(
         "aoti-atol",
         _tolerance,
         None,
         "Absolute tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
+        check="base_atol",
     ),
-    _Option(
+    Option(
         "aoti-examples",
         _non_negative_int,
         DEFAULT_EXAMPLES,
         f"Generated input shapes per dynamic-shape check; 0 turns generation off. Default: {DEFAULT_EXAMPLES}.",
+        check="examples",
     ),
-    _Option(
+    Option(
         "aoti-max-dim",
         _positive_int,
         DEFAULT_MAX_DIM,
         f"Largest size drawn for a generated dim, and the cap of unbounded ranges. Default: {DEFAULT_MAX_DIM}.",
+        check="max_dim",
     ),
-    _Option(
-        "aoti-cache",
-        parse_cache_mode,
-        "readwrite",
-        "Compiled-package cache: off, read or readwrite. Default: readwrite.",
-    ),
-    _Option(
-        "aoti-cache-dir",
-        str,
-        None,
-        "Directory of the compiled-package cache, e.g. one shared by CI machines. "
-        "Default: .pytest_cache/d/aoti.",
-    ),
-    _Option(
+    Option(
         "aoti-localize",
         parse_switch,
         True,
         "When the AOTI compile broke a check, compile one instrumented program to name the "
         "first diverging graph node and its source line: on or off. Default: on.",
+        check="localize",
     ),
-    _Option(
+    Option(
+        "aoti-inductor-configs",
+        parse_json_object,
+        None,
+        "Inductor options of every AOTI compile, as a JSON object (ini only); the hook, "
+        "marker and call override them. Part of the cache key. Default: none.",
+        cli=False,
+    ),
+    Option(
         "aoti-keep-failed",
         str,
         None,
         "Directory where each failing check leaves a repro bundle (exported program, inputs, "
         "package, finding, and a repro.py that needs only torch). Default: none.",
+        path="dir",
     ),
-    _Option(
+    Option(
         "aoti-report",
         str,
         None,
         "Write a JSON report of every AOTI check (figures, cache use, timings, failures) to "
         "this file at the end of the session, merged across xdist workers. Default: none.",
+        path="file",
     ),
-    _Option(
+    Option(
         "aoti-profile",
         str,
         None,
         "Directory for a Chrome trace (torch.profiler) of the engine's calls of each AOTI "
         "check. Default: none.",
+        path="dir",
     ),
-    _Option(
+    Option(
         "aoti-durations",
         _non_negative_int,
         5,
         "Show the N slowest AOTI checks in the terminal summary; 0 for all. Default: 5.",
     ),
-    _Option(
+    Option(
+        "aoti-cache",
+        parse_cache_mode,
+        "readwrite",
+        "Compiled-package cache: off, read or readwrite. Default: readwrite.",
+        field="cache_mode",
+    ),
+    Option(
+        "aoti-cache-dir",
+        str,
+        None,
+        "Directory of the compiled-package cache, e.g. one shared by CI machines. "
+        "Default: .pytest_cache/d/aoti.",
+        path="dir",
+    ),
+    Option(
         "aoti-cache-max-size",
         parse_size,
         DEFAULT_CACHE_MAX_SIZE,
@@ -195,15 +272,16 @@ _OPTIONS = (
 def add_options(parser: pytest.Parser) -> None:
     """Register every ``--aoti-*`` option and its ini twin in one ``aoti`` group."""
     group = parser.getgroup("aoti", "AOTInductor checks (pytest-aoti)")
-    for option in _OPTIONS:
-        group.addoption(
-            f"--{option.name}",
-            dest=option.dest,
-            type=option.parse,
-            default=None,
-            metavar=option.dest.upper().removeprefix("AOTI_"),
-            help=option.help,
-        )
+    for option in OPTIONS:
+        if option.cli:
+            group.addoption(
+                f"--{option.name}",
+                dest=option.dest,
+                type=option.parse,
+                default=None,
+                metavar=option.dest.upper().removeprefix("AOTI_"),
+                help=option.help,
+            )
         parser.addini(option.dest, help=option.help, default=None)
     group.addoption(
         "--aoti-cache-clear",
@@ -218,81 +296,68 @@ def add_options(parser: pytest.Parser) -> None:
 class AotiSettings:
     """Validated values of every option: command line first, then ini file, then default."""
 
-    devices: tuple[str, ...]
-    rtol: float | None
-    atol: float | None
-    examples: int
-    max_dim: int
-    cache_mode: str
-    cache_dir: Path | None
-    cache_max_size: int
-    cache_clear: bool
+    devices: tuple[str, ...] = ("auto",)
+    export_modes: tuple[str, ...] = ("default",)
+    rtol: float | None = None
+    atol: float | None = None
+    examples: int = DEFAULT_EXAMPLES
+    max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
+    inductor_configs: dict[str, Any] | None = None
     keep_failed: Path | None = None
     report: Path | None = None
     profile: Path | None = None
     durations: int = 5
+    cache_mode: str = "readwrite"
+    cache_dir: Path | None = None
+    cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
+    cache_clear: bool = False
+
+    def check_defaults(self) -> dict[str, Any]:
+        """The values of options that are defaults of every check, by ``CheckDefaults``
+        field (only those set)."""
+        values = {
+            option.check: getattr(self, option.attribute) for option in OPTIONS if option.check
+        }
+        return {name: value for name, value in values.items() if value is not None}
 
 
 def read_settings(config: pytest.Config) -> AotiSettings:
     """Read the options; a bad ini value raises ``pytest.UsageError`` naming the ini key."""
-    values = {option.dest: _value(config, option) for option in _OPTIONS}
-    cache_dir = _path(config, values["aoti_cache_dir"])
-    keep_failed = _path(config, values["aoti_keep_failed"])
-    report = _path(config, values["aoti_report"])
-    profile = _path(config, values["aoti_profile"])
-    for option, directory in [
-        ("--aoti-keep-failed", keep_failed),
-        ("--aoti-report", None if report is None else report.parent),
-        ("--aoti-profile", profile),
-    ]:
-        if directory is not None:
-            _check_writable_dir(directory, option)
-    if report is not None and report.is_dir():
-        raise pytest.UsageError(f"--aoti-report={report} is a directory; name a file")
-    return AotiSettings(
-        devices=values["aoti_device"],
-        rtol=values["aoti_rtol"],
-        atol=values["aoti_atol"],
-        examples=values["aoti_examples"],
-        max_dim=values["aoti_max_dim"],
-        cache_mode=values["aoti_cache"],
-        cache_dir=cache_dir,
-        cache_max_size=values["aoti_cache_max_size"],
-        cache_clear=bool(config.getoption("aoti_cache_clear")),
-        localize=values["aoti_localize"],
-        keep_failed=keep_failed,
-        report=report,
-        profile=profile,
-        durations=values["aoti_durations"],
-    )
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = _value(config, option)
+        if option.path and value is not None:
+            value = _path(config, value)
+            if not hasattr(config, "workerinput"):  # the xdist controller checked it
+                _check_writable_dir(value if option.path == "dir" else value.parent, option)
+            if option.path == "file" and value.is_dir():
+                raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
+        values[option.attribute] = value
+    return AotiSettings(**values, cache_clear=bool(config.getoption("aoti_cache_clear")))
 
 
-def _path(config: pytest.Config, text: str | None) -> Path | None:
-    if text is None:
-        return None
+def _path(config: pytest.Config, text: str) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else config.rootpath / path
 
 
-def _check_writable_dir(path: Path, option: str) -> None:
+def _check_writable_dir(path: Path, option: Option) -> None:
     """Create ``path`` now, so an unusable directory stops the run before any compile."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the controller checked it already; workers race each other's probe files
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".pytest-aoti-write-test"
+        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
         raise pytest.UsageError(
-            f"{option}={path}: cannot write there ({error.strerror or error}); "
+            f"--{option.name}={path}: cannot write there ({error.strerror or error}); "
             "pass a directory you can write to"
         ) from None
 
 
-def _value(config: pytest.Config, option: _Option) -> Any:
-    given = config.getoption(option.dest)
+def _value(config: pytest.Config, option: Option) -> Any:
+    given = config.getoption(option.dest) if option.cli else None
     if given is not None:
         return given
     text = config.getini(option.dest)

@@ -421,6 +421,10 @@ class ProgramShapes:
     constants: dict[str, Any] = field(default_factory=dict)
     """Non-tensor user inputs and the value they were exported with: the engine ignores
     what a caller passes for them and uses that value."""
+    names: dict[str, str] = field(default_factory=dict)
+    """Display name of each symbol the user named: ``{"s77": "batch"}`` for a symbol that
+    comes from ``Dim("batch")`` (see :func:`name_symbols`). Symbols of ``Dim.AUTO`` and
+    other unnamed dims keep torch's name. Only messages use these names."""
 
     def input(self, name: str) -> InputSpec:
         """The input called ``name``."""
@@ -432,6 +436,18 @@ class ProgramShapes:
     def dim_range(self, input_name: str, axis: int) -> tuple[int, int | None]:
         """Allowed size range of one dim; ``None`` as the maximum means unbounded."""
         return _expr_range(self, self.input(input_name).shape[axis])
+
+    def display(self, size: Any) -> str:
+        """A size or expression as the user wrote it: ``2*batch`` for ``2*s77``."""
+        text = str(size)
+        if not self.names:
+            return text
+        return re.sub(r"[A-Za-z_]\w*", lambda word: self.names.get(word[0], word[0]), text)
+
+    def symbol_label(self, symbol: Any) -> str:
+        """``Dim batch`` for a symbol the user named, else ``symbol s77``."""
+        name = self.names.get(str(symbol))
+        return f"Dim {name}" if name is not None else f"symbol {symbol}"
 
 
 def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
@@ -563,7 +579,7 @@ def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> N
                 f"input '{spec.name}' is a {type(value).__name__} but the program needs a tensor"
             )
         if value.dim() != len(spec.shape):
-            raise AotiInputError(_rank_message(spec, value.dim()))
+            raise AotiInputError(_rank_message(shapes, spec, value.dim()))
         if value.dtype != spec.dtype:
             raise AotiInputError(
                 f"input '{spec.name}' has dtype {value.dtype} but the program needs {spec.dtype}"
@@ -609,8 +625,8 @@ def _same_constant(given: Any, exported: Any) -> bool:
         return False
 
 
-def _rank_message(spec: InputSpec, rank: int) -> str:
-    shape = ", ".join(str(size) for size in spec.shape)
+def _rank_message(shapes: ProgramShapes, spec: InputSpec, rank: int) -> str:
+    shape = ", ".join(shapes.display(size) for size in spec.shape)
     return (
         f"input '{spec.name}' has rank {rank} but the program needs rank {len(spec.shape)} "
         f"(shape [{shape}])"
@@ -636,7 +652,7 @@ class _Solver:
                 continue
             sizes = [int(size) for size in named_shapes[spec.name]]
             if len(sizes) != len(spec.shape):
-                raise AotiInputError(_rank_message(spec, len(sizes)))
+                raise AotiInputError(_rank_message(self.shapes, spec, len(sizes)))
             for axis, (expected, size) in enumerate(zip(spec.shape, sizes)):
                 if isinstance(expected, int):
                     if size != expected:
@@ -666,10 +682,12 @@ class _Solver:
         value = self._solve_for(name, axis, size, expr, symbol)
         symbol_range = self.shapes.symbols.get(str(symbol), SymbolRange(str(symbol), 0, None))
         if value < symbol_range.min or (symbol_range.max is not None and value > symbol_range.max):
-            via = "" if expr == symbol else f" = {expr} with {symbol} = {value}"
+            shown = self.shapes.display(symbol)
+            via = "" if expr == symbol else f" = {self.shapes.display(expr)} with {shown} = {value}"
             raise AotiInputError(
                 f"input '{name}' dim {axis} is {size}{via}, outside the exported range "
-                f"{_format_range(symbol_range.min, symbol_range.max)} of symbol {symbol}"
+                f"{_format_range(symbol_range.min, symbol_range.max)} of "
+                f"{self.shapes.symbol_label(symbol)}"
             )
         self.values[str(symbol)] = value
         self.sources[str(symbol)] = self._source(name, axis, expr, symbol)
@@ -718,7 +736,7 @@ class _Solver:
     def _describe(self, expr: sympy.Expr) -> str:
         """``expr`` with each bound symbol replaced by the dim that set it."""
         sources = {s: self.sources[str(s)] for s in expr.free_symbols if str(s) in self.sources}
-        return str(expr.subs(sources))
+        return self.shapes.display(expr.subs(sources))
 
 
 # --------------------------------------------------------------------------- boundaries
@@ -783,3 +801,242 @@ def _evaluate(spec: InputSpec, values: Mapping[str, int]) -> tuple[int, ...]:
         expr = _parse(size)
         sizes.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
     return tuple(sizes)
+
+
+# --------------------------------------------------------------------------- the user's spec
+
+
+@dataclass(frozen=True)
+class SpecAxis:
+    """One axis the user's ``dynamic_shapes`` spec says something about."""
+
+    path: str
+    """The input as the user wrote it: ``x``, ``xs[0]``, ``d['key']``."""
+    tensor: torch.Tensor
+    """The example tensor at that place."""
+    axis: int
+    """The dim the spec names (negative as written)."""
+    dim: Any
+    """The spec's entry: a ``Dim``, a derived dim, ``Dim.AUTO``/``STATIC``/``DYNAMIC``, an int."""
+
+
+def spec_axes(
+    dynamic_shapes: Any, arguments: Mapping[str, Any], *, strict: bool = False
+) -> list[SpecAxis]:
+    """The axes ``dynamic_shapes`` names, each with its example tensor.
+
+    ``arguments`` maps the forward's parameter names to the example values, in signature
+    order: what ``dynamic_shapes`` is keyed by (a dict) or ordered like (a tuple or list).
+    Parts of the spec that do not fit the example's structure are left to torch, which
+    reports them itself; with ``strict``, a dim beyond a tensor's rank raises
+    ``AotiUsageError`` here (torch says only "list assignment index out of range").
+    """
+    if isinstance(dynamic_shapes, Mapping):
+        tops = [
+            (str(name), arguments[name], spec)
+            for name, spec in dynamic_shapes.items()
+            if name in arguments
+        ]
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        tops = [
+            (name, value, spec) for (name, value), spec in zip(arguments.items(), dynamic_shapes)
+        ]
+    else:
+        return []
+    found: list[SpecAxis] = []
+    for name, value, spec in tops:
+        _walk_spec(name, value, spec, found, strict)
+    return found
+
+
+def _walk_spec(path: str, value: Any, spec: Any, found: list[SpecAxis], strict: bool) -> None:
+    if spec is None:
+        return
+    if isinstance(value, torch.Tensor):
+        if isinstance(spec, Mapping):
+            entries = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            entries = list(enumerate(spec))
+        else:
+            return
+        rank = value.dim()
+        for axis, dim in entries:
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                continue
+            if not -rank <= axis < rank:
+                if strict:
+                    dims = f"dims 0..{rank - 1}" if rank else "no dims"
+                    raise AotiUsageError(
+                        f"dynamic_shapes for input '{path}' names dim {axis}, but {path} has "
+                        f"rank {rank} ({dims})"
+                    )
+                continue
+            found.append(SpecAxis(path, value, axis, dim))
+    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        for index, (item, item_spec) in enumerate(zip(value, spec)):
+            _walk_spec(f"{path}[{index}]", item, item_spec, found, strict)
+    elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+        for key, item_spec in spec.items():
+            if key in value:
+                _walk_spec(f"{path}[{key!r}]", value[key], item_spec, found, strict)
+
+
+def forward_arguments(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The example inputs keyed by ``module.forward``'s parameter names, as torch.export
+    matches them with ``dynamic_shapes``; None when they do not bind."""
+    try:
+        return dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_dynamic_shapes(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> None:
+    """Raise ``AotiUsageError`` where ``dynamic_shapes`` names a dim an input does not have.
+
+    Run before ``torch.export.export``, which fails on that with an ``IndexError`` that
+    names neither the input nor the dim.
+    """
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is not None:
+        spec_axes(dynamic_shapes, arguments, strict=True)
+
+
+def dim_label(dim: Any) -> str | None:
+    """How the user wrote a spec entry that bounds a size: ``Dim('batch')``, ``2*d + 1``,
+    ``Dim.DYNAMIC``; None for static sizes and entries without bounds."""
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import _DerivedDim, _DimHint
+
+    if isinstance(dim, _DerivedDim):
+        return str(dim.__name__)
+    if isinstance(dim, Dim):
+        return f"Dim({dim.__name__!r})"
+    if isinstance(dim, _DimHint):
+        return f"Dim.{dim.type.name}"
+    return None
+
+
+def _dim_bounds(dim: Any) -> tuple[int, int | None] | None:
+    low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+    if low is None and high is None:
+        return None
+    return _finite(low) or 0, _finite(high)
+
+
+def sizes_outside_spec(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> list[str]:
+    """One line per example size outside the range its ``Dim`` declares, e.g.
+    ``input 'x' has size 100 at dim 0, outside Dim('batch') range [1, 64]``."""
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is None:
+        return []
+    found = []
+    for entry in spec_axes(dynamic_shapes, arguments):
+        label, bounds = dim_label(entry.dim), _dim_bounds(entry.dim)
+        if label is None or bounds is None:
+            continue
+        size = int(entry.tensor.shape[entry.axis])
+        low, high = bounds
+        if size < low or (high is not None and size > high):
+            found.append(
+                f"input '{entry.path}' has size {size} at dim {entry.axis}, outside {label} "
+                f"range {_format_range(low, high)}"
+            )
+    return found
+
+
+def sizes_export_specializes(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> list[str]:
+    """Named dims whose example size is 0 or 1, which export always specializes."""
+    from torch.export.dynamic_shapes import _DimHint
+
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is None:
+        return []
+    axes = spec_axes(dynamic_shapes, arguments)
+    return [
+        f"input '{entry.path}' has size {int(entry.tensor.shape[entry.axis])} at dim "
+        f"{entry.axis}, which export specializes: pass an example of size >= 2 for "
+        f"{dim_label(entry.dim)}"
+        for entry in axes
+        if dim_label(entry.dim) is not None
+        and not isinstance(entry.dim, _DimHint)
+        and int(entry.tensor.shape[entry.axis]) in (0, 1)
+    ]
+
+
+def name_symbols(
+    program: ExportedProgram,
+    shapes: ProgramShapes,
+    dynamic_shapes: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> ProgramShapes:
+    """``shapes`` with each symbol the user named through a ``Dim`` shown by that name.
+
+    ``dynamic_shapes``, ``args`` and ``kwargs`` are what ``program`` was exported with.
+    The spec is walked alongside the inputs; where it puts ``Dim("batch")`` (or a dim
+    derived from it) on an axis whose exported size holds one symbol, that symbol is
+    named ``batch``. ``Dim.AUTO``, ``Dim.DYNAMIC`` and static entries name nothing.
+    """
+    from dataclasses import replace
+
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import _DerivedDim
+
+    from pytest_aoti.signature import named_user_inputs
+
+    if dynamic_shapes is None:
+        return shapes
+    try:
+        arguments = _exported_arguments(program, args, kwargs)
+        leaves = named_user_inputs(program, tuple(args), kwargs)
+        axes = spec_axes(dynamic_shapes, arguments)
+    except (TypeError, ValueError):
+        return shapes
+    input_of = {id(leaf): name for name, leaf in leaves.items()}
+    names: dict[str, str] = {}
+    for entry in axes:
+        if isinstance(entry.dim, _DerivedDim):
+            user_name = str(entry.dim.root.__name__)
+        elif isinstance(entry.dim, Dim):
+            user_name = str(entry.dim.__name__)
+        else:
+            continue
+        input_name = input_of.get(id(entry.tensor))
+        if input_name is None:
+            continue
+        try:
+            size = shapes.input(input_name).shape[entry.axis]
+        except (KeyError, IndexError):
+            continue
+        if not isinstance(size, str):
+            continue  # specialized by export
+        symbols = _parse(size).free_symbols
+        if len(symbols) != 1 or (
+            not isinstance(entry.dim, _DerivedDim) and not size.isidentifier()
+        ):
+            continue
+        names.setdefault(str(next(iter(symbols))), user_name)
+    names = {symbol: name for symbol, name in names.items() if symbol in shapes.symbols}
+    return replace(shapes, names={**shapes.names, **names}) if names else shapes
+
+
+def _exported_arguments(
+    program: ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The inputs keyed by the forward's parameter names, as the program records them."""
+    signature = program.module_call_graph[0].signature if program.module_call_graph else None
+    names = getattr(signature, "forward_arg_names", None) or []
+    if len(names) < len(args):
+        raise ValueError("the program does not record its parameter names")
+    arguments = dict(zip(names, args))
+    arguments.update((name, kwargs[name]) for name in names[len(args) :] if name in kwargs)
+    arguments.update((name, value) for name, value in kwargs.items() if name not in arguments)
+    return arguments

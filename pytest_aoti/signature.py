@@ -76,8 +76,7 @@ def flat_user_inputs(
     in_spec = program.call_spec.in_spec
     ordered_kwargs = dict(kwargs)
     if in_spec is not None and in_spec.num_children == 2:
-        # ``child()`` replaced ``children_specs`` in torch 2.10; older releases lack it.
-        kwargs_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
+        kwargs_spec = _child(in_spec, 1)
         if kwargs_spec.context is not None:
             ordered_kwargs = {name: kwargs[name] for name in kwargs_spec.context if name in kwargs}
     leaves, _ = pytree.tree_flatten((tuple(args), ordered_kwargs))
@@ -92,6 +91,9 @@ def named_user_inputs(
     Names are those of the graph signature: ``x`` for a tensor argument, ``xs_0`` for the
     first element of a list argument, the keyword for a keyword argument.
     """
+    mismatch = describe_call_mismatch(program, args, kwargs)
+    if mismatch is not None:
+        raise ValueError(mismatch)
     names = read_signature_names(program)
     leaves = flat_user_inputs(program, args, kwargs)
     if len(names) != len(leaves):
@@ -100,6 +102,142 @@ def named_user_inputs(
             f"but {len(leaves)} were given"
         )
     return dict(zip(names, leaves))
+
+
+def describe_call_mismatch(
+    program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> str | None:
+    """What differs between ``(args, kwargs)`` and the inputs ``program`` was exported
+    with, and how to call it instead; None when the structure matches.
+
+    The program's ``call_spec.in_spec`` is the pytree structure of the exported
+    ``(args, kwargs)``: which inputs were positional, which were keywords, and how
+    each was nested.
+    """
+    import torch.utils._pytree as pytree
+
+    in_spec = program.call_spec.in_spec
+    if in_spec is None or in_spec.num_children != 2:
+        return None
+    args_spec, kwargs_spec = _child(in_spec, 0), _child(in_spec, 1)
+    keywords = [str(name) for name in (kwargs_spec.context or [])]
+    positional = _positional_names(program, args_spec.num_children)
+    if len(args) != len(positional) or set(kwargs) != set(keywords):
+        return _layout_mismatch(positional, keywords, args, kwargs)
+    ordered = {name: kwargs[name] for name in keywords}
+    given = (tuple(args), ordered)
+    if pytree.tree_flatten(given)[1] == in_spec:
+        return None
+    labels = _exported_leaf_labels(program)
+    if len(labels) != in_spec.num_leaves:
+        labels = ["?"] * in_spec.num_leaves
+    exported = pytree.tree_unflatten(labels, in_spec)
+    return (
+        f"input structure differs from export: exported {_render_call(exported)}, "
+        f"got {_render_call(pytree.tree_map(_leaf_label, given))}: pass the same nesting "
+        "(and number of elements)"
+    )
+
+
+def _child(spec: Any, index: int) -> Any:
+    # ``child()`` replaced ``children_specs`` in torch 2.10; older releases lack it.
+    return spec.child(index) if hasattr(spec, "child") else spec.children_specs[index]
+
+
+def _positional_names(program: ExportedProgram, count: int) -> list[str]:
+    """Parameter names of the inputs the program was exported with positionally."""
+    call_graph = program.module_call_graph
+    signature = call_graph[0].signature if call_graph else None
+    names = list(getattr(signature, "forward_arg_names", None) or [])
+    if len(names) < count:
+        names += [f"arg{index}" for index in range(len(names), count)]
+    return names[:count]
+
+
+def _layout_mismatch(
+    positional: list[str], keywords: list[str], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> str:
+    """Positional and keyword inputs that differ from export, and what to pass instead."""
+    takes = f"the program takes {_count(len(positional), 'positional input')}"
+    if positional:
+        takes += f" ({', '.join(positional)})"
+    if keywords:
+        takes += f" and {_count(len(keywords), 'keyword input')} ({', '.join(keywords)})"
+    got = f"got {len(args)} positional"
+    if kwargs:
+        given = ", ".join(f"{name}={_leaf_label(value)}" for name, value in kwargs.items())
+        got += f" and keyword {given}"
+    advice = []
+    as_keywords = [name for name in kwargs if name in positional]
+    if as_keywords:
+        which = "it" if len(as_keywords) == 1 else ", ".join(as_keywords)
+        advice.append(f"pass {which} positionally, as at export")
+    extra = len(args) - len(positional)
+    if extra > 0 and keywords:
+        advice.append(f"pass {', '.join(keywords[:extra])} as keyword, as at export")
+    unknown = [name for name in kwargs if name not in positional and name not in keywords]
+    if unknown:
+        advice.append(f"the program has no input {', '.join(unknown)}")
+    missing = [name for name in keywords if name not in kwargs][max(extra, 0) :]
+    if missing and not unknown:
+        advice.append(f"keyword {', '.join(missing)} missing")
+    if not advice or missing:
+        call = ", ".join([*positional, *(f"{name}={name}" for name in keywords)])
+        advice.append(f"call it as at export: program({call})")
+    return f"{takes}; {got}: {'; '.join(advice)}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _exported_leaf_labels(program: ExportedProgram) -> list[str]:
+    """``Tensor``, ``int``, ``float``... for each user input, in flattening order."""
+    from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
+
+    labels = []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        if isinstance(spec.arg, TensorArgument):
+            labels.append("Tensor")
+        elif isinstance(spec.arg, ConstantArgument):
+            labels.append(type(spec.arg.value).__name__)
+        else:  # SymInt/SymFloat/SymBool arguments
+            labels.append(
+                type(spec.arg).__name__.removeprefix("Sym").removesuffix("Argument").lower()
+            )
+    return labels
+
+
+def _leaf_label(value: Any) -> str:
+    import torch
+
+    return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _render_call(call: Any) -> str:
+    args, kwargs = call
+    text = f"args {_render(tuple(args))}"
+    if kwargs:
+        text += f" kwargs {_render(dict(kwargs))}"
+    return text
+
+
+def _render(tree: Any) -> str:
+    """A pytree of leaf labels as Python-like text: ``([Tensor, Tensor],)``."""
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
+        items = [_render(item) for item in tree]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(tree, list):
+        return f"[{', '.join(_render(item) for item in tree)}]"
+    if isinstance(tree, Mapping):
+        return "{" + ", ".join(f"{key}: {_render(value)}" for key, value in tree.items()) + "}"
+    if isinstance(tree, tuple):  # a namedtuple
+        fields = getattr(tree, "_fields")  # noqa: B009 - mypy knows no _fields on tuple
+        inner = ", ".join(f"{key}={_render(value)}" for key, value in zip(fields, tree))
+        return f"{type(tree).__name__}({inner})"
+    return "None" if tree is None else str(tree)
 
 
 def read_signature_names(program: ExportedProgram) -> tuple[str, ...]:

@@ -109,6 +109,9 @@ class _CheckPlan:
     max_dim: int
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     """The configs the program was compiled with, for the localizer's compile."""
+    engine: Any = None
+    """The engine of the first input set's run, kept for timing: loading another one for a
+    program with buffer state would map the package again, for good."""
 
 
 class CheckEvents(Protocol):
@@ -218,6 +221,8 @@ class AotiTester:
             inductor_configs=settings.inductor_configs,
             label=self._label,
         )
+        # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
+        program.name_dims(dynamic_shapes, device_args, device_kwargs)
         if program.mutated_buffers:
             warn_at_caller(_buffer_warning(program))
         return program
@@ -339,6 +344,7 @@ class AotiTester:
             stats += run.check(
                 plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at
             )
+            plan.engine = plan.engine or run.engine
             distinct = self._check_distinct(
                 program, plan, device_args, device_kwargs, label, localizer
             )
@@ -362,6 +368,7 @@ class AotiTester:
                     database=self._hypothesis_database,
                     label=self._label,
                 ),
+                localizer=localizer,
             )
             stats += generated_stats
         return CheckResult(

@@ -30,6 +30,7 @@ PROFILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 5, "repeat": 1}
 
 def call_times(
     program: AotiProgram,
+    engine: Callable[..., Any],
     module: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -37,7 +38,6 @@ def call_times(
     """Median seconds of one engine call and of one eager call, after a first call each."""
     import torch
 
-    engine = program.engine_in_exported_state()
     eager = copy.deepcopy(module)
     sync = _synchronizer(program.device)
 
@@ -60,6 +60,7 @@ def call_times(
 def write_profile(
     path: Path,
     program: AotiProgram,
+    engine: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> Path:
@@ -76,7 +77,6 @@ def write_profile(
     activities = [ProfilerActivity.CPU]
     if program.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    engine = program.engine_in_exported_state()
     sync = _synchronizer(program.device)
     steps = sum(PROFILE_SCHEDULE[phase] for phase in ("wait", "warmup", "active"))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -266,15 +266,21 @@ def test_export_failure_is_short_and_says_what_to_try(pytester: pytest.Pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
+            # torch's own error, chained, shown at the model's line
+            ">       if x.sum() > 0:",
+            "E       *GuardOnDataDependentSymNode: Could not guard on data-dependent expression*",
+            "The above exception was the direct cause of the following exception:",
             ">       aoti.check(DataDependent(), (torch.ones(3),))",
-            "E       pytest_aoti.errors.AotiExportError: export failed: *",
-            "E       at *test_export_failure_is_short_and_says_what_to_try.py:5 in forward",
-            "E       What to try: strict=False (or strict=True), a dynamic_shapes spec *draft_export*",
+            "E       pytest_aoti.errors.AotiExportError: torch.export.export failed: "
+            "Could not guard on data-dependent expression *",
+            "E         at *test_export_failure_is_short_and_says_what_to_try.py:5 in forward",
+            "E             if x.sum() > 0:",
+            "E         What to try: *torch.cond*strict=False*torch._check*draft_export*",
         ]
     )
     failure = result.stdout.str().split("= FAILURES =")[1].split("- Captured")[0]
-    assert len(failure.splitlines()) < 15, failure
-    assert "torch/_export" not in failure
+    assert len(failure.splitlines()) < 60, failure
+    assert "site-packages/torch" not in failure  # none of torch's internal frames
 
 
 def test_compile_failure_names_the_compiler_reason(pytester: pytest.Pytester) -> None:
@@ -363,7 +369,7 @@ def test_buffer_mutation_warning_points_at_the_users_line(run_aoti) -> None:
     result = run_aoti(
         """
         def test_counter(aoti):
-            aoti.check(Counter(), (example(),))
+            aoti.check(Counter(), (example(),), calls=1)
 
         def test_compile_warns_too(aoti):
             with pytest.warns(AotiBufferMutationWarning, match="counter"):
