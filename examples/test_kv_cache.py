@@ -53,10 +53,11 @@ def test_kv_cache_engine_reuses_callers_storage(aoti):
     inputs = step_inputs(position=0)
     program = aoti.compile(KVCacheStep(), inputs)
     assert program.mutated_inputs == {"k_cache", "v_cache"}
-    q, k, v, k_cache, v_cache, _ = step_inputs(position=0)
+    # the engine takes inputs on its own device
+    q, k, v, k_cache, v_cache, _ = (t.to(aoti.device) for t in step_inputs(position=0))
     address = k_cache.data_ptr()
     for position in (3, 4, 5):
-        program(q, k, v, k_cache, v_cache, torch.tensor([position]))
+        program(q, k, v, k_cache, v_cache, torch.tensor([position], device=aoti.device))
     assert k_cache.data_ptr() == address
     for position in (3, 4, 5):
         torch.testing.assert_close(k_cache[:, :, position], k[:, :, 0])

@@ -61,8 +61,8 @@ def test_mlp_dynamic_batch(aoti):
 def test_mlp_engine_in_your_own_given_test(aoti):
     """The plugin's strategies in a hand-written Hypothesis test; same program, no new compile."""
     torch.manual_seed(0)
-    module = MLP()
-    example = (torch.randn(4, 32),)
+    module = MLP().to(aoti.device)  # the engine and its inputs live on the test's device
+    example = (torch.randn(4, 32, device=aoti.device),)
     program = aoti.compile(module, example, dynamic_shapes=({0: BATCH},))
 
     @settings(max_examples=10, deadline=None)

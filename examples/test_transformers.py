@@ -50,6 +50,13 @@ def token_inputs(batch: int, seq: int) -> tuple[torch.Tensor, dict[str, torch.Te
     return input_ids, {"attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
+def on_device(
+    device: torch.device, input_ids: torch.Tensor, kwargs: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The engine takes its inputs on the device it was compiled for."""
+    return input_ids.to(device), {name: value.to(device) for name, value in kwargs.items()}
+
+
 @pytest.mark.aoti(examples=8)
 def test_bert_dynamic_batch_and_sequence(aoti):
     model = tiny_bert()
@@ -61,10 +68,10 @@ def test_bert_dynamic_batch_and_sequence(aoti):
 
     # the engine is the deployable artifact: called like the model, at a shape of our own,
     # it returns the same ModelOutput with the same values
-    input_ids, kwargs = token_inputs(5, 37)
+    input_ids, kwargs = on_device(aoti.device, *token_inputs(5, 37))
     engine_output = result.program(input_ids, **kwargs)
     with torch.no_grad():
-        eager_output = model(input_ids, **kwargs)
+        eager_output = model.to(aoti.device)(input_ids, **kwargs)
     assert type(engine_output) is type(eager_output)
     torch.testing.assert_close(engine_output.last_hidden_state, eager_output.last_hidden_state)
     torch.testing.assert_close(engine_output.pooler_output, eager_output.pooler_output)
@@ -103,7 +110,8 @@ def test_gpt2_dynamic_batch_and_sequence(aoti):
     # greedy decoding picks the same next tokens from the engine as from eager
     input_ids, kwargs = token_inputs(3, 40)
     del kwargs["token_type_ids"]
+    input_ids, kwargs = on_device(aoti.device, input_ids, kwargs)
     engine_logits = result.program(input_ids, **kwargs).logits
     with torch.no_grad():
-        eager_logits = model(input_ids, **kwargs).logits
+        eager_logits = model.to(aoti.device)(input_ids, **kwargs).logits
     assert torch.equal(engine_logits[:, -1].argmax(-1), eager_logits[:, -1].argmax(-1))

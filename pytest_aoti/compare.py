@@ -38,7 +38,7 @@ _RESCUE_FLOOR = 1e-5
 _EAGER = "eager"
 
 
-ToleranceHook = Callable[[str, torch.dtype], "tuple[float, float] | None"]
+ToleranceHook = Callable[[str, torch.dtype], "tuple[float, float] | None"]  # noqa: UP037
 """``(location, dtype) -> (rtol, atol) or None``: a project's own tolerance per leaf."""
 
 

@@ -88,9 +88,9 @@ def check_generated(
         # search itself runs many failing shapes
         error = checker.attributed(found, localizer)
         # the program's shapes carry the user's Dim names (see AotiProgram.name_dims)
-        failure = AotiCheckError(_report(found, error, program.shapes, generation))
-        failure.replay = error.replay if isinstance(error, AotiCheckError) else None
-        raise failure from None
+        reported = AotiCheckError(_report(found, error, program.shapes, generation))
+        reported.replay = error.replay if isinstance(error, AotiCheckError) else None
+        raise reported from None
     return checker.count, checker.stats
 
 

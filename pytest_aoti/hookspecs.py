@@ -16,19 +16,63 @@ if TYPE_CHECKING:
 
 @pytest.hookspec
 def pytest_aoti_inductor_configs(
-    config: pytest.Config, device: torch.device
+    config: pytest.Config, device: torch.device, item: pytest.Item
 ) -> Mapping[str, Any] | None:
-    """Return inductor options every AOTI compile on ``device`` starts from.
+    """Return inductor options the AOTI compiles of test ``item`` on ``device`` start from.
 
-    Results of all implementations are merged (later plugins win); the marker's and the
-    call's ``inductor_configs`` override them. They are part of the program's cache key.
+    Results of all implementations are merged (closer conftests win) over the ini file's
+    ``aoti_inductor_configs``; the marker's and the call's ``inductor_configs`` override
+    them. They are part of the program's cache key.
 
-    Example, in ``conftest.py``::
+    Example, in ``conftest.py``: a cheaper wrapper build on CPU, and max-autotune for the
+    tests under ``tests/perf/``::
 
-        def pytest_aoti_inductor_configs(config, device):
+        def pytest_aoti_inductor_configs(config, device, item):
+            configs = {}
             if device.type == "cpu":
-                return {"aot_inductor.compile_wrapper_opt_level": "O0"}
+                configs["aot_inductor.compile_wrapper_opt_level"] = "O0"
+            if "tests/perf/" in item.nodeid:
+                configs["max_autotune"] = True
+            return configs
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_aoti_tolerance(
+    item: pytest.Item, path: str, dtype: torch.dtype, device: torch.device
+) -> tuple[float, float] | None:
+    """Return ``(rtol, atol)`` for one compared leaf, or None to leave it to the defaults.
+
+    ``path`` names the leaf as reports do: ``output[0]``, ``output['logits']``,
+    ``input 'cache'``. The first implementation that returns a pair decides. Precedence:
+    the call's ``rtol``/``atol``, then the marker's, then this hook, then
+    ``--aoti-rtol``/``--aoti-atol``, then the dtype's defaults. A tolerance from this hook
+    is final: no fp64 check relaxes it.
+
+    Example, in ``conftest.py``: half-precision models get a looser tolerance::
+
+        def pytest_aoti_tolerance(item, path, dtype, device):
+            if dtype in (torch.float16, torch.bfloat16):
+                return (2e-2, 2e-2)
             return None
+    """
+
+
+@pytest.hookspec
+def pytest_aoti_export_options(item: pytest.Item) -> Mapping[str, Any] | None:
+    """Return ``torch.export.export`` keyword arguments for the AOTI tests of ``item``.
+
+    Results of all implementations are merged (closer conftests win); the
+    ``--aoti-export`` variant, the marker's and the call's ``strict`` override them.
+
+    Example, in ``conftest.py``: strict export for one directory, and runtime asserts
+    deferred to the engine instead of guards everywhere::
+
+        def pytest_aoti_export_options(item):
+            options = {"prefer_deferred_runtime_asserts_over_guards": True}
+            if "tests/strict/" in item.nodeid:
+                options["strict"] = True
+            return options
     """
 
 

@@ -192,7 +192,14 @@ def _device_fingerprint(device: torch.device) -> str:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
-        return f"cuda sm_{major}{minor} {torch.version.cuda}"
+        # Inductor reads the TF32 switches while it compiles (matmul templates, padding):
+        # a package built with TF32 on must not serve a run that turned it off
+        tf32 = (
+            f"tf32 matmul={torch.backends.cuda.matmul.allow_tf32} "
+            f"cudnn={torch.backends.cudnn.allow_tf32} "
+            f"precision={torch.get_float32_matmul_precision()}"
+        )
+        return f"cuda sm_{major}{minor} {torch.version.cuda} {tf32}"
     if device.type == "cpu":
         # inductor compiles CPU kernels for the host's vector ISA: an AVX-512 package
         # shared through a cache directory must not be loaded on an AVX2 machine

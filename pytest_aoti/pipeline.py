@@ -97,11 +97,13 @@ def export_module(
     *,
     dynamic_shapes: Any = None,
     strict: bool | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> ExportedProgram:
     """``torch.export.export``; a failure raises ``AotiExportError`` from torch's error.
 
-    A ``dynamic_shapes`` entry for a dim an input does not have raises ``AotiUsageError``
-    before exporting.
+    ``options`` are further keyword arguments of ``torch.export.export`` (``strict``,
+    ``prefer_deferred_runtime_asserts_over_guards``, ...). A ``dynamic_shapes`` entry for a
+    dim an input does not have raises ``AotiUsageError`` before exporting.
     """
     import torch
 
@@ -109,12 +111,12 @@ def export_module(
 
     if dynamic_shapes is not None:
         check_dynamic_shapes(module, args, kwargs, dynamic_shapes)
-    options: dict[str, Any] = {"dynamic_shapes": dynamic_shapes}
+    export_options: dict[str, Any] = {**(options or {}), "dynamic_shapes": dynamic_shapes}
     if strict is not None:
-        options["strict"] = strict
+        export_options["strict"] = strict
     try:
         with quiet_torch_deprecations():
-            return torch.export.export(module, tuple(args), dict(kwargs), **options)
+            return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
         message = summarize_torch_error(
@@ -510,3 +512,19 @@ def summarize_torch_error(
     if hint:
         lines.append(f"  {hint}")
     return "\n".join(lines)
+
+
+def unknown_inductor_options(configs: Mapping[str, Any]) -> str:
+    """A sentence naming the keys of ``configs`` that Inductor does not know, each with the
+    closest valid keys; empty when every key is known."""
+    import difflib
+
+    import torch._inductor
+
+    known = set(torch._inductor.list_options())
+    problems = []
+    for name in sorted(set(configs) - known):
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        problems.append(f"unknown inductor option {name!r}{hint}")
+    return "; ".join(problems)

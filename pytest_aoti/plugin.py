@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 SESSION_PLUGIN = "aoti-session"
 _DEVICE_FIXTURE = "aoti_device"
+_EXPORT_FIXTURE = "aoti_export_mode"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,8 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None): an AOTInductor test, run on every --aoti-device; the options are "
-        "defaults for the aoti fixture's checks",
+        "max_dim=None, localize=None): an AOTInductor test, run on every --aoti-device; the "
+        "options are defaults for the aoti fixture's checks",
     )
     session = AotiSession(config, read_settings(config))
     from pytest_aoti.devices import asks_for_cuda
@@ -71,8 +72,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return  # the test parametrizes its device itself
     if _DEVICE_FIXTURE not in metafunc.fixturenames:
         metafunc.fixturenames.append(_DEVICE_FIXTURE)
-    devices = _session(metafunc.config).devices
+    session = _session(metafunc.config)
+    devices = session.devices
     metafunc.parametrize(_DEVICE_FIXTURE, devices, indirect=True, ids=list(devices))
+    modes = session.settings.export_modes
+    if modes != ("default",):
+        # like PyTorch's own export tests: one test, a strict and a non-strict variant
+        if _EXPORT_FIXTURE not in metafunc.fixturenames:
+            metafunc.fixturenames.append(_EXPORT_FIXTURE)
+        metafunc.parametrize(_EXPORT_FIXTURE, modes, indirect=True, ids=list(modes))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -85,15 +93,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def aoti_device(request: pytest.FixtureRequest) -> torch.device:
-    """The ``torch.device`` this AOTI test runs on (one of ``--aoti-device``)."""
-    import torch
-
-    name = getattr(request, "param", None) or _session(request.config).devices[0]
-    return torch.device(name)
+    """The ``torch.device`` this AOTI test runs on (one of ``--aoti-device``). Under
+    ``pytest -n N``, ``cuda`` is worker ``gwI``'s own GPU: ``cuda:(I mod GPUs)``."""
+    session = _session(request.config)
+    name = getattr(request, "param", None) or session.devices[0]
+    return session.torch_device(name)
 
 
 @pytest.fixture
-def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTester:
+def aoti_export_mode(request: pytest.FixtureRequest) -> str:
+    """``strict``, ``non-strict`` or ``default``: this test's ``--aoti-export`` variant."""
+    return str(getattr(request, "param", None) or "default")
+
+
+@pytest.fixture
+def aoti(
+    request: pytest.FixtureRequest, aoti_device: torch.device, aoti_export_mode: str
+) -> AotiTester:
     """Compiles modules to AOTInductor engines and checks them against eager PyTorch.
 
     ``aoti.compile(module, args)`` returns an :class:`~pytest_aoti.AotiProgram`;
@@ -104,13 +120,8 @@ def aoti(request: pytest.FixtureRequest, aoti_device: torch.device) -> AotiTeste
     from pytest_aoti.tester import AotiTester
 
     session = _session(request.config)
-    defaults = session.defaults_for(request.node)
-    hook_configs = session.hook_inductor_configs(aoti_device)
-    if hook_configs:
-        defaults = defaults.overridden(
-            inductor_configs={**hook_configs, **defaults.inductor_configs}
-        )
     item = request.node
+    defaults = session.defaults_for(item, aoti_device, aoti_export_mode)
     return AotiTester(
         aoti_device,
         session.registry,

@@ -31,13 +31,15 @@ class _SharedEngine:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._engine: Any = None
+        self._engines: dict[str, Any] = {}
 
-    def get(self, load: Callable[[], Any]) -> Any:
+    def get(self, device: torch.device, load: Callable[[], Any]) -> Any:
+        """The engine for ``device``: one package serves cuda:0 and cuda:1 (same key), but
+        an engine is bound to the device index it was loaded on."""
         with self._lock:
-            if self._engine is None:
-                self._engine = load()
-            return self._engine
+            if str(device) not in self._engines:
+                self._engines[str(device)] = load()
+            return self._engines[str(device)]
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ class AotiProgram:
         program mutates buffers, else the one engine shared by every user of the package."""
         if self.mutated_buffers:
             return self.load_engine()
-        return self._artifact.shared_engine.get(self.load_engine)
+        return self._artifact.shared_engine.get(self.device, self.load_engine)
 
     @user_facing
     def validate(self, *args: Any, **kwargs: Any) -> None:
@@ -185,6 +187,15 @@ class AotiProgram:
         except (ValueError, KeyError, TypeError) as error:
             raise AotiInputError(f"inputs do not match the exported program: {error}") from None
         validate_inputs(self.shapes, named)
+        if self.device.type == "cuda" and self.device.index is not None:
+            # an engine loaded on cuda:0 must not be handed tensors on cuda:1
+            for name, value in named.items():
+                index = getattr(getattr(value, "device", None), "index", None)
+                if getattr(value, "is_cuda", False) and index != self.device.index:
+                    raise AotiInputError(
+                        f"input '{name}' is on {value.device} but this program's engine runs "
+                        f"on {self.device}: move the input there"
+                    )
 
     @user_facing
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -83,7 +83,8 @@ class InputRun:
         except AotiCheckError as error:
             finding = self._attributed(error.finding, calls) if self._attribute else error.finding
             amended = error.amended(finding)
-            amended.replay = Replay(self._module, *clone_tree(self._originals), calls)
+            args, kwargs = clone_tree(self._originals)
+            amended.replay = Replay(self._module, args, kwargs, calls)
             raise amended from None
 
     def _run(

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from pytest_aoti.store import ArtifactStore, CacheMode
     from pytest_aoti.tester import CheckDefaults, CheckResult, _CheckPlan
 
-MARKER_OPTIONS = ("rtol", "atol", "strict", "inductor_configs", "examples", "max_dim")
-
 
 class AotiSession:
     """State shared by every AOTI test of one pytest process."""
@@ -60,6 +58,19 @@ class AotiSession:
 
             self._devices = resolve_devices(self.settings.devices)
         return self._devices
+
+    def torch_device(self, name: str) -> torch.device:
+        """The ``torch.device`` of a device name of the run. A bare ``cuda`` on xdist worker
+        ``gwI`` is ``cuda:(I mod GPUs)``: one GPU per worker, while test ids stay ``[cuda]``
+        on every worker (xdist needs identical collections)."""
+        import torch
+
+        worker = getattr(self.config, "workerinput", {}).get("workerid", "")
+        if name == "cuda" and worker.startswith("gw") and worker[2:].isdigit():
+            count = torch.cuda.device_count()
+            if count > 1:
+                return torch.device("cuda", int(worker[2:]) % count)
+        return torch.device(name)
 
     @property
     def store(self) -> ArtifactStore | None:
@@ -133,17 +144,31 @@ class AotiSession:
 
     # -- what fixtures need -------------------------------------------------------------
 
-    def defaults_for(self, item: pytest.Item) -> CheckDefaults:
-        """Settings merged with the test's ``@pytest.mark.aoti(...)`` options."""
+    def defaults_for(
+        self, item: pytest.Item, device: torch.device, export_mode: str = "default"
+    ) -> CheckDefaults:
+        """What a check of ``item`` on ``device`` starts from, lowest first: the options,
+        the hooks, the ``--aoti-export`` variant, then the test's ``@pytest.mark.aoti(...)``
+        (the closest marker wins; inductor configs are merged)."""
         __tracebackhide__ = True
-        from pytest_aoti.tester import CheckDefaults
+        from pytest_aoti.tester import MARKER_OPTIONS, CheckDefaults
 
+        hook = self.config.hook
+        export_options = _merged(hook.pytest_aoti_export_options(item=item))
+        if export_mode != "default":
+            export_options["strict"] = export_mode == "strict"
         defaults = CheckDefaults(
-            rtol=self.settings.rtol,
-            atol=self.settings.atol,
-            examples=self.settings.examples,
-            max_dim=self.settings.max_dim,
-            localize=self.settings.localize,
+            **self.settings.check_defaults(),
+            inductor_configs={
+                **(self.settings.inductor_configs or {}),
+                **_merged(
+                    hook.pytest_aoti_inductor_configs(config=self.config, device=device, item=item)
+                ),
+            },
+            export_options=export_options,
+            tolerance_hook=lambda path, dtype: hook.pytest_aoti_tolerance(
+                item=item, path=path, dtype=dtype, device=device
+            ),
         )
         for marker in reversed(list(item.iter_markers("aoti"))):
             if marker.args:
@@ -160,13 +185,18 @@ class AotiSession:
             defaults = defaults.overridden(**marker.kwargs)
         return defaults
 
-    def hook_inductor_configs(self, device: torch.device) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for configs in reversed(
-            self.config.hook.pytest_aoti_inductor_configs(config=self.config, device=device)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Check the ini file's inductor configs once AOTI tests are collected (it needs
+        torch's list of options)."""
+        configs = self.settings.inductor_configs
+        if configs and any(
+            "aoti_device" in getattr(item, "fixturenames", ()) for item in session.items
         ):
-            merged.update(configs or {})
-        return merged
+            from pytest_aoti.pipeline import unknown_inductor_options
+
+            problem = unknown_inductor_options(configs)
+            if problem:
+                raise pytest.UsageError(f"ini option aoti_inductor_configs: {problem}")
 
     def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
         """What the ``aoti`` fixture's tester reports to, for one test."""
@@ -369,6 +399,15 @@ class AotiSession:
             f"{total.compiled} compiled in {total.compile_seconds:.1f} s; "
             f"{total.loaded} loaded from cache in {total.load_seconds:.2f} s"
         )
+
+
+def _merged(results: list[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """Results of a hook that every implementation answers, merged: pluggy lists the last
+    registered plugin's first, and later plugins (closer conftests) win."""
+    merged: dict[str, Any] = {}
+    for result in reversed(results):
+        merged.update(result or {})
+    return merged
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:

@@ -585,7 +585,7 @@ def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> N
                 f"input '{spec.name}' has dtype {value.dtype} but the program needs {spec.dtype}"
             )
         # The device type decides which kernels the engine runs; the index follows the
-        # device the engine was loaded on, so it is not compared.
+        # device the engine was loaded on (see validate_device_index).
         if value.device.type != spec.device.type:
             raise AotiInputError(
                 f"input '{spec.name}' is on {value.device} but the program needs {spec.device.type}"

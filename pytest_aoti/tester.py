@@ -23,12 +23,13 @@ from pytest_aoti.errors import (
     user_facing,
     warn_at_caller,
 )
+from pytest_aoti.settings import DEFAULT_EXAMPLES, DEFAULT_MAX_DIM
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.compare import LeafStats, Tolerance
+    from pytest_aoti.compare import LeafStats, Tolerance, ToleranceHook
     from pytest_aoti.program import AotiProgram
     from pytest_aoti.registry import ProgramRegistry
     from pytest_aoti.runs import Localizer
@@ -36,23 +37,68 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CheckDefaults:
-    """Defaults a check falls back to: from the command line, the ini file, the marker."""
+    """Defaults a check falls back to: the options (command line, ini file), the hooks and
+    the marker. Every field but ``base_*``, ``tolerance_hook`` and ``export_options`` is
+    also a ``@pytest.mark.aoti`` option (see :data:`MARKER_OPTIONS`)."""
 
     rtol: float | None = None
+    """Set by the marker; final (above the tolerance hook and ``--aoti-rtol``)."""
     atol: float | None = None
     strict: bool | None = None
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
-    examples: int = 20
-    max_dim: int = 64
+    examples: int = DEFAULT_EXAMPLES
+    max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
     """Name the first diverging node when the AOTI compile broke a check (one extra compile)."""
+    base_rtol: float | None = None
+    """``--aoti-rtol`` / ini: below the marker, the call and the tolerance hook."""
+    base_atol: float | None = None
+    tolerance_hook: ToleranceHook | None = field(default=None, compare=False)
+    """The ``pytest_aoti_tolerance`` hook, asked per compared leaf."""
+    export_options: Mapping[str, Any] = field(default_factory=dict)
+    """``torch.export.export`` keyword arguments from the ``pytest_aoti_export_options``
+    hook and the ``--aoti-export`` variant, below the marker's and the call's ``strict``."""
 
     def overridden(self, **values: Any) -> CheckDefaults:
         """A copy with every non-None value of ``values`` applied (configs are merged)."""
         values = {name: value for name, value in values.items() if value is not None}
-        if "inductor_configs" in values:
-            values["inductor_configs"] = {**self.inductor_configs, **values["inductor_configs"]}
+        for name in ("inductor_configs", "export_options"):
+            if name in values:
+                values[name] = {**getattr(self, name), **values[name]}
         return replace(self, **values)
+
+    def tolerance(self, rtol: float | None, atol: float | None) -> Tolerance:
+        """The layered tolerance of a check whose call passed ``rtol`` / ``atol``."""
+        from pytest_aoti.compare import Tolerance
+
+        return Tolerance(
+            rtol=self.rtol if rtol is None else rtol,
+            atol=self.atol if atol is None else atol,
+            hook=self.tolerance_hook,
+            base_rtol=self.base_rtol,
+            base_atol=self.base_atol,
+        )
+
+    def export_kwargs(self, strict: bool | None) -> dict[str, Any]:
+        """Export options: the hook's and the variant's, then the marker's and the call's
+        ``strict``."""
+        options = dict(self.export_options)
+        chosen = strict if strict is not None else self.strict
+        if chosen is not None:
+            options["strict"] = chosen
+        return options
+
+
+MARKER_OPTIONS = (
+    "rtol",
+    "atol",
+    "strict",
+    "inductor_configs",
+    "examples",
+    "max_dim",
+    "localize",
+)
+"""Options of ``@pytest.mark.aoti``: the ``CheckDefaults`` fields a marker may set."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +251,7 @@ class AotiTester:
         from pytest_aoti.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
-        settings = self.defaults.overridden(strict=strict, inductor_configs=inductor_configs)
+        settings = self.defaults.overridden(inductor_configs=inductor_configs)
         device_module = self._module_on_device(module)
         device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
         exported = export_module(
@@ -213,7 +259,7 @@ class AotiTester:
             device_args,
             device_kwargs,
             dynamic_shapes=dynamic_shapes,
-            strict=settings.strict,
+            options=self.defaults.export_kwargs(strict),
         )
         program = self._registry.program_for(
             exported,
@@ -270,7 +316,6 @@ class AotiTester:
         graph node (``.node``).
         """
         __tracebackhide__ = True
-        from pytest_aoti.compare import Tolerance
 
         started = time.perf_counter()
         _check_module_and_inputs(module, args, kwargs)
@@ -280,8 +325,8 @@ class AotiTester:
             not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
         ):
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
-        settings = self.defaults.overridden(rtol=rtol, atol=atol, examples=examples)
-        tolerance = Tolerance(rtol=settings.rtol, atol=settings.atol)
+        settings = self.defaults.overridden(examples=examples)
+        tolerance = self.defaults.tolerance(rtol, atol)
 
         if isinstance(dynamic_shapes, str):
             dynamic_shapes = self._infer_dynamic_shapes(

@@ -106,6 +106,18 @@ MODELS = textwrap.dedent(
             return x + self.level
 
 
+    class Doubling(torch.nn.Module):
+        """Reassigns a multi-valued buffer: recorded by non-strict export only."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("level", torch.ones(2))
+
+        def forward(self, x):
+            self.level = self.level * 2
+            return x + self.level
+
+
     class RunningMean(torch.nn.Module):
         """A correct stateful program: a running mean over multi-valued buffers."""
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch._inductor.config as inductor_config
 from torch.export import Dim
 
-from pytest_aoti.key import _canonical_symbols, program_key
+from pytest_aoti.key import ProgramKey, _canonical_symbols, program_key
 
 
 class Linear(torch.nn.Module):
@@ -99,3 +101,74 @@ def test_cpu_vector_isa_is_part_of_the_key(
     avx2 = key_of(exported)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert key_of(exported) != avx2
+
+
+class FakeGpus:
+    """Fakes what a CUDA content key reads, on any machine: one capability per device
+    index. Nothing touches a real GPU, so this runs on a CPU-only torch too."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.capabilities: dict[int, tuple[int, int]] = {0: (8, 0)}
+        self.current = 0
+        self.asked: list[int] = []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(self.capabilities))
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", self.capability)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", self.properties)
+        monkeypatch.setattr(torch.version, "cuda", "12.8")
+
+    def index(self, device: int | str | torch.device | None = None) -> int:
+        if device is None:
+            return self.current
+        if isinstance(device, int):
+            return device
+        index = torch.device(device).index
+        return self.current if index is None else index
+
+    def capability(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
+        index = self.index(device)
+        self.asked.append(index)
+        return self.capabilities[index]
+
+    def properties(self, device: int | str | torch.device | None = None) -> object:
+        major, minor = self.capabilities[self.index(device)]
+        return SimpleNamespace(
+            name=f"Fake GPU sm_{major}{minor}", major=major, minor=minor, total_memory=2**34
+        )
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> FakeGpus:
+    return FakeGpus(monkeypatch)
+
+
+def cuda_key(program: torch.export.ExportedProgram, device: str = "cuda") -> ProgramKey:
+    return program_key(program, device=torch.device(device), inductor_configs={})
+
+
+def test_gpus_of_another_capability_never_share_a_key(
+    exported: torch.export.ExportedProgram, fake_gpus: FakeGpus
+) -> None:
+    fake_gpus.capabilities = {0: (8, 0)}
+    ampere = cuda_key(exported)
+    assert cuda_key(exported) == ampere  # same capability, same key
+
+    fake_gpus.capabilities = {0: (9, 0)}
+    hopper = cuda_key(exported)
+    assert hopper.digest != ampere.digest
+    assert {name for name in hopper.parts if hopper.parts[name] != ampere.parts[name]} == {"device"}
+    assert cuda_key(exported, "cuda:0") == hopper  # "cuda" is the current device, cuda:0
+    assert hopper.digest != key_of(exported)  # nor with the CPU
+
+
+def test_each_gpu_is_keyed_by_its_own_capability(
+    exported: torch.export.ExportedProgram, fake_gpus: FakeGpus
+) -> None:
+    # one machine, two kinds of GPU: a program compiled for cuda:1 is not one for cuda:0
+    fake_gpus.capabilities = {0: (8, 0), 1: (9, 0)}
+    first, second = cuda_key(exported, "cuda:0"), cuda_key(exported, "cuda:1")
+    assert fake_gpus.asked == [0, 1]
+    assert first.digest != second.digest
+    fake_gpus.current = 1
+    assert cuda_key(exported) == second  # "cuda" follows torch.cuda.current_device()
