@@ -61,3 +61,10 @@ def test_kv_cache_engine_reuses_callers_storage(aoti):
     assert k_cache.data_ptr() == address
     for position in (3, 4, 5):
         torch.testing.assert_close(k_cache[:, :, position], k[:, :, 0])
+
+
+@pytest.mark.aoti
+def test_kv_cache_step_is_thread_safe(aoti):
+    """Each caller owns its caches, so one engine can serve several threads at once: four
+    threads, each with caches of its own, get what eager gives them."""
+    aoti.check(KVCacheStep(), step_inputs(position=17), threads=4, calls=2)

@@ -129,4 +129,5 @@ def aoti(
         events=session.events_for(item, aoti_device),
         hypothesis_database=session.hypothesis_database(),
         label=item.nodeid,
+        warned=session.warned_programs,
     )

@@ -47,6 +47,9 @@ class AotiSession:
         self._progress: CompileProgress | None = None
         self._profiles: dict[str, int] = {}
         self.collector = ReportCollector()
+        self.cache_problems: list[str] = []
+        self.warned_programs: set[str] = set()
+        """Programs whose buffer mutation was warned about: once per session."""
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -85,6 +88,7 @@ class AotiSession:
                     root,
                     mode=cast("CacheMode", self.settings.cache_mode),
                     max_bytes=self.settings.cache_max_size,
+                    on_problem=self._cache_problem,
                 )
         return self._store
 
@@ -124,6 +128,13 @@ class AotiSession:
         with guard:
             reporter.ensure_newline()
             reporter.write_line(line)
+
+    def _cache_problem(self, message: str) -> None:
+        """A cache problem the store repaired or worked around: listed in the terminal
+        summary, never a warning (under ``filterwarnings = error`` it would fail a test
+        that then passes on the next run)."""
+        if message not in self.cache_problems:
+            self.cache_problems.append(message)
 
     def cache_root(self) -> Path | None:
         if self.settings.cache_dir is not None:
@@ -345,6 +356,13 @@ class AotiSession:
             terminalreporter.write_sep("-", "aoti: compiles on xdist workers")
             for row in worker_lines(worker_events):
                 terminalreporter.write_line(row)
+        problems = list(self.cache_problems)
+        for figures in self.worker_stats:
+            problems += [p for p in figures.get("cache_problems", []) if p not in problems]
+        if problems:
+            terminalreporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
+            for problem in problems:
+                terminalreporter.write_line(problem)
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
@@ -362,9 +380,15 @@ class AotiSession:
                 "loaded": 0,
                 "load_seconds": 0.0,
                 "inferred": self.inferred,
+                "cache_problems": self.cache_problems,
             }
         stats = self._registry.stats
-        return {**stats.to_json(), "programs": sorted(stats.programs), "inferred": self.inferred}
+        return {
+            **stats.to_json(),
+            "programs": sorted(stats.programs),
+            "inferred": self.inferred,
+            "cache_problems": self.cache_problems,
+        }
 
     def _write_report(self, interrupted: bool) -> None:
         from pytest_aoti.registry import CompileStats

@@ -141,7 +141,8 @@ class Option:
     check: str = ""
     """The ``CheckDefaults`` field this setting initializes, if any."""
     path: str = ""
-    """``dir`` or ``file``: a path made absolute against the rootdir and checked writable."""
+    """``dir`` or ``file``: a path made absolute against the rootdir and checked writable
+    at startup; ``location``: made absolute only (its user copes with it being unusable)."""
     cli: bool = True
     """False for ini-only options (values that are awkward on a command line)."""
 
@@ -258,7 +259,7 @@ OPTIONS = (
         None,
         "Directory of the compiled-package cache, e.g. one shared by CI machines. "
         "Default: .pytest_cache/d/aoti.",
-        path="dir",
+        path="location",  # an unusable cache turns itself off, with a note, not an error
     ),
     Option(
         "aoti-cache-max-size",
@@ -329,7 +330,8 @@ def read_settings(config: pytest.Config) -> AotiSettings:
         value = _value(config, option)
         if option.path and value is not None:
             value = _path(config, value)
-            if not hasattr(config, "workerinput"):  # the xdist controller checked it
+            if option.path in ("dir", "file") and not hasattr(config, "workerinput"):
+                # the xdist controller checked it already
                 _check_writable_dir(value if option.path == "dir" else value.parent, option)
             if option.path == "file" and value.is_dir():
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")

@@ -41,7 +41,7 @@ import tempfile
 import time
 import types
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -289,9 +289,9 @@ def _same_inode(path: Path, ino: int) -> bool:
 class ArtifactStore:
     """Compiled packages by content key, in a private directory shared between processes.
 
-    Failures of the cache never fail a test: they warn :class:`AotiCacheWarning` and the
-    store behaves as a miss. An unusable or untrusted ``root`` turns the store off (or
-    read-only) for the run with a single warning.
+    Failures of the cache never fail a test: they are reported (to ``on_problem``, or as
+    an :class:`AotiCacheWarning` without one) and the store behaves as a miss. An unusable
+    or untrusted ``root`` turns the store off (or read-only) for the run, reported once.
     """
 
     def __init__(
@@ -300,7 +300,9 @@ class ArtifactStore:
         *,
         mode: CacheMode = "readwrite",
         max_bytes: int = 4 * 2**30,
+        on_problem: Callable[[str], None] | None = None,
     ) -> None:
+        self._on_problem = on_problem
         if mode not in ("off", "read", "readwrite"):
             raise ValueError(f"cache mode must be 'off', 'read' or 'readwrite', not {mode!r}")
         self.root = Path(root).absolute()
@@ -771,8 +773,16 @@ class ArtifactStore:
         self._warned.add((key, reason))
         self._warn(f"pytest-aoti cache entry {key} not used: {reason}; {action}")
 
-    @staticmethod
-    def _warn(message: str) -> None:
+    def report(self, message: str) -> None:
+        """Report a cache problem that was repaired or worked around; never raises."""
+        self._warn(message)
+
+    def _warn(self, message: str) -> None:
+        if self._on_problem is not None:
+            # the session lists it in the terminal summary: a warning would fail the test
+            # under filterwarnings = error, for a problem that was already repaired
+            self._on_problem(message)
+            return
         # Point the warning at the first caller outside this module (and its ``with``).
         level = 1
         frame_or_none: types.FrameType | None = sys._getframe(0)

@@ -153,6 +153,8 @@ class _CheckPlan:
     examples: int
     """Generated input sets (0 without dynamic dims)."""
     max_dim: int
+    threads: int = 1
+    """Threads one engine serves at once in the thread-safety check (1: no such check)."""
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     """The configs the program was compiled with, for the localizer's compile."""
     engine: Any = None
@@ -204,6 +206,7 @@ class AotiTester:
         events: CheckEvents | None = None,
         hypothesis_database: Path | None = None,
         label: str = "",
+        warned: set[str] | None = None,
     ) -> None:
         self.device = device
         """The ``torch.device`` every module and input is moved to."""
@@ -212,6 +215,8 @@ class AotiTester:
         self._events = events
         self._hypothesis_database = hypothesis_database
         self._label = label
+        self._warned = warned if warned is not None else set()
+        """Keys of programs whose buffer mutation was warned about (once per session)."""
 
     def __repr__(self) -> str:
         return f"<AotiTester device={self.device}>"
@@ -234,9 +239,23 @@ class AotiTester:
         """
         __tracebackhide__ = True
         program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
+        self._warn_buffers(program, declared=None)
         if self._events is not None:
             self._events.compiled(program)
         return program
+
+    def _warn_buffers(self, program: AotiProgram, declared: Iterable[str] | None) -> None:
+        """Warn once per program and session that it mutates registered buffers, unless
+        the check declared them (``mutated_buffers=``): the user knows, and ``threads=``
+        checks what it means."""
+        __tracebackhide__ = True
+        buffers = program.mutated_buffers
+        if not buffers or program.key in self._warned:
+            return
+        if declared is not None and not isinstance(declared, str) and set(declared) >= buffers:
+            return
+        self._warned.add(program.key)
+        warn_at_caller(_buffer_warning(program))
 
     def _compile(
         self,
@@ -269,8 +288,6 @@ class AotiTester:
         )
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(dynamic_shapes, device_args, device_kwargs)
-        if program.mutated_buffers:
-            warn_at_caller(_buffer_warning(program))
         return program
 
     @user_facing
@@ -290,6 +307,7 @@ class AotiTester:
         strict: bool | None = None,
         inductor_configs: Mapping[str, Any] | None = None,
         dynamic_shapes: Any = None,
+        threads: int | None = None,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
@@ -308,7 +326,10 @@ class AotiTester:
           ``dynamic_shapes``), each checked the same way;
         - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer one from ``args``
           and ``samples``; with dynamic dims, ``examples`` generated input sets inside the
-          exported ranges are checked too.
+          exported ranges are checked too;
+        - ``threads=K``: one engine serves K threads at once, each on inputs of its own, and
+          every thread's results match eager; a program that mutates registered buffers
+          fails (their state is shared by the threads).
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -325,6 +346,10 @@ class AotiTester:
             not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
         ):
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
+        if threads is not None and (
+            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+        ):
+            raise AotiUsageError(f"threads must be a positive int, got {threads!r}")
         settings = self.defaults.overridden(examples=examples)
         tolerance = self.defaults.tolerance(rtol, atol)
 
@@ -334,6 +359,7 @@ class AotiTester:
             )
         try:
             program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
+            self._warn_buffers(program, declared=mutated_buffers)
         except (AotiExportError, AotiCompileError) as error:
             if self._events is not None:
                 self._events.not_compiled(error, time.perf_counter() - started)
@@ -350,6 +376,7 @@ class AotiTester:
             tolerance=tolerance,
             examples=settings.examples if dynamic_shapes is not None else 0,
             max_dim=settings.max_dim,
+            threads=threads or 1,
             inductor_configs=self.defaults.overridden(
                 inductor_configs=inductor_configs
             ).inductor_configs,
@@ -395,6 +422,18 @@ class AotiTester:
             )
             input_sets += 1 + bool(distinct)
             stats += distinct
+
+        if plan.threads > 1:
+            from pytest_aoti.threads import check_threads
+
+            stats += check_threads(
+                program,
+                plan.module,
+                *self._inputs_on_device(*plan.input_sets[0]),
+                threads=plan.threads,
+                calls=plan.calls,
+                tolerance=plan.tolerance,
+            )
 
         generated = 0
         if plan.examples:

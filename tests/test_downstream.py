@@ -211,3 +211,24 @@ def test_each_xdist_worker_takes_its_own_gpu(
     # a device the user pinned stays pinned
     assert session.torch_device("cuda:2") == torch.device("cuda:2")
     assert session.torch_device("cpu") == torch.device("cpu")
+
+
+def test_thread_safety_check(run_aoti) -> None:
+    result = run_aoti(
+        """
+        def test_input_mutation_is_thread_safe(aoti):
+            x = example()
+            aoti.check(DoubleThenCos(), (x,), mutates={"x": x * 4}, calls=2, threads=4)
+
+        def test_buffer_state_is_not(aoti):
+            aoti.check(Counter(), (example(),), mutated_buffers={"counter"}, calls=1, threads=3)
+        """
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * buffer 'counter' make the program not thread-safe: one engine serving 3 "
+            "threads shares this state between them",
+            "E *pass the state as an input the program mutates*",
+        ]
+    )

@@ -3,7 +3,9 @@ shrunk failures, inferred specs, derived dims and out-of-range inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 DYNAMIC_MODELS = """
 from torch.export import Dim
@@ -41,6 +43,19 @@ class Derived(torch.nn.Module):
 
 BATCH = Dim("batch", min=2, max=48)
 """
+
+
+@contextlib.contextmanager
+def hypothesis_profile_restored() -> Iterator[None]:
+    """Load the active Hypothesis profile again afterwards. Hypothesis keeps its name in a
+    private attribute (``settings._current_profile``, stable across 6.x)."""
+    from hypothesis import settings
+
+    name = settings._current_profile
+    try:
+        yield
+    finally:
+        settings.load_profile(name)
 
 
 def test_correct_dynamic_model_passes_generated_shapes_with_one_compile(run_aoti):
@@ -97,9 +112,22 @@ def test_odd(aoti):
     )
     run_aoti(source).assert_outcomes(failed=1)
     assert list((pytester.path / ".pytest_cache" / "d" / "aoti-hypothesis").iterdir())
-    again = run_aoti(source)
-    again.assert_outcomes(failed=1)
-    again.stdout.fnmatch_lines(["E * generated shape fails: x=(3, 3)"])
+    # the second run generates nothing: only the saved shape, replayed from the example
+    # database, can fail it (the exported boundaries 2 and 48 are even and pass)
+    pytester.makeconftest(
+        """
+        from hypothesis import Phase, settings
+
+        settings.register_profile("replay-only", phases=[Phase.explicit, Phase.reuse])
+        settings.load_profile("replay-only")
+        """
+    )
+    with hypothesis_profile_restored():  # the inner conftest loads its profile globally
+        again = run_aoti(source)
+        again.assert_outcomes(failed=1)
+        again.stdout.fnmatch_lines(["E * generated shape fails: x=(3, 3)"])
+        # without the database, the same replay-only run passes: the failure came from it
+        run_aoti(source, "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_auto_infers_shared_batch_and_independent_sequence(run_aoti):
@@ -184,22 +212,36 @@ def test_process_still_alive():
     result.assert_outcomes(passed=2)
 
 
-def test_hypothesis_seed_replays_the_search(run_aoti):
-    result = run_aoti(
+def test_hypothesis_seed_replays_the_search(run_aoti, pytester):
+    """The seed the report gives replays the same search: the same shapes in the same
+    order; another seed tries others."""
+    source = (
         DYNAMIC_MODELS
         + """
-def test_odd(aoti):
-    aoti.check(WrongAtOddBatch(), (torch.randn(4, 3),), dynamic_shapes=({0: BATCH},))
-""",
-        "--hypothesis-seed=1234",
+import pathlib
+
+SEEN = []
+
+class Recorder(torch.nn.Module):
+    def forward(self, x):
+        if not torch.compiler.is_exporting():
+            SEEN.append(x.shape[0])
+        return x * 3
+
+def test_search(aoti):
+    aoti.check(Recorder(), (torch.randn(4, 3),), dynamic_shapes=({0: BATCH},), examples=10)
+    pathlib.Path("seen.txt").write_text(repr(SEEN))
+"""
     )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "E * generated shape fails: x=(3, 3)",
-            "E *values seed *; replay: pytest <this test> --hypothesis-seed=1234*",
-        ]
-    )
+    searches = []
+    for seed in (1234, 1234, 99):
+        # no cache provider: no example database, every run searches afresh
+        run_aoti(source, f"--hypothesis-seed={seed}", "-p", "no:cacheprovider").assert_outcomes(
+            passed=1
+        )
+        searches.append((pytester.path / "seen.txt").read_text())
+    assert searches[0] == searches[1]
+    assert searches[0] != searches[2]
 
 
 def test_one_engine_serves_every_generated_shape(run_aoti):

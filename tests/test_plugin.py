@@ -4,7 +4,6 @@ errors. No test here compiles a program except where a hook needs one."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
@@ -372,24 +371,28 @@ def test_buffer_mutation_warning_points_at_the_users_line(run_aoti) -> None:
         def test_counter(aoti):
             aoti.check(Counter(), (example(),), calls=1)
 
-        def test_compile_warns_too(aoti):
-            with pytest.warns(AotiBufferMutationWarning, match="counter"):
-                aoti.compile(Counter(), (example(),))
+        def test_counter_again(aoti):
+            # the same program: warned once a session, not once a check
+            aoti.check(Counter(), (example(),), calls=1)
+            aoti.compile(Counter(), (example(),))
+
+        def test_declared(aoti):
+            # mutated_buffers= declares the state: the user knows, no warning
+            aoti.check(RunningMean(), (torch.randn(4, 2),), mutated_buffers={"mean", "count"})
         """,
         "-W",
         "default::pytest_aoti.AotiBufferMutationWarning",
+        "-p",
+        "no:randomly",
     )
-    result.assert_outcomes(passed=2, warnings=1)
+    result.assert_outcomes(passed=3, warnings=1)
     result.stdout.fnmatch_lines(
         [
             "*test_inner.py:*: AotiBufferMutationWarning: the program mutates registered "
             "buffers {'counter'}*",
+            "*aoti.check(Counter(), (example(),), calls=1)",
         ]
     )
-
-
-def test_python_version_is_supported() -> None:
-    assert sys.version_info >= (3, 10)
 
 
 def test_default_cache_is_private_under_a_group_writable_umask(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,213 @@
+"""One engine serving several threads at once, against sequential eager runs.
+
+A deployed engine is often shared by the threads of a server. Inputs the program mutates
+belong to each caller, so that is safe; registered buffers the program mutates are state
+inside the one engine, which every thread reads and writes: not thread-safe, whatever one
+run happens to show.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
+from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import Finding
+from pytest_aoti.runs import clone_tree
+from pytest_aoti.signature import named_user_inputs
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.program import AotiProgram
+
+JOIN_SECONDS = 300.0
+"""How long the threads may take in all before the check gives up on them."""
+
+
+def check_threads(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    threads: int,
+    calls: int,
+    tolerance: Tolerance,
+) -> list[tuple[str, LeafStats]]:
+    """Run one engine from ``threads`` threads at once, each on inputs of its own for
+    ``calls`` calls, and compare every thread's outputs and inputs after each call with
+    eager run on the same inputs, one thread's calls after another's."""
+    __tracebackhide__ = True
+    import torch
+
+    thread_inputs = [_inputs_for(index, program, args, kwargs) for index in range(threads)]
+    expected = [_eager_calls(module, program, inputs, calls) for inputs in thread_inputs]
+    engine = program.engine_in_exported_state()
+    results: list[list[tuple[Any, dict[str, Any]]]] = [[] for _ in range(threads)]
+    errors: list[BaseException | None] = [None] * threads
+    start = threading.Barrier(threads)
+
+    def serve(index: int) -> None:
+        call_args, call_kwargs = clone_tree(thread_inputs[index])
+        named = named_user_inputs(program.exported, call_args, call_kwargs)
+        try:
+            start.wait()
+            with torch.no_grad():
+                for _ in range(calls):
+                    outputs = clone_tree(engine(*call_args, **call_kwargs))
+                    results[index].append((outputs, clone_tree(named)))
+        except BaseException as error:  # reported below, on the test's own thread
+            errors[index] = error
+
+    workers = [threading.Thread(target=serve, args=(index,)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(JOIN_SECONDS)
+
+    difference = _first_difference(expected, results, errors, tolerance)
+    buffers = sorted(program.mutated_buffers)
+    if buffers:
+        raise AotiCheckError(_unsafe_state(buffers, threads, difference))
+    if isinstance(difference, AotiCheckError):
+        raise difference
+    if isinstance(difference, str):
+        raise AotiCheckError(Finding(kind="threads", location="", summary="", message=difference))
+    return [
+        (f"thread {index + 1}", leaf) for index, leaf in _all_stats(expected, results, tolerance)
+    ]
+
+
+def _inputs_for(
+    index: int, program: AotiProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Thread 0 gets the example; the others floating inputs of their own values (same
+    shapes and ranges), so that a thread reading another's data shows up. Integer inputs
+    (positions, indices, masks) stay as given: other values could be out of range."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    from pytest_aoti.strategies import distinct_like
+
+    inputs = clone_tree((tuple(args), dict(kwargs)))
+    if index == 0:
+        return inputs  # type: ignore[no-any-return]
+
+    def fresh(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            return distinct_like(leaf, seed=1000 + index)
+        return leaf
+
+    new_args, new_kwargs = pytree.tree_map(fresh, inputs)
+    return tuple(new_args), dict(new_kwargs)
+
+
+def _eager_calls(
+    module: torch.nn.Module,
+    program: AotiProgram,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    calls: int,
+) -> list[tuple[Any, dict[str, Any]]]:
+    import torch
+
+    eager = copy.deepcopy(module)
+    call_args, call_kwargs = clone_tree(inputs)
+    named = named_user_inputs(program.exported, call_args, call_kwargs)
+    history = []
+    with torch.no_grad():
+        for _ in range(calls):
+            outputs = clone_tree(eager(*call_args, **call_kwargs))
+            history.append((outputs, clone_tree(named)))
+    return history
+
+
+def _first_difference(
+    expected: list[list[tuple[Any, dict[str, Any]]]],
+    results: list[list[tuple[Any, dict[str, Any]]]],
+    errors: list[BaseException | None],
+    tolerance: Tolerance,
+) -> AotiCheckError | str | None:
+    for index, error in enumerate(errors):
+        if error is not None:
+            return f"thread {index + 1} of {len(errors)} raised {type(error).__name__}: {error}"
+    for index, (want, got) in enumerate(zip(expected, results)):
+        if len(got) != len(want):
+            return f"thread {index + 1} of {len(results)} did not finish its calls in time"
+        try:
+            _compare_thread(index, len(results), want, got, tolerance)
+        except AotiCheckError as error:
+            return error
+    return None
+
+
+def _compare_thread(
+    index: int,
+    threads: int,
+    want: list[tuple[Any, dict[str, Any]]],
+    got: list[tuple[Any, dict[str, Any]]],
+    tolerance: Tolerance,
+) -> list[LeafStats]:
+    __tracebackhide__ = True
+    stats = []
+    for call, ((eager_out, eager_inputs), (engine_out, engine_inputs)) in enumerate(
+        zip(want, got), start=1
+    ):
+        context = f"thread {index + 1} of {threads}, call {call} of {len(want)}"
+        stats += compare_trees(
+            eager_out, engine_out, what="output", context=context, tolerance=tolerance
+        )
+        for name, value in engine_inputs.items():
+            if hasattr(value, "dtype"):
+                stats.append(
+                    compare_leaf(
+                        eager_inputs[name],
+                        value,
+                        location=f"input '{name}'",
+                        context=context,
+                        tolerance=tolerance,
+                    )
+                )
+    return stats
+
+
+def _all_stats(
+    expected: list[list[tuple[Any, dict[str, Any]]]],
+    results: list[list[tuple[Any, dict[str, Any]]]],
+    tolerance: Tolerance,
+) -> list[tuple[int, LeafStats]]:
+    return [
+        (index, leaf)
+        for index, (want, got) in enumerate(zip(expected, results))
+        for leaf in _compare_thread(index, len(results), want, got, tolerance)
+    ]
+
+
+def _unsafe_state(
+    buffers: list[str], threads: int, difference: AotiCheckError | str | None
+) -> Finding:
+    names = ", ".join(repr(name) for name in buffers)
+    if isinstance(difference, AotiCheckError):
+        seen = f"seen here: {difference.finding.headline(stage=False)}"
+    elif isinstance(difference, str):
+        seen = f"seen here: {difference}"
+    else:
+        seen = "this run happened to match eager; the race is there all the same"
+    return Finding(
+        kind="threads",
+        location=f"buffer{'s' if len(buffers) > 1 else ''} {names}",
+        phrase="make the program not thread-safe",
+        summary=f"one engine serving {threads} threads shares this state between them",
+        details=(
+            "every thread's call reads and writes the engine's registered buffers",
+            seen,
+        ),
+        notes=(
+            "pass the state as an input the program mutates (each caller owns its tensor), "
+            "or give each thread an engine of its own",
+        ),
+        extra={"buffers": buffers, "threads": threads},
+    )
