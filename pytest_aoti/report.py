@@ -64,6 +64,10 @@ class CheckRecord:
     """Wall time of the whole check, compile included."""
     worker: str = ""
     """The xdist worker that ran the check (``gw0``); empty without xdist."""
+    extra_bytes: int | None = None
+    """With ``max_extra_bytes``: the most device memory one engine call allocated."""
+    extra_bytes_unmeasured: bool = False
+    """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
 
     @property
     def speed_ratio(self) -> float | None:
@@ -98,6 +102,7 @@ class CheckRecord:
             "aoti_engine_seconds": self.engine_seconds,
             "aoti_eager_seconds": self.eager_seconds,
             "aoti_generated_examples": self.shapes_tried or None,
+            "aoti_extra_bytes": self.extra_bytes,
         }
         props += [(name, value) for name, value in optional.items() if value is not None]
         if self.finding is not None:

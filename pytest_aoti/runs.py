@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.memory import PeakMemory
     from pytest_aoti.program import AotiProgram
 
 
@@ -44,9 +45,11 @@ class InputRun:
         label: str = "",
         localizer: Localizer | None = None,
         attribute: bool = True,
+        memory: PeakMemory | None = None,
     ) -> None:
         self.program = program
         self._attribute = attribute
+        self._memory = memory
         self.tolerance = tolerance
         self.label = label
         self._module = module
@@ -126,7 +129,13 @@ class InputRun:
                 eager_out = clone_tree(eager_module(*eager_args, **eager_kwargs))
             try:
                 before.assert_recorded(self.program, context)
-                engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
+                if engine_is_compiled and self._memory is not None:
+                    with self._memory.call():
+                        raw_out = engine(*engine_args, **engine_kwargs)
+                else:
+                    raw_out = engine(*engine_args, **engine_kwargs)
+                engine_out = clone_tree(raw_out)
+                del raw_out
                 stats += self._compare_call(
                     call,
                     context,

@@ -356,6 +356,13 @@ class AotiSession:
             terminalreporter.write_sep("-", "aoti: compiles on xdist workers")
             for row in worker_lines(worker_events):
                 terminalreporter.write_line(row)
+        unmeasured = [record for record in records if record.extra_bytes_unmeasured]
+        if unmeasured:
+            devices = ", ".join(sorted({record.device for record in unmeasured}))
+            terminalreporter.write_line(
+                f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
+                f"{devices}: device memory is measured on CUDA only"
+            )
         problems = list(self.cache_problems)
         for figures in self.worker_stats:
             problems += [p for p in figures.get("cache_problems", []) if p not in problems]
@@ -514,6 +521,10 @@ class ItemEvents:
                 (leaf.tolerance_used for _, leaf in result.stats), default=0.0
             )
             record.shapes_tried = result.input_sets
+            record.extra_bytes = result.extra_bytes
+            record.extra_bytes_unmeasured = (
+                plan.max_extra_bytes is not None and result.extra_bytes is None
+            )
             self._measure(record, program, plan)
         if error is not None:
             record.finding = error.finding.to_json()

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from pytest_aoti.compare import LeafStats, Tolerance, ToleranceHook
+    from pytest_aoti.memory import PeakMemory
     from pytest_aoti.program import AotiProgram
     from pytest_aoti.registry import ProgramRegistry
     from pytest_aoti.runs import Localizer
@@ -116,6 +117,9 @@ class CheckResult:
     input_sets: int = 1
     """How many input sets were checked in all: the example, samples, distinct copies of
     aliased inputs, boundary and generated shapes."""
+    extra_bytes: int | None = None
+    """With ``max_extra_bytes``: the most device memory one engine call allocated beyond
+    what was allocated before it; None where it is not measured (the CPU)."""
 
     @property
     def max_errors(self) -> dict[str, tuple[float, float]]:
@@ -155,6 +159,7 @@ class _CheckPlan:
     max_dim: int
     threads: int = 1
     """Threads one engine serves at once in the thread-safety check (1: no such check)."""
+    max_extra_bytes: int | None = None
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     """The configs the program was compiled with, for the localizer's compile."""
     engine: Any = None
@@ -308,6 +313,7 @@ class AotiTester:
         inductor_configs: Mapping[str, Any] | None = None,
         dynamic_shapes: Any = None,
         threads: int | None = None,
+        max_extra_bytes: int | None = None,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
@@ -329,7 +335,11 @@ class AotiTester:
           exported ranges are checked too;
         - ``threads=K``: one engine serves K threads at once, each on inputs of its own, and
           every thread's results match eager; a program that mutates registered buffers
-          fails (their state is shared by the threads).
+          fails (their state is shared by the threads);
+        - ``max_extra_bytes=N``: no engine call of the example allocates more than N bytes
+          of device memory beyond what was allocated before it (outputs included), e.g.
+          no copy of a cache it updates in place. Measured on CUDA; on the CPU it is not
+          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so).
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -350,6 +360,14 @@ class AotiTester:
             not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
         ):
             raise AotiUsageError(f"threads must be a positive int, got {threads!r}")
+        if max_extra_bytes is not None and (
+            not isinstance(max_extra_bytes, int)
+            or isinstance(max_extra_bytes, bool)
+            or max_extra_bytes < 0
+        ):
+            raise AotiUsageError(
+                f"max_extra_bytes must be a number of bytes (an int >= 0), got {max_extra_bytes!r}"
+            )
         settings = self.defaults.overridden(examples=examples)
         tolerance = self.defaults.tolerance(rtol, atol)
 
@@ -377,6 +395,7 @@ class AotiTester:
             examples=settings.examples if dynamic_shapes is not None else 0,
             max_dim=settings.max_dim,
             threads=threads or 1,
+            max_extra_bytes=max_extra_bytes,
             inductor_configs=self.defaults.overridden(
                 inductor_configs=inductor_configs
             ).inductor_configs,
@@ -396,9 +415,11 @@ class AotiTester:
     def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
         """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
         __tracebackhide__ = True
+        from pytest_aoti.memory import PeakMemory
         from pytest_aoti.runs import InputRun
 
         localizer = self._localizer(program, plan.tolerance, plan.inductor_configs)
+        memory = PeakMemory(self.device) if plan.max_extra_bytes is not None else None
         stats: list[tuple[str, LeafStats]] = []
         input_sets = 0
         for index, (set_args, set_kwargs) in enumerate(plan.input_sets):
@@ -412,10 +433,13 @@ class AotiTester:
                 tolerance=plan.tolerance,
                 label=label,
                 localizer=localizer,
+                memory=memory if index == 0 else None,
             )
             stats += run.check(
                 plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at
             )
+            if index == 0 and memory is not None:
+                _assert_extra_bytes(memory, plan, program)
             plan.engine = plan.engine or run.engine
             distinct = self._check_distinct(
                 program, plan, device_args, device_kwargs, label, localizer
@@ -461,6 +485,7 @@ class AotiTester:
             dynamic_shapes=dynamic_shapes,
             examples=generated,
             input_sets=input_sets + generated,
+            extra_bytes=memory.peak_bytes if memory is not None and memory.measured else None,
         )
 
     def _failed(
@@ -700,6 +725,39 @@ def _assert_signature(
                 f"mutated buffers differ: expected {_names(expected)}, "
                 f"the program mutates {_names(actual)}"
             )
+
+
+def _assert_extra_bytes(memory: PeakMemory, plan: _CheckPlan, program: AotiProgram) -> None:
+    __tracebackhide__ = True
+    from pytest_aoti.findings import Finding
+
+    limit = plan.max_extra_bytes
+    if limit is None or not memory.measured or memory.peak_bytes <= limit:
+        return
+    mutated = sorted(program.mutated_inputs)
+    raise AotiCheckError(
+        Finding(
+            kind="memory",
+            location="the engine call",
+            phrase=f"allocated {memory.peak_bytes:,} bytes of {memory.device} memory",
+            summary=f"more than max_extra_bytes={limit:,}",
+            details=(
+                "measured as the peak allocated during the call minus what was allocated "
+                "before it (outputs included), over the example's calls",
+                *(
+                    [
+                        "the program mutates "
+                        + ", ".join(repr(name) for name in mutated)
+                        + ": an engine that copies a mutated input instead of writing into "
+                        "it costs that input's size per call"
+                    ]
+                    if mutated
+                    else []
+                ),
+            ),
+            extra={"extra_bytes": memory.peak_bytes, "max_extra_bytes": limit},
+        )
+    )
 
 
 def _names(names: Iterable[str]) -> str:
