@@ -578,7 +578,10 @@ class AotiTester:
 
             def compile_engine(exported: ExportedProgram) -> Any:
                 instrumented = self._registry.program_for(
-                    exported, device=self.device, inductor_configs=configs
+                    exported,
+                    device=self.device,
+                    inductor_configs=configs,
+                    label=f"{self._label} (instrumented to find the diverging node)",
                 )
                 return instrumented.engine_in_exported_state()
 
