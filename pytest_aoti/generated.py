@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.findings import Finding
     from pytest_aoti.program import AotiProgram
-    from pytest_aoti.runs import Localizer
+    from pytest_aoti.runs import InputRun, Localizer
     from pytest_aoti.shapes import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
 
@@ -115,21 +115,33 @@ class _ShapeChecker:
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
 
-    def run(self, values: dict[str, int], seed: int) -> None:
+    def _input_run(
+        self,
+        values: dict[str, int],
+        seed: int,
+        *,
+        attribute: bool = False,
+        localizer: Localizer | None = None,
+    ) -> InputRun:
+        """The check of one generated input set; attributed to a stage (and localized)
+        only once the search has found its smallest failing shape."""
         from pytest_aoti.runs import InputRun
 
         args, kwargs = self.builder.build(values, seed)
-        label = "generated " + _describe_shapes(self.builder.shapes, values)
+        return InputRun(
+            self.program,
+            self.module,
+            args,
+            kwargs,
+            tolerance=self.tolerance,
+            label="generated " + _describe_shapes(self.builder.shapes, values),
+            localizer=localizer,
+            attribute=attribute,
+        )
+
+    def run(self, values: dict[str, int], seed: int) -> None:
         try:
-            run = InputRun(
-                self.program,
-                self.module,
-                args,
-                kwargs,
-                tolerance=self.tolerance,
-                label=label,
-                attribute=False,
-            )
+            run = self._input_run(values, seed)
             stats = run.check(self.calls, self.mutates, values_too=False)
         except Exception as error:  # the engine crashing on a legal shape is a failure too
             raise _Failure(dict(values), seed, error) from None
@@ -138,21 +150,9 @@ class _ShapeChecker:
 
     def attributed(self, failure: _Failure, localizer: Localizer | None) -> BaseException:
         """The failure of ``failure``'s shape again, with its stage and node."""
-        from pytest_aoti.runs import InputRun
-
         if not isinstance(failure.error, AotiCheckError):
             return failure.error
-        args, kwargs = self.builder.build(failure.values, failure.seed)
-        label = "generated " + _describe_shapes(self.builder.shapes, failure.values)
-        run = InputRun(
-            self.program,
-            self.module,
-            args,
-            kwargs,
-            tolerance=self.tolerance,
-            label=label,
-            localizer=localizer,
-        )
+        run = self._input_run(failure.values, failure.seed, attribute=True, localizer=localizer)
         try:
             run.check(self.calls, self.mutates, values_too=False)
         except AotiCheckError as error:
