@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,32 +23,85 @@ if TYPE_CHECKING:
     from pytest_aoti.shapes import ProgramShapes
 
 
-class _SharedEngine:
-    """One engine loaded on first use, for programs whose calls leave no state behind.
+DEFAULT_ENGINE_BUDGET = 128 * 2**20
+"""Bytes of packages whose engines stay loaded once no check uses them (see :class:`EnginePool`)."""
 
-    Each ``aoti_load_package`` maps a new copy of the package's code and weights that
-    torch does not release, so loading an engine per check would grow the process by a
-    model's size every time.
+_Slot = tuple[str, str]
+"""An engine's package key and device."""
+
+
+class EnginePool:
+    """The engines of programs whose calls leave no state behind, one per package and device.
+
+    Memory decides the policy. Each ``aoti_load_package`` maps the package's library for
+    good (torch never unloads it: about the package's size, engine deleted or not), and a
+    live engine holds a second copy of the weights, copied out of that library. So:
+
+    - an engine is loaded once while anything holds it (an ``AotiProgram``, a check);
+    - beyond that, the most recently used engines stay loaded for later tests of their
+      program while their packages total at most ``budget`` bytes (the latest one in any
+      case); older ones are dropped, which frees their weights. A suite of large programs
+      thus keeps about one engine, while small programs stay loaded for the session;
+    - an engine loaded a second time stays loaded for the session: its program's tests
+      interleave with others', and every further load would map the package once more.
+      No program costs more than three times its package.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = DEFAULT_ENGINE_BUDGET) -> None:
+        self.budget = budget
         self._lock = threading.Lock()
-        self._engines: dict[str, Any] = {}
+        self._recent: OrderedDict[_Slot, tuple[Any, int]] = OrderedDict()
+        """Engines kept loaded whoever uses them, least recently used first, with the
+        size of their package."""
+        self._pinned: dict[_Slot, Any] = {}
+        """Engines loaded more than once, kept for the session."""
+        self._loaded: set[_Slot] = set()
+        self._alive: weakref.WeakValueDictionary[_Slot, Any] = weakref.WeakValueDictionary()
+        """Every engine something still holds: never loaded twice while one is."""
 
-    def get(self, device: torch.device, load: Callable[[], Any]) -> Any:
-        """The engine for ``device``: one package serves cuda:0 and cuda:1 (same key), but
-        an engine is bound to the device index it was loaded on."""
+    def get(self, key: str, device: torch.device, size: int, load: Callable[[], Any]) -> Any:
+        """The engine of package ``key`` (``size`` bytes) on ``device``, loaded by ``load``
+        unless one is alive. One package serves cuda:0 and cuda:1 (same key), but an engine
+        is bound to the device index it was loaded on."""
+        slot = (key, str(device))
         with self._lock:
-            if str(device) not in self._engines:
-                self._engines[str(device)] = load()
-            return self._engines[str(device)]
+            engine = self._pinned.get(slot)
+            if engine is None:
+                engine = self._alive.get(slot)
+            if engine is None:
+                engine = load()
+                try:
+                    self._alive[slot] = engine
+                except TypeError:  # a stand-in without weak references: kept for good
+                    self._pinned[slot] = engine
+                if slot in self._loaded:
+                    self._pinned[slot] = engine
+                self._loaded.add(slot)
+            if slot not in self._pinned:
+                self._recent[slot] = (engine, size)
+                self._recent.move_to_end(slot)
+                self._trim()
+            return engine
+
+    def _trim(self) -> None:
+        """Keep the newest engine, and the next newest while their packages fit the budget."""
+        total = kept = 0
+        for _, size in reversed(self._recent.values()):
+            if kept and total + size > self.budget:
+                break
+            total += size
+            kept += 1
+        while len(self._recent) > kept:
+            self._recent.popitem(last=False)
 
 
 @dataclass(frozen=True)
 class CompiledArtifact:
     """A compiled package and what the checks need to know about it.
 
-    One artifact serves every :class:`AotiProgram` with the same key in a session.
+    One artifact serves every :class:`AotiProgram` with the same key in a session. It is
+    kept for the session, so it holds no tensors: neither the exported nor the decomposed
+    program (whose weights would stay alive with it), nor an engine.
     """
 
     key: ProgramKey
@@ -56,9 +111,8 @@ class CompiledArtifact:
     """Seconds the compile that produced the package took."""
     cache_hit: bool
     """True when the package came from the on-disk cache instead of a compile."""
-    decomposed: ExportedProgram | None = None
-    """The decomposed program, when this session decomposed it (not on a cache hit)."""
-    shared_engine: _SharedEngine = field(default_factory=_SharedEngine, compare=False)
+    package_bytes: int = 0
+    """Size of the package: what one more engine of it costs in memory, about."""
 
 
 class AotiProgram:
@@ -67,7 +121,12 @@ class AotiProgram:
     Calling it runs the AOTInductor engine exactly as a deployed model would: inputs the
     program mutates are written in place. A program that mutates registered buffers gets
     an engine of its own, so buffer state changed through one ``AotiProgram`` never leaks
-    into another; engines of programs without such state are shared.
+    into another; engines of programs without such state are shared (see
+    :class:`EnginePool`).
+
+    What it holds (the exported program and its weights, the decomposed program where
+    its request compiled the package, its engine) lives as long as the object: a test's
+    programs go with the test.
     """
 
     def __init__(
@@ -77,6 +136,8 @@ class AotiProgram:
         device: torch.device,
         *,
         first_use: bool = False,
+        decomposed: ExportedProgram | None = None,
+        engines: EnginePool | None = None,
     ) -> None:
         self.exported: ExportedProgram = exported
         """The program returned by ``torch.export.export``."""
@@ -85,6 +146,8 @@ class AotiProgram:
         """True for the first ``AotiProgram`` of its key in the session: the one whose
         request compiled the package or loaded it from the cache."""
         self._artifact = artifact
+        self._decomposed = decomposed
+        self._engines = engines if engines is not None else EnginePool()
         self._engine: Any = None
         self._engine_lock = threading.Lock()
 
@@ -134,8 +197,10 @@ class AotiProgram:
 
     @cached_property
     def decomposed(self) -> ExportedProgram:
-        """The program after ``run_decompositions()`` (computed on demand after a cache hit)."""
-        return self._artifact.decomposed or decompose(self.exported)
+        """The program after ``run_decompositions()``: the one compiled where this
+        program's request compiled the package, else computed on demand (after a cache hit,
+        or for a later user of the package)."""
+        return self._decomposed if self._decomposed is not None else decompose(self.exported)
 
     @cached_property
     def shapes(self) -> ProgramShapes:
@@ -170,10 +235,13 @@ class AotiProgram:
 
     def engine_in_exported_state(self) -> Any:
         """An engine whose buffers hold their exported values: freshly loaded when the
-        program mutates buffers, else the one engine shared by every user of the package."""
+        program mutates buffers, else the one engine every user of the package shares
+        (loaded again only where the pool dropped it, see :class:`EnginePool`)."""
         if self.mutated_buffers:
             return self.load_engine()
-        return self._artifact.shared_engine.get(self.device, self.load_engine)
+        return self._engines.get(
+            self.key, self.device, self._artifact.package_bytes, self.load_engine
+        )
 
     @user_facing
     def validate(self, *args: Any, **kwargs: Any) -> None:

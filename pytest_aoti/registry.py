@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.errors import AotiCacheWarning
 from pytest_aoti.key import ProgramKey, program_key
 from pytest_aoti.pipeline import compile_package, decompose
-from pytest_aoti.program import AotiProgram, CompiledArtifact
+from pytest_aoti.program import DEFAULT_ENGINE_BUDGET, AotiProgram, CompiledArtifact, EnginePool
 from pytest_aoti.signature import MutationSignature, read_signature
 from pytest_aoti.store import sha256_of
 
@@ -60,7 +60,14 @@ class CompileStats:
 
 
 class ProgramRegistry:
-    """Hands out :class:`AotiProgram` objects, compiling each distinct program once."""
+    """Hands out :class:`AotiProgram` objects, compiling each distinct program once.
+
+    What it keeps for the session is small per program: the package on disk and its
+    metadata (:class:`CompiledArtifact`), and the engines of recently used programs
+    (:class:`EnginePool`, up to ``engine_budget`` bytes of packages). Exported and
+    decomposed programs, whose weights are as large as the model, live with the
+    ``AotiProgram`` of the test that asked for them.
+    """
 
     def __init__(
         self,
@@ -68,6 +75,8 @@ class ProgramRegistry:
         store: ArtifactStore | None = None,
         on_compiled: Callable[[AotiProgram], None] | None = None,
         progress: CompileProgress | None = None,
+        *,
+        engine_budget: int = DEFAULT_ENGINE_BUDGET,
     ) -> None:
         self._workdir = workdir
         self._store = store
@@ -75,6 +84,7 @@ class ProgramRegistry:
         self._progress = progress
         self._artifacts: dict[str, CompiledArtifact] = {}
         self._lock = threading.Lock()
+        self.engines = EnginePool(engine_budget)
         self.stats = CompileStats()
 
     def program_for(
@@ -90,6 +100,7 @@ class ProgramRegistry:
         ``label`` (the test id) names the compile in progress lines.
         """
         key = program_key(exported, device=device, inductor_configs=inductor_configs)
+        decomposed = None
         with self._lock:
             artifact = self._artifacts.get(key.digest)
             fresh = artifact is None
@@ -100,17 +111,27 @@ class ProgramRegistry:
                     else contextlib.nullcontext()
                 )
                 with progress:
-                    artifact = self._obtain(key, exported, inductor_configs)
+                    artifact, decomposed = self._obtain(key, exported, inductor_configs)
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
-        program = AotiProgram(exported, artifact, device, first_use=fresh)
+        # the decomposed program goes to this request's program only: a later failure of
+        # its check localizes without decomposing again, and it goes when the test does
+        program = AotiProgram(
+            exported,
+            artifact,
+            device,
+            first_use=fresh,
+            decomposed=decomposed,
+            engines=self.engines,
+        )
         if fresh and self._on_compiled is not None:
             self._on_compiled(program)
         return program
 
     def _obtain(
         self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
-    ) -> CompiledArtifact:
+    ) -> tuple[CompiledArtifact, ExportedProgram | None]:
+        """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
         if store is None or not store.readable:
             return self._compile(key, exported, inductor_configs)
@@ -119,29 +140,30 @@ class ProgramRegistry:
             if entry is not None:
                 artifact = self._from_entry(key, entry)
                 if artifact is not None:
-                    return artifact
-            artifact = self._compile(key, exported, inductor_configs)
+                    return artifact, None
+            artifact, decomposed = self._compile(key, exported, inductor_configs)
             if store.writable:
                 store.store(key.digest, artifact.package_path, _entry_metadata(artifact))
-            return artifact
+            return artifact, decomposed
 
     def _compile(
         self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
-    ) -> CompiledArtifact:
+    ) -> tuple[CompiledArtifact, ExportedProgram]:
         started = time.perf_counter()
         decomposed = decompose(exported)
         package = compile_package(decomposed, self._workdir / f"{key.digest}.pt2", inductor_configs)
         seconds = time.perf_counter() - started
         self.stats.compiled += 1
         self.stats.compile_seconds += seconds
-        return CompiledArtifact(
+        artifact = CompiledArtifact(
             key=key,
             package_path=package,
             signature=read_signature(decomposed),
             compile_seconds=seconds,
             cache_hit=False,
-            decomposed=decomposed,
+            package_bytes=package.stat().st_size,
         )
+        return artifact, decomposed
 
     def _from_entry(self, key: ProgramKey, entry: CacheEntry) -> CompiledArtifact | None:
         """Copy a stored package into the session's own directory and verify the copy.
@@ -156,6 +178,7 @@ class ProgramRegistry:
             local.parent.mkdir(parents=True, exist_ok=True)
             # the entry can vanish after lookup: another process's clear takes no lock
             shutil.copyfile(entry.package_path, local)
+            size = local.stat().st_size
             if sha256_of(local) != entry.metadata.get("sha256"):
                 problem = "changed while it was read"
             caller = entry.metadata["caller"]
@@ -166,10 +189,13 @@ class ProgramRegistry:
         except (LookupError, TypeError, ValueError) as error:
             problem = f"has metadata this version cannot use ({type(error).__name__}: {error})"
         if problem is not None:
-            warnings.warn(
-                AotiCacheWarning(f"pytest-aoti cache entry {key.digest} {problem}; recompiling"),
-                stacklevel=2,
-            )
+            # repaired by compiling again: reported like the store's own problems (listed
+            # in the session's summary), never a warning that filterwarnings=error would fail
+            message = f"pytest-aoti cache entry {key.digest} {problem}; recompiling"
+            if self._store is not None:
+                self._store.report(message)
+            else:
+                warnings.warn(AotiCacheWarning(message), stacklevel=2)
             local.unlink(missing_ok=True)
             return None
         self.stats.loaded += 1
@@ -180,6 +206,7 @@ class ProgramRegistry:
             signature=signature,
             compile_seconds=compile_seconds,
             cache_hit=True,
+            package_bytes=size,
         )
 
 
