@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,11 @@ def write_profile(
     def save(prof: Any) -> None:
         prof.export_chrome_trace(str(path))
 
-    with quiet_torch_deprecations(), torch.no_grad():
+    with quiet_torch_deprecations(), warnings.catch_warnings(), torch.no_grad():
+        # torch 2.11 warns "Profiler clears events at the end of each cycle" on the first
+        # cycle of any scheduled profile; as an error (filterwarnings = error) it leaves the
+        # profiler half prepared and its exit crashes the process
+        warnings.filterwarnings("ignore", "Warning: Profiler clears events", UserWarning)
         with profile(
             activities=activities, schedule=schedule(**PROFILE_SCHEDULE), on_trace_ready=save
         ) as prof:
