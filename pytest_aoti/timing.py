@@ -23,7 +23,12 @@ if TYPE_CHECKING:
     from pytest_aoti.program import AotiProgram
 
 TIMED_CALLS = 3
-"""Calls timed after an untimed first one: enough for a median, cheap for a big model."""
+"""Calls timed per side at most: enough for a median, cheap for a big model."""
+
+TIMING_BUDGET_SECONDS = 0.02
+"""Stop timing a side once its calls took this long: on a busy machine a small model's call
+can wait tens of milliseconds on a descheduled OpenMP thread, and more calls would only
+multiply that."""
 
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 5, "repeat": 1}
 """``torch.profiler.schedule`` of the traces: one call skipped, two warm-up, five recorded."""
@@ -36,7 +41,11 @@ def call_times(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> tuple[float, float]:
-    """Median seconds of one engine call and of one eager call, after a first call each."""
+    """Median seconds of one engine call and of one eager call.
+
+    Both were just called by the check, so there is no warm-up call: up to
+    :data:`TIMED_CALLS` calls a side, fewer once they took :data:`TIMING_BUDGET_SECONDS`.
+    """
     import torch
 
     eager = copy.deepcopy(module)
@@ -44,15 +53,14 @@ def call_times(
 
     def timed(function: Callable[..., Any]) -> float:
         inputs_args, inputs_kwargs = clone_tree((tuple(args), dict(kwargs)))
-        samples = []
+        samples: list[float] = []
         with torch.no_grad():
-            for call in range(TIMED_CALLS + 1):
+            while len(samples) < TIMED_CALLS and sum(samples) < TIMING_BUDGET_SECONDS:
                 sync()
                 started = time.perf_counter()
                 function(*inputs_args, **inputs_kwargs)
                 sync()
-                if call:  # the first call pays one-time costs (allocations, lazy init)
-                    samples.append(time.perf_counter() - started)
+                samples.append(time.perf_counter() - started)
         return statistics.median(samples)
 
     return timed(engine), timed(eager)

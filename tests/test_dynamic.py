@@ -233,13 +233,23 @@ def test_search(aoti):
     pathlib.Path("seen.txt").write_text(repr(SEEN))
 """
     )
+    # Hypothesis' "ci" profile (loaded where CI is set) derandomizes: no seed would matter
+    pytester.makeconftest(
+        """
+        from hypothesis import settings
+
+        settings.register_profile("seeded", derandomize=False)
+        settings.load_profile("seeded")
+        """
+    )
     searches = []
-    for seed in (1234, 1234, 99):
-        # no cache provider: no example database, every run searches afresh
-        run_aoti(source, f"--hypothesis-seed={seed}", "-p", "no:cacheprovider").assert_outcomes(
-            passed=1
-        )
-        searches.append((pytester.path / "seen.txt").read_text())
+    with hypothesis_profile_restored():  # the inner conftest loads its profile globally
+        for seed in (1234, 1234, 99):
+            # no cache provider: no example database, every run searches afresh
+            run_aoti(source, f"--hypothesis-seed={seed}", "-p", "no:cacheprovider").assert_outcomes(
+                passed=1
+            )
+            searches.append((pytester.path / "seen.txt").read_text())
     assert searches[0] == searches[1]
     assert searches[0] != searches[2]
 
