@@ -4,6 +4,7 @@ table, JUnit figures of failures, progress lines, profiler traces and the header
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,31 @@ def test_durations_table_orders_by_time_and_marks_cache_use() -> None:
     assert rows[1].split() == ["9.00", "8.5", "0", "-", "0.25", "passed", "slow", "(cpu)"]
     assert rows[2].split()[1] == "shared"
     assert len(durations_table([record(str(i), i) for i in range(8)], limit=0)) == 9
+
+
+def test_interrupted_session_writes_what_it_has(
+    pytester: pytest.Pytester, shared_cache_dir: Path, tmp_path: Path
+) -> None:
+    from conftest import MODELS
+
+    report = tmp_path / "interrupted.json"
+    pytester.makepyfile(
+        test_inner=MODELS
+        + textwrap.dedent(
+            """
+            def test_a(aoti):
+                aoti.check(DoubleThenCos(), (example(),))
+
+            def test_b():
+                raise KeyboardInterrupt  # what Ctrl-C raises
+            """
+        )
+    )
+    # a subprocess: an in-process run would hand the KeyboardInterrupt to this session
+    result = pytester.runpytest_subprocess(
+        "--aoti-device=cpu", f"--aoti-cache-dir={shared_cache_dir}", f"--aoti-report={report}"
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    document = _report(report)
+    assert document["interrupted"] is True
+    assert [check["test"] for check in document["checks"]] == ["test_inner.py::test_a[cpu]"]
