@@ -546,7 +546,12 @@ class ItemEvents:
             record.extra_bytes_unmeasured = (
                 plan.max_extra_bytes is not None and result.extra_bytes is None
             )
-            self._measure(record, program, plan)
+            try:
+                self._measure(record, program, plan)
+            except Exception as problem:  # a measurement must never fail a passed check
+                self._item.user_properties.append(
+                    ("aoti_measure_error", f"{type(problem).__name__}: {problem}")
+                )
         if error is not None:
             record.finding = error.finding.to_json()
             figures = error.finding.figures
