@@ -24,6 +24,8 @@ KINDS = (
     "aliasing",  # aliased example inputs specialized the program
     "shape",  # a generated input shape fails
     "threads",  # one engine shared by threads gives other results than sequential eager
+    "memory",  # an engine call allocated more device memory than max_extra_bytes
+    "check",  # a message without structure (AotiCheckError raised with a plain string)
 )
 
 STAGES = {

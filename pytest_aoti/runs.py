@@ -324,17 +324,30 @@ class Replay:
 
     def eager_results(self, program: AotiProgram) -> list[tuple[Any, dict[str, Any]]]:
         """Per call, eager's outputs and every named input after the call."""
-        import torch
+        return eager_history(program, self.module, self.args, self.kwargs, self.calls)
 
-        module = copy.deepcopy(self.module)
-        args, kwargs = clone_tree((self.args, self.kwargs))
-        inputs = named_user_inputs(program.exported, args, kwargs)
-        results = []
-        for _ in range(self.calls):
-            with torch.no_grad():
-                outputs = clone_tree(module(*args, **kwargs))
-            results.append((outputs, clone_tree(inputs)))
-        return results
+
+def eager_history(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    calls: int,
+) -> list[tuple[Any, dict[str, Any]]]:
+    """Eager PyTorch called ``calls`` times on a copy of ``module`` and clones of the
+    inputs (state carries from call to call): per call, the outputs and every named input
+    after the call."""
+    import torch
+
+    eager = copy.deepcopy(module)
+    call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
+    named = named_user_inputs(program.exported, call_args, call_kwargs)
+    history = []
+    with torch.no_grad():
+        for _ in range(calls):
+            outputs = clone_tree(eager(*call_args, **call_kwargs))
+            history.append((outputs, clone_tree(named)))
+    return history
 
 
 _PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})

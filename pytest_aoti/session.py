@@ -565,8 +565,7 @@ class ItemEvents:
         """Engine and eager call times, and the profiler trace where one was asked for."""
         from pytest_aoti.timing import call_times, write_profile
 
-        args, kwargs = plan.input_sets[0]
-        device_args, device_kwargs = _on_device(args, kwargs, self._device)
+        device_args, device_kwargs = plan.input_sets[0]
         engine = plan.engine or program.engine_in_exported_state()
         record.engine_seconds, record.eager_seconds = call_times(
             program, engine, plan.module, device_args, device_kwargs
@@ -585,16 +584,3 @@ class ItemEvents:
         record.worker = getattr(self._session.config, "workerinput", {}).get("workerid", "")
         self._session.collector.records.append(record)
         self._item.user_properties.extend(record.properties())
-
-
-def _on_device(
-    args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    import torch
-    import torch.utils._pytree as pytree
-
-    moved = pytree.tree_map(
-        lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf,
-        (tuple(args), dict(kwargs)),
-    )
-    return tuple(moved[0]), dict(moved[1])

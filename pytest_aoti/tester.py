@@ -149,6 +149,7 @@ class _CheckPlan:
     module: torch.nn.Module
     """The module on the tester's device."""
     input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    """The example and the samples, on the tester's device."""
     mutates: Mapping[str, Any] | None
     calls: int
     expect_at: int
@@ -387,7 +388,7 @@ class AotiTester:
         run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
         plan = _CheckPlan(
             module=self._module_on_device(module),
-            input_sets=[(args, kwargs)] + [(sample, kwargs) for sample in samples],
+            input_sets=[self._inputs_on_device(set_args, kwargs) for set_args in (args, *samples)],
             mutates=mutates,
             calls=run_calls,
             expect_at=calls if calls is not None else 1,
@@ -422,8 +423,7 @@ class AotiTester:
         memory = PeakMemory(self.device) if plan.max_extra_bytes is not None else None
         stats: list[tuple[str, LeafStats]] = []
         input_sets = 0
-        for index, (set_args, set_kwargs) in enumerate(plan.input_sets):
-            device_args, device_kwargs = self._inputs_on_device(set_args, set_kwargs)
+        for index, (device_args, device_kwargs) in enumerate(plan.input_sets):
             label = f"sample {index}" if len(plan.input_sets) > 1 else ""
             run = InputRun(
                 program,
@@ -453,7 +453,7 @@ class AotiTester:
             stats += check_threads(
                 program,
                 plan.module,
-                *self._inputs_on_device(*plan.input_sets[0]),
+                *plan.input_sets[0],
                 threads=plan.threads,
                 calls=plan.calls,
                 tolerance=plan.tolerance,
@@ -466,7 +466,7 @@ class AotiTester:
             generated, generated_stats = check_generated(
                 program,
                 plan.module,
-                self._inputs_on_device(*plan.input_sets[0]),
+                plan.input_sets[0],
                 calls=plan.calls,
                 mutates=plan.mutates,
                 tolerance=plan.tolerance,
@@ -498,9 +498,7 @@ class AotiTester:
         if error.replay is None:  # not about one input set: replay the first one
             from pytest_aoti.runs import Replay
 
-            error.replay = Replay(
-                plan.module, *self._inputs_on_device(*plan.input_sets[0]), plan.calls
-            )
+            error.replay = Replay(plan.module, *plan.input_sets[0], plan.calls)
         line = self._events.failed(program, error)
         if not line:
             return error

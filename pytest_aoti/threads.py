@@ -8,7 +8,6 @@ run happens to show.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
-from pytest_aoti.runs import clone_tree
+from pytest_aoti.runs import clone_tree, eager_history
 from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ def check_threads(
     import torch
 
     thread_inputs = [_inputs_for(index, program, args, kwargs) for index in range(threads)]
-    expected = [_eager_calls(module, program, inputs, calls) for inputs in thread_inputs]
+    expected = [eager_history(program, module, *inputs, calls) for inputs in thread_inputs]
     engine = program.engine_in_exported_state()
     results: list[list[tuple[Any, dict[str, Any]]]] = [[] for _ in range(threads)]
     errors: list[BaseException | None] = [None] * threads
@@ -104,25 +103,6 @@ def _inputs_for(
 
     new_args, new_kwargs = pytree.tree_map(fresh, inputs)
     return tuple(new_args), dict(new_kwargs)
-
-
-def _eager_calls(
-    module: torch.nn.Module,
-    program: AotiProgram,
-    inputs: tuple[tuple[Any, ...], dict[str, Any]],
-    calls: int,
-) -> list[tuple[Any, dict[str, Any]]]:
-    import torch
-
-    eager = copy.deepcopy(module)
-    call_args, call_kwargs = clone_tree(inputs)
-    named = named_user_inputs(program.exported, call_args, call_kwargs)
-    history = []
-    with torch.no_grad():
-        for _ in range(calls):
-            outputs = clone_tree(eager(*call_args, **call_kwargs))
-            history.append((outputs, clone_tree(named)))
-    return history
 
 
 def _first_difference(
