@@ -5,6 +5,7 @@ Importing this package does not import torch; torch loads when an AOTI test firs
 
 from __future__ import annotations
 
+from pytest_aoti.compiling.program import AotiProgram
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCacheWarning,
@@ -15,7 +16,6 @@ from pytest_aoti.errors import (
     AotiInputError,
     AotiUsageError,
 )
-from pytest_aoti.program import AotiProgram
 from pytest_aoti.tester import AotiTester, CheckDefaults, CheckResult
 
 __all__ = [

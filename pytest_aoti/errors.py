@@ -57,7 +57,7 @@ class AotiCheckError(AotiError, AssertionError):
         return self.finding.node
 
     replay: Any = None
-    """The input set and calls the failure happened on (:class:`pytest_aoti.runs.Replay`),
+    """The input set and calls the failure happened on (:class:`pytest_aoti.checks.parity.Replay`),
     for the repro bundle; None where the failure is not about one input set."""
 
     def amended(self, finding: Finding) -> AotiCheckError:
@@ -126,7 +126,7 @@ def user_facing(function: _F) -> _F:
         except AotiError as error:
             cause = error.__cause__
             if cause is not None:
-                from pytest_aoti.pipeline import pin_to_source
+                from pytest_aoti.compiling.pipeline import pin_to_source
 
                 pin_to_source(cause)
             raise error.with_traceback(None) from cause

@@ -44,7 +44,7 @@ _STAGE_DETAIL = {
 
 
 class NodeReport(Protocol):
-    """The first diverging graph node (see :mod:`pytest_aoti.localize`)."""
+    """The first diverging graph node (see :mod:`pytest_aoti.triage.localize`)."""
 
     def describe(self) -> list[str]: ...
 

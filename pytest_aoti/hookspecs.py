@@ -10,7 +10,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.tester import CheckResult
 
 

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
-from pytest_aoti.report import CheckRecord, ReportCollector
+from pytest_aoti.reports.records import CheckRecord, ReportCollector
 from pytest_aoti.settings import AotiSettings
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.program import AotiProgram
-    from pytest_aoti.registry import ProgramRegistry
-    from pytest_aoti.report import CompileProgress
-    from pytest_aoti.store import ArtifactStore, CacheMode
+    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.compiling.registry import ProgramRegistry
+    from pytest_aoti.compiling.store import ArtifactStore, CacheMode
+    from pytest_aoti.reports.records import CompileProgress
     from pytest_aoti.tester import CheckDefaults, CheckResult, _CheckPlan
 
 
@@ -82,7 +82,7 @@ class AotiSession:
             self._store_made = True
             root = self.cache_root()
             if root is not None and self.settings.cache_mode != "off":
-                from pytest_aoti.store import ArtifactStore
+                from pytest_aoti.compiling.store import ArtifactStore
 
                 self._store = ArtifactStore(
                     root,
@@ -95,7 +95,7 @@ class AotiSession:
     @property
     def registry(self) -> ProgramRegistry:
         if self._registry is None:
-            from pytest_aoti.registry import ProgramRegistry
+            from pytest_aoti.compiling.registry import ProgramRegistry
 
             self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
             self._registry = ProgramRegistry(
@@ -107,7 +107,7 @@ class AotiSession:
     def progress(self) -> CompileProgress:
         """Announces long compiles on the terminal (recorded only, on an xdist worker)."""
         if self._progress is None:
-            from pytest_aoti.report import CompileProgress
+            from pytest_aoti.reports.records import CompileProgress
 
             worker = getattr(self.config, "workerinput", {}).get("workerid", "")
             self._progress = CompileProgress(
@@ -203,7 +203,7 @@ class AotiSession:
         if configs and any(
             "aoti_device" in getattr(item, "fixturenames", ()) for item in session.items
         ):
-            from pytest_aoti.pipeline import unknown_inductor_options
+            from pytest_aoti.compiling.pipeline import unknown_inductor_options
 
             problem = unknown_inductor_options(configs)
             if problem:
@@ -221,7 +221,7 @@ class AotiSession:
         root = self.settings.keep_failed
         if root is None or error.replay is None:
             return None
-        from pytest_aoti.repro import bundle_dir_name, write_bundle
+        from pytest_aoti.triage.repro import bundle_dir_name, write_bundle
 
         name = bundle_dir_name(item.nodeid)
         self._bundles[name] = self._bundles.get(name, 0) + 1
@@ -254,7 +254,7 @@ class AotiSession:
         root = self.settings.profile
         if root is None:
             return None
-        from pytest_aoti.repro import bundle_dir_name
+        from pytest_aoti.triage.repro import bundle_dir_name
 
         name = bundle_dir_name(item.nodeid)
         self._profiles[name] = self._profiles.get(name, 0) + 1
@@ -274,7 +274,7 @@ class AotiSession:
     # -- hooks ----------------------------------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        from pytest_aoti.report import compiler_version, torch_build, torch_version
+        from pytest_aoti.reports.records import compiler_version, torch_build, torch_version
 
         mode = self.settings.cache_mode
         where = self.settings.cache_dir or ".pytest_cache/d/aoti"
@@ -299,7 +299,7 @@ class AotiSession:
         torch, which a run without AOTI tests never does)."""
         if not any("aoti_device" in getattr(item, "fixturenames", ()) for item in items):
             return []
-        from pytest_aoti.report import describe_devices
+        from pytest_aoti.reports.records import describe_devices
 
         return [f"aoti: running on {describe_devices(self.devices)}"]
 
@@ -349,7 +349,7 @@ class AotiSession:
                 terminalreporter.write_line(f"{nodeid}:")
                 for line in text.splitlines():
                     terminalreporter.write_line(f"    {line}")
-        from pytest_aoti.report import durations_table, worker_lines
+        from pytest_aoti.reports.records import durations_table, worker_lines
 
         records = self.collector.records
         if records and self.settings.durations >= 0:
@@ -405,8 +405,8 @@ class AotiSession:
         }
 
     def _write_report(self, interrupted: bool) -> None:
-        from pytest_aoti.registry import CompileStats
-        from pytest_aoti.report import write_json_report
+        from pytest_aoti.compiling.registry import CompileStats
+        from pytest_aoti.reports.records import write_json_report
 
         assert self.settings.report is not None
         total = CompileStats()
@@ -424,7 +424,7 @@ class AotiSession:
 
     def summary_line(self) -> str:
         """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
-        from pytest_aoti.registry import CompileStats
+        from pytest_aoti.compiling.registry import CompileStats
 
         total = CompileStats()
         for figures in [self.stats_json(), *self.worker_stats]:
@@ -563,7 +563,7 @@ class ItemEvents:
 
     def _measure(self, record: CheckRecord, program: AotiProgram, plan: _CheckPlan) -> None:
         """Engine and eager call times, and the profiler trace where one was asked for."""
-        from pytest_aoti.timing import call_times, write_profile
+        from pytest_aoti.checks.timing import call_times, write_profile
 
         device_args, device_kwargs = plan.input_sets[0]
         engine = plan.engine or program.engine_in_exported_state()

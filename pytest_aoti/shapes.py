@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytest_aoti.compiling.signature import read_signature_names
 from pytest_aoti.errors import AotiInputError, AotiUsageError
-from pytest_aoti.signature import read_signature_names
 
 if TYPE_CHECKING:
     import sympy
@@ -990,7 +990,7 @@ def name_symbols(
     from torch.export import Dim
     from torch.export.dynamic_shapes import _DerivedDim
 
-    from pytest_aoti.signature import named_user_inputs
+    from pytest_aoti.compiling.signature import named_user_inputs
 
     if dynamic_shapes is None:
         return shapes

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from hypothesis import strategies as st
 
+from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.shapes import (
     ProgramShapes,
@@ -29,7 +30,6 @@ from pytest_aoti.shapes import (
     read_program_shapes,
     shapes_from_assignment,
 )
-from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy

@@ -1,8 +1,8 @@
 """The object behind the ``aoti`` fixture: ``compile()`` and ``check()``.
 
-Orchestration only: exporting and compiling live in :mod:`pytest_aoti.pipeline` and
-:mod:`pytest_aoti.registry`, judging numbers in :mod:`pytest_aoti.compare`, running one
-input set in :mod:`pytest_aoti.runs`.
+Orchestration only: exporting and compiling live in :mod:`pytest_aoti.compiling.pipeline` and
+:mod:`pytest_aoti.compiling.registry`, judging numbers in :mod:`pytest_aoti.compare`, running one
+input set in :mod:`pytest_aoti.checks.parity`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.checks.memory import PeakMemory
+    from pytest_aoti.checks.parity import Localizer
     from pytest_aoti.compare import LeafStats, Tolerance, ToleranceHook
-    from pytest_aoti.memory import PeakMemory
-    from pytest_aoti.program import AotiProgram
-    from pytest_aoti.registry import ProgramRegistry
-    from pytest_aoti.runs import Localizer
+    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.compiling.registry import ProgramRegistry
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ class AotiTester:
         inductor_configs: Mapping[str, Any] | None,
     ) -> AotiProgram:
         __tracebackhide__ = True
-        from pytest_aoti.pipeline import export_module
+        from pytest_aoti.compiling.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
@@ -416,8 +416,8 @@ class AotiTester:
     def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
         """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
         __tracebackhide__ = True
-        from pytest_aoti.memory import PeakMemory
-        from pytest_aoti.runs import InputRun
+        from pytest_aoti.checks.memory import PeakMemory
+        from pytest_aoti.checks.parity import InputRun
 
         localizer = self._localizer(program, plan.tolerance, plan.inductor_configs)
         memory = PeakMemory(self.device) if plan.max_extra_bytes is not None else None
@@ -448,7 +448,7 @@ class AotiTester:
             stats += distinct
 
         if plan.threads > 1:
-            from pytest_aoti.threads import check_threads
+            from pytest_aoti.checks.threads import check_threads
 
             stats += check_threads(
                 program,
@@ -461,7 +461,7 @@ class AotiTester:
 
         generated = 0
         if plan.examples:
-            from pytest_aoti.generated import Generation, check_generated
+            from pytest_aoti.checks.generated import Generation, check_generated
 
             generated, generated_stats = check_generated(
                 program,
@@ -496,7 +496,7 @@ class AotiTester:
         if self._events is None:
             return error
         if error.replay is None:  # not about one input set: replay the first one
-            from pytest_aoti.runs import Replay
+            from pytest_aoti.checks.parity import Replay
 
             error.replay = Replay(plan.module, *plan.input_sets[0], plan.calls)
         line = self._events.failed(program, error)
@@ -523,8 +523,8 @@ class AotiTester:
         __tracebackhide__ = True
         from dataclasses import replace as replace_fields
 
-        from pytest_aoti.aliasing import aliased_inputs, distinct_inputs
-        from pytest_aoti.runs import InputRun
+        from pytest_aoti.checks.aliasing import aliased_inputs, distinct_inputs
+        from pytest_aoti.checks.parity import InputRun
 
         aliased = aliased_inputs(program.exported, args, kwargs)
         if not aliased:
@@ -572,7 +572,7 @@ class AotiTester:
             return None
 
         def localize_failure(args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any:
-            from pytest_aoti.localize import localize
+            from pytest_aoti.triage.localize import localize
 
             def compile_engine(exported: ExportedProgram) -> Any:
                 instrumented = self._registry.program_for(

@@ -260,14 +260,14 @@ def test_one_engine_serves_every_generated_shape(run_aoti):
     result = run_aoti(
         DYNAMIC_MODELS
         + """
-import pytest_aoti.program
+import pytest_aoti.compiling.program
 
 @pytest.fixture
 def loads(monkeypatch):
     count = []
-    original = pytest_aoti.program.load_engine
+    original = pytest_aoti.compiling.program.load_engine
     monkeypatch.setattr(
-        pytest_aoti.program, "load_engine", lambda *a, **k: count.append(1) or original(*a, **k)
+        pytest_aoti.compiling.program, "load_engine", lambda *a, **k: count.append(1) or original(*a, **k)
     )
     return count
 

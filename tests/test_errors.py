@@ -16,15 +16,8 @@ import pytest
 import torch
 from torch.export import Dim, ExportedProgram
 
-from pytest_aoti.errors import (
-    AotiCompileError,
-    AotiExportError,
-    AotiInputError,
-    AotiUsageError,
-    user_facing,
-)
-from pytest_aoti.generated import Generation, _Failure, _report
-from pytest_aoti.pipeline import (
+from pytest_aoti.checks.generated import Generation, _Failure, _report
+from pytest_aoti.compiling.pipeline import (
     check_constant_outputs,
     compile_package,
     decompose,
@@ -33,9 +26,16 @@ from pytest_aoti.pipeline import (
     source_frame,
     torch_reason,
 )
-from pytest_aoti.program import AotiProgram, CompiledArtifact
+from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact
+from pytest_aoti.compiling.signature import named_user_inputs, read_signature
+from pytest_aoti.errors import (
+    AotiCompileError,
+    AotiExportError,
+    AotiInputError,
+    AotiUsageError,
+    user_facing,
+)
 from pytest_aoti.shapes import read_program_shapes, validate_inputs
-from pytest_aoti.signature import named_user_inputs, read_signature
 
 HERE = str(Path(__file__).resolve())
 

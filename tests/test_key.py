@@ -9,7 +9,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.export import Dim
 
-from pytest_aoti.key import ProgramKey, _canonical_symbols, program_key
+from pytest_aoti.compiling.key import ProgramKey, _canonical_symbols, program_key
 
 
 class Linear(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""pytest_aoti.localize: naming the first graph node whose value the AOTI engine gets wrong.
+"""pytest_aoti.triage.localize: naming the first graph node whose value the AOTI engine gets wrong.
 
 An Inductor post-grad pass turns the engine's ``a * 3`` into ``a + 3`` (and only the
 engine's: eager never sees the pass), so the node to name is known. Real compiles cost
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from pytest_aoti.compare import Tolerance
-from pytest_aoti.localize import Localization, _choose, localize
-from pytest_aoti.pipeline import quiet_torch_deprecations
+from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.triage.localize import Localization, _choose, localize
 
 Engine = Callable[..., Any]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.report import CheckRecord, durations_table, torch_build
+from pytest_aoti.reports.records import CheckRecord, durations_table, torch_build
 
 REPORTED = """
 def test_input_mutation(aoti):

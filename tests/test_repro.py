@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_aoti.pipeline import (
+from pytest_aoti.compiling.pipeline import (
     compile_package,
     decompose,
     export_module,
     quiet_torch_deprecations,
 )
-from pytest_aoti.repro import MAX_NAME_LENGTH, REPRO_SCRIPT, bundle_dir_name, write_bundle
+from pytest_aoti.triage.repro import MAX_NAME_LENGTH, REPRO_SCRIPT, bundle_dir_name, write_bundle
 
 
 def example() -> torch.Tensor:

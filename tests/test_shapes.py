@@ -10,6 +10,7 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.export.dynamic_shapes import _DerivedDim
 
+from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiInputError, AotiUsageError
 from pytest_aoti.shapes import (
     InputSpec,
@@ -24,7 +25,6 @@ from pytest_aoti.shapes import (
     solve_sizes,
     validate_inputs,
 )
-from pytest_aoti.signature import named_user_inputs
 
 
 class BatchSeq(torch.nn.Module):

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import store as store_mod
+from pytest_aoti.compiling import store as store_mod
+from pytest_aoti.compiling.store import FORMAT_VERSION, ArtifactStore, CacheEntry, StoreStats
 from pytest_aoti.errors import AotiCacheWarning
-from pytest_aoti.store import FORMAT_VERSION, ArtifactStore, CacheEntry, StoreStats
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KEY = "3f" * 32
@@ -640,7 +640,7 @@ RACER = """
 import sys, time, warnings
 from pathlib import Path
 warnings.simplefilter("error")
-from pytest_aoti.store import ArtifactStore
+from pytest_aoti.compiling.store import ArtifactStore
 
 root, key, package, counter, ready, go = sys.argv[1:]
 store = ArtifactStore(Path(root))

@@ -11,15 +11,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.pipeline import decompose, load_engine
+from pytest_aoti.compiling.signature import MutationSignature, named_user_inputs
 from pytest_aoti.errors import user_facing
-from pytest_aoti.pipeline import decompose, load_engine
-from pytest_aoti.signature import MutationSignature, named_user_inputs
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.key import ProgramKey
+    from pytest_aoti.compiling.key import ProgramKey
     from pytest_aoti.shapes import ProgramShapes
 
 
@@ -159,7 +159,7 @@ class AotiProgram:
 
     @property
     def key(self) -> str:
-        """Content key of the program (see :mod:`pytest_aoti.key`)."""
+        """Content key of the program (see :mod:`pytest_aoti.compiling.key`)."""
         return self._artifact.key.digest
 
     @property

@@ -17,10 +17,10 @@ from pytest_aoti.errors import AotiCheckError
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.parity import InputRun, Localizer
     from pytest_aoti.compare import LeafStats, Tolerance
+    from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.findings import Finding
-    from pytest_aoti.program import AotiProgram
-    from pytest_aoti.runs import InputRun, Localizer
     from pytest_aoti.shapes import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
 
@@ -125,7 +125,7 @@ class _ShapeChecker:
     ) -> InputRun:
         """The check of one generated input set; attributed to a stage (and localized)
         only once the search has found its smallest failing shape."""
-        from pytest_aoti.runs import InputRun
+        from pytest_aoti.checks.parity import InputRun
 
         args, kwargs = self.builder.build(values, seed)
         return InputRun(

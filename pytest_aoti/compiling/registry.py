@@ -17,19 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.key import ProgramKey, program_key
+from pytest_aoti.compiling.pipeline import compile_package, decompose
+from pytest_aoti.compiling.program import (
+    DEFAULT_ENGINE_BUDGET,
+    AotiProgram,
+    CompiledArtifact,
+    EnginePool,
+)
+from pytest_aoti.compiling.signature import MutationSignature, read_signature
+from pytest_aoti.compiling.store import sha256_of
 from pytest_aoti.errors import AotiCacheWarning
-from pytest_aoti.key import ProgramKey, program_key
-from pytest_aoti.pipeline import compile_package, decompose
-from pytest_aoti.program import DEFAULT_ENGINE_BUDGET, AotiProgram, CompiledArtifact, EnginePool
-from pytest_aoti.signature import MutationSignature, read_signature
-from pytest_aoti.store import sha256_of
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.report import CompileProgress
-    from pytest_aoti.store import ArtifactStore, CacheEntry
+    from pytest_aoti.compiling.store import ArtifactStore, CacheEntry
+    from pytest_aoti.reports.records import CompileProgress
 
 
 @dataclass

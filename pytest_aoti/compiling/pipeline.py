@@ -328,7 +328,7 @@ def _constraint_hint(fixes: list[str], small: list[str]) -> str:
 _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s,]+)')
 _TORCH_PACKAGES = ("torch", "functorch", "torchgen", "sympy", "mpmath", "triton")
 _TORCH_PATH = re.compile(r"[/\\](site|dist)-packages[/\\](" + "|".join(_TORCH_PACKAGES) + r")[/\\]")
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_aoti/
 _REASON_LINE = re.compile(
     r"^\s*(Explanation|Hint|Suggested fix)\b:?|:\d+(:\d+)?: (fatal )?error:|^\s*error:",
     re.IGNORECASE,

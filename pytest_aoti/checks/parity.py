@@ -15,16 +15,16 @@ from pytest_aoti.compare import (
     compare_leaf,
     compare_trees,
 )
+from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
-from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.memory import PeakMemory
-    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.checks.memory import PeakMemory
+    from pytest_aoti.compiling.program import AotiProgram
 
 
 class InputRun:
@@ -291,7 +291,7 @@ class InputRun:
         return replace(finding, node=localization.node, node_reason=localization.reason)
 
     def _replay_differs(self, program: ExportedProgram, calls: int) -> bool:
-        from pytest_aoti.pipeline import quiet_torch_deprecations
+        from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 
         with quiet_torch_deprecations():
             # module() shares the program's own buffers: a copy keeps its state as exported
@@ -354,7 +354,7 @@ _PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})
 
 
 class Localizer(Protocol):
-    """Names the first diverging node for failing inputs (see :mod:`pytest_aoti.localize`)."""
+    """Names the first diverging node for failing inputs (see :mod:`pytest_aoti.triage.localize`)."""
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any: ...
 

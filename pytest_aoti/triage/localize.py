@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytest_aoti.compare import Tolerance, compare_leaf
+from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.pipeline import quiet_torch_deprecations
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -567,7 +567,7 @@ def _is_user_file(file: str) -> bool:
 def _library_roots() -> list[Path]:
     packages = Path(torch.__file__).parent.parent
     roots = [packages / name for name in ("torch", "functorch", "torchgen")]
-    return [*roots, Path(__file__).parent]
+    return [*roots, Path(__file__).parent.parent]  # pytest_aoti/
 
 
 def _op_name(target: Any) -> str:

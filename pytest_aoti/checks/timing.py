@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.runs import clone_tree
+from pytest_aoti.checks.parity import clone_tree
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.compiling.program import AotiProgram
 
 TIMED_CALLS = 3
 """Calls timed per side at most: enough for a median, cheap for a big model."""
@@ -81,7 +81,7 @@ def write_profile(
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from pytest_aoti.pipeline import quiet_torch_deprecations
+    from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 
     activities = [ProfilerActivity.CPU]
     if program.device.type == "cuda":

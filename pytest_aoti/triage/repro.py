@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.pipeline import quiet_torch_deprecations
+from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 
 if TYPE_CHECKING:
     import torch

@@ -12,16 +12,16 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.parity import clone_tree, eager_history
 from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
+from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
-from pytest_aoti.runs import clone_tree, eager_history
-from pytest_aoti.signature import named_user_inputs
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.program import AotiProgram
+    from pytest_aoti.compiling.program import AotiProgram
 
 JOIN_SECONDS = 300.0
 """How long the threads may take in all before the check gives up on them."""
