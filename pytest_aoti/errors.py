@@ -18,8 +18,32 @@ if TYPE_CHECKING:
     from pytest_aoti.findings import Finding
 
 
+STAGE_NAMES = ("eager", "export", "decompose", "compile")
+"""Where a failure arose, one spelling everywhere (text, exception, JSON report, JUnit)."""
+
+
 class AotiError(Exception):
     """Base class of every pytest-aoti error."""
+
+    @property
+    def stage(self) -> str | None:
+        """``"eager"``, ``"export"``, ``"decompose"`` or ``"compile"``: the step that failed;
+        None where no step applies (a wrong expectation, a usage error)."""
+        return None
+
+
+class _StageError(AotiError):
+    """An error raised by one step of the pipeline, which knows its stage."""
+
+    default_stage = "export"
+
+    def __init__(self, message: str, *, stage: str | None = None) -> None:
+        super().__init__(message)
+        self._stage = stage or self.default_stage
+
+    @property
+    def stage(self) -> str | None:
+        return self._stage
 
 
 class AotiCheckError(AotiError, AssertionError):
@@ -68,12 +92,17 @@ class AotiCheckError(AotiError, AssertionError):
         return error
 
 
-class AotiExportError(AotiError):
-    """``torch.export.export`` refused the module."""
+class AotiExportError(_StageError):
+    """``torch.export.export`` (stage ``"export"``) or ``run_decompositions`` (stage
+    ``"decompose"``) refused the module."""
+
+    default_stage = "export"
 
 
-class AotiCompileError(AotiError):
-    """``aoti_compile_and_package`` or ``aoti_load_package`` failed."""
+class AotiCompileError(_StageError):
+    """``aoti_compile_and_package`` or ``aoti_load_package`` failed (stage ``"compile"``)."""
+
+    default_stage = "compile"
 
 
 class AotiUsageError(AotiError, TypeError):

@@ -140,7 +140,7 @@ def decompose(exported: ExportedProgram) -> ExportedProgram:
         else:
             hint = _DECOMPOSE_HINT
         message = summarize_torch_error(error, "run_decompositions", hint=hint)
-        raise AotiExportError(message) from error
+        raise AotiExportError(message, stage="decompose") from error
 
 
 def compile_package(
