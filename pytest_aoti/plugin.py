@@ -29,6 +29,16 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--aoti-models-list``: print the model specs and exit, as ``--fixtures`` does."""
+    if not config.getoption("aoti_models_list"):
+        return None
+    from pytest_aoti.models.collect import list_main
+
+    return list_main(config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -42,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if asks_for_cuda(session.settings.devices):
         session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
     config.pluginmanager.register(session, SESSION_PLUGIN)
+    if session.settings.models or session.settings.models_list:
+        from pytest_aoti.models.collect import register
+
+        register(config, session.settings.models)  # the specs resolve now, or a usage error
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(XdistControllerHooks(session), "aoti-xdist")
 

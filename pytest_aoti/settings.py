@@ -93,6 +93,13 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def _model_spec(text: str) -> str:
+    """The form of an ``--aoti-model`` spec; resolving it waits for the rootdir."""
+    from pytest_aoti.models.spec import check_spec_text
+
+    return check_spec_text(text)
+
+
 EXPORT_MODES = ("default", "strict", "non-strict")
 
 
@@ -145,6 +152,12 @@ class Option:
     at startup; ``location``: made absolute only (its user copes with it being unusable)."""
     cli: bool = True
     """False for ini-only options (values that are awkward on a command line)."""
+    many: bool = False
+    """Repeatable on the command line; one value per line of its ini key (a tuple)."""
+    ini: str | None = ""
+    """The ini key; by default the ``dest``; None for a command-line-only flag."""
+    flag: bool = False
+    """A switch without a value (``store_true``)."""
 
     @property
     def dest(self) -> str:
@@ -153,6 +166,10 @@ class Option:
     @property
     def attribute(self) -> str:
         return self.field or self.dest.removeprefix("aoti_")
+
+    @property
+    def ini_key(self) -> str | None:
+        return self.dest if self.ini == "" else self.ini
 
 
 OPTIONS = (
@@ -267,6 +284,27 @@ OPTIONS = (
         DEFAULT_CACHE_MAX_SIZE,
         "Size above which least-recently-used packages are evicted. Default: 4GiB.",
     ),
+    Option(
+        "aoti-model",
+        _model_spec,
+        (),
+        "Collect an AOTI test of this model spec, no test file needed: module.path:callable, "
+        "path/to/file.py:callable (returning the module and its inputs; a list or dict of "
+        "such callables), or hf:MODEL_TYPE[?field=value&...]. Repeatable; ini aoti_models, "
+        "one per line. Default: none.",
+        field="models",
+        many=True,
+        ini="aoti_models",
+    ),
+    Option(
+        "aoti-models-list",
+        parse_switch,
+        False,
+        "Print the --aoti-model specs that would be collected, with their inputs' shapes, "
+        "and exit.",
+        ini=None,
+        flag=True,
+    ),
 )
 
 
@@ -274,16 +312,25 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every ``--aoti-*`` option and its ini twin in one ``aoti`` group."""
     group = parser.getgroup("aoti", "AOTInductor checks (pytest-aoti)")
     for option in OPTIONS:
-        if option.cli:
+        if option.flag:
+            group.addoption(
+                f"--{option.name}", dest=option.dest, action="store_true", help=option.help
+            )
+        elif option.cli:
             group.addoption(
                 f"--{option.name}",
                 dest=option.dest,
                 type=option.parse,
                 default=None,
+                action="append" if option.many else "store",
                 metavar=option.dest.upper().removeprefix("AOTI_"),
                 help=option.help,
             )
-        parser.addini(option.dest, help=option.help, default=None)
+        if option.ini_key is not None:
+            if option.many:
+                parser.addini(option.ini_key, help=option.help, type="linelist", default=None)
+            else:
+                parser.addini(option.ini_key, help=option.help, default=None)
     group.addoption(
         "--aoti-cache-clear",
         dest="aoti_cache_clear",
@@ -313,6 +360,8 @@ class AotiSettings:
     cache_dir: Path | None = None
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
     cache_clear: bool = False
+    models: tuple[str, ...] = ()
+    models_list: bool = False
 
     def check_defaults(self) -> dict[str, Any]:
         """The values of options that are defaults of every check, by ``CheckDefaults``
@@ -360,11 +409,20 @@ def _check_writable_dir(path: Path, option: Option) -> None:
 
 def _value(config: pytest.Config, option: Option) -> Any:
     given = config.getoption(option.dest) if option.cli else None
+    if option.flag:
+        return bool(given)
     if given is not None:
-        return given
-    text = config.getini(option.dest)
+        return tuple(given) if option.many else given
+    if option.ini_key is None:
+        return option.default
+    text = config.getini(option.ini_key)
     if text in (None, "", []):
         return option.default
+    if option.many:
+        try:
+            return tuple(option.parse(line.strip()) for line in text if line.strip())
+        except argparse.ArgumentTypeError as error:
+            raise pytest.UsageError(f"ini option {option.ini_key}: {error}") from None
     try:
         return option.parse(str(text).strip())
     except argparse.ArgumentTypeError as error:

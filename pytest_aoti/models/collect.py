@@ -1,0 +1,115 @@
+"""The tests of ``--aoti-model`` specs: a virtual module under the session, no test file.
+
+The module ``aoti-model`` holds one test function, ``test_model``, parametrized by spec; the
+plugin parametrizes it by device and export variant as any AOTI test, so the ``aoti``
+fixture, reports, ``-k``, ``--lf``, ``--deselect`` and xdist treat it as ordinary tests:
+``aoti-model::test_model[hf:bert-cpu]``.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_aoti.models.spec import ModelSpec, resolve_specs
+
+if TYPE_CHECKING:
+    from pytest_aoti.tester import AotiTester
+
+PLUGIN_NAME = "aoti-models"
+MODULE_ID = "aoti-model"
+_SPEC_ARG = "aoti_model_spec"
+
+
+def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
+    """The spec's factory called (seeded) for this device, then the full default check."""
+    __tracebackhide__ = True
+    from pytest_aoti.models.factories import call_factory
+
+    case = call_factory(aoti_model_spec.factory, aoti.device, aoti_model_spec.text)
+    aoti.check(case.module, case.args, case.kwargs, **case.check)
+
+
+class SpecModule(pytest.Module):
+    """A module object made in memory: nothing to import, no file on disk."""
+
+    specs: list[ModelSpec]
+
+    def _getobj(self) -> types.ModuleType:
+        module = types.ModuleType("pytest_aoti_models")
+        module.test_model = test_model  # type: ignore[attr-defined]
+        specs = self.specs
+
+        def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+            # a module's own hook runs before the plugin's: the spec leads the test id
+            metafunc.parametrize(_SPEC_ARG, specs, ids=[spec.id for spec in specs])
+
+        module.pytest_generate_tests = pytest_generate_tests  # type: ignore[attr-defined]
+        return module
+
+
+class ModelSpecs:
+    """Resolved specs; adds their module to the session's collection."""
+
+    def __init__(self, specs: list[ModelSpec]) -> None:
+        self.specs = specs
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        report = yield
+        if isinstance(collector, pytest.Session) and self.specs and report.passed:
+            # its path is the rootdir, which exists: --lf keeps it among the paths it knows
+            module = SpecModule.from_parent(
+                collector, path=collector.config.rootpath, name=MODULE_ID, nodeid=MODULE_ID
+            )
+            module.specs = self.specs
+            report.result.append(module)
+        return report
+
+
+def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:
+    """Resolve ``texts`` (a usage error for one that does not resolve) and add the plugin."""
+    specs = resolve_specs(texts, config.rootpath, config.invocation_params.dir)
+    plugin = ModelSpecs(specs)
+    config.pluginmanager.register(plugin, PLUGIN_NAME)
+    return plugin
+
+
+def list_specs(config: pytest.Config, session: pytest.Session) -> int:
+    """``--aoti-models-list``: every spec's test, its module class and inputs' shapes."""
+    import torch
+
+    from pytest_aoti.models.factories import call_factory, describe_inputs
+
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    specs: list[ModelSpec] = plugin.specs if isinstance(plugin, ModelSpecs) else []
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write = reporter.write_line if reporter is not None else print
+    if not specs:
+        write("no model specs: pass --aoti-model=SPEC or set aoti_models in the ini file")
+        return 0
+    failed = False
+    for spec in specs:
+        try:
+            case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+        except Exception as error:
+            failed = True
+            write(f"{spec.id}: the factory failed: {type(error).__name__}: {error}")
+            continue
+        write(f"{spec.id}: {type(case.module).__name__}({describe_inputs(case)})")
+    return 1 if failed else 0
+
+
+def list_main(config: pytest.Config) -> int:
+    """Run :func:`list_specs` in a configured session, with no xdist workers."""
+    from _pytest.main import wrap_session
+
+    option = config.option
+    if hasattr(option, "numprocesses"):
+        option.numprocesses, option.dist, option.tx = 0, "no", []
+    return int(wrap_session(config, list_specs))

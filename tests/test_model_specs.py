@@ -1,0 +1,322 @@
+"""``pytest --aoti-model=SPEC``: tests with no test file, from factories and HF architectures.
+
+The factory models come from ``examples/aoti_models.py`` (one small MLP compiles, once for
+the whole suite through the shared cache dir); the Hugging Face test compiles four tiny
+architectures and needs ``transformers`` (skipped without it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.models.factories import call_factory, describe_inputs, read_case
+from pytest_aoti.models.spec import clean_id, resolve_specs
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "aoti_models.py"
+
+
+@pytest.fixture
+def factories(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A directory holding only the example factory module, as ``mymodels.py``."""
+    pytester.makepyfile(mymodels=EXAMPLE.read_text())
+    return pytester
+
+
+def run(pytester: pytest.Pytester, cache: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--aoti-device=cpu", f"--aoti-cache-dir={cache}", *args)
+
+
+# --------------------------------------------------------------------------- pure logic
+
+
+def test_ids_carry_no_query_characters() -> None:
+    assert clean_id("hf:gpt2?attn_implementation=eager&n_layer=1") == (
+        "hf:gpt2+attn_implementation:eager+n_layer:1"
+    )
+    assert clean_id("models/zoo.py:build resnet") == "models/zoo.py:build_resnet"
+
+
+def test_a_factory_may_return_a_pair_a_triple_or_a_mapping() -> None:
+    module = torch.nn.Linear(2, 2)
+    x = torch.ones(1, 2)
+    assert read_case((module, (x,)), "s").args == (x,)
+    triple = read_case((module, [x], {"y": x}), "s")
+    assert triple.args == (x,) and triple.kwargs == {"y": x}
+    mapping = read_case({"module": module, "args": x, "samples": [(x,)], "rtol": 1e-3}, "s")
+    assert mapping.args == (x,) and mapping.check == {"samples": [(x,)], "rtol": 1e-3}
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (
+            torch.nn.Linear(2, 2),
+            "s returned a Linear; expected (module, args), (module, args, kwargs)",
+        ),
+        (
+            (torch.ones(1), (torch.ones(1),)),
+            "s returned a Tensor as its module; expected a torch.nn.Module",
+        ),
+        ((torch.nn.Linear(2, 2), 3), "s returned a int as its args; expected a tuple of inputs"),
+        ({"module": torch.nn.Linear(2, 2)}, "s returned a mapping without 'args'"),
+        (
+            {"module": torch.nn.Linear(2, 2), "args": (), "tol": 1},
+            "s returned a mapping with unknown keys 'tol'",
+        ),
+    ],
+)
+def test_a_wrong_return_shape_says_what_is_accepted(returned: object, message: str) -> None:
+    with pytest.raises(AotiUsageError) as caught:
+        read_case(returned, "s")
+    assert str(caught.value).startswith(message)
+
+
+def test_a_factory_is_seeded_and_given_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # resolving makes the rootdir importable
+    (tmp_path / "seeded.py").write_text(
+        "import torch\n"
+        "def make(device):\n"
+        "    return torch.nn.Identity(), (torch.randn(3, device=device),)\n"
+    )
+    [spec] = resolve_specs(["seeded.py:make"], tmp_path, tmp_path)
+    first = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    torch.manual_seed(5)
+    again = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    torch.testing.assert_close(first.args[0], again.args[0], rtol=0, atol=0)
+    assert describe_inputs(first) == "input=(3,) float32"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nosuchmodule:build", "no module named 'nosuchmodule'; expected module.path:callable"),
+        ("mymodels:nope", "'mymodels' has no attribute 'nope'; expected a callable or a list"),
+        ("mymodels:EXAMPLE_SIZE", "expected a callable or a list or dict of callables, got int"),
+        ("missing/zoo.py:good", "no file "),
+        ("mymodels", "'mymodels': expected module.path:callable, path/to/file.py:callable"),
+        ("hf:nosuchtype", "'nosuchtype' is no transformers model type and no config file"),
+    ],
+)
+def test_a_spec_that_does_not_resolve_is_a_usage_error(
+    factories: pytest.Pytester, spec: str, message: str
+) -> None:
+    factories.makepyfile(mymodels=EXAMPLE.read_text() + "\nEXAMPLE_SIZE = 3\n")
+    if spec.startswith("hf:"):
+        pytest.importorskip("transformers")
+    result = factories.runpytest(f"--aoti-model={spec}", "--aoti-device=cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_an_hf_spec_without_transformers_says_what_to_install(
+    factories: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import now raises ImportError
+    result = factories.runpytest("--aoti-model=hf:bert", "--aoti-device=cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "ERROR: --aoti-model=hf:bert: hf: specs need transformers: pip install 'pytest-aoti[hf]'"
+        in result.stderr.str()
+    )
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def test_spec_items_coexist_with_test_files_and_the_ini_list(factories: pytest.Pytester) -> None:
+    factories.makepyfile(test_plain="def test_plain():\n    pass\n")
+    factories.makeini("[pytest]\naoti_models =\n    mymodels:ALL\n    mymodels:good_dynamic\n")
+    result = factories.runpytest(
+        "--aoti-device=cpu", "--aoti-export=strict,non-strict", "--collect-only", "-q"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "test_plain.py::test_plain",
+            "aoti-model::test_model[[]mymodels:ALL/good-cpu-strict[]]",
+            "aoti-model::test_model[[]mymodels:ALL/good-cpu-non-strict[]]",
+            "aoti-model::test_model[[]mymodels:ALL/broken-cpu-strict[]]",
+            "aoti-model::test_model[[]mymodels:ALL/broken-cpu-non-strict[]]",
+            "aoti-model::test_model[[]mymodels:good_dynamic-cpu-strict[]]",
+            "aoti-model::test_model[[]mymodels:good_dynamic-cpu-non-strict[]]",
+            "7 tests collected*",
+        ]
+    )
+    # the command line replaces the ini list
+    result = factories.runpytest("--aoti-device=cpu", "--aoti-model=mymodels:good", "--co", "-q")
+    result.stdout.fnmatch_lines(
+        ["test_plain.py::test_plain", "aoti-model::test_model[[]mymodels:good-cpu[]]", "2 tests*"]
+    )
+
+
+def test_the_list_prints_each_spec_with_its_input_shapes(factories: pytest.Pytester) -> None:
+    factories.makepyfile(
+        zoo="""
+        import torch
+
+        def pair():
+            return torch.nn.Bilinear(2, 2, 1), (torch.ones(3, 2), torch.ones(3, 2))
+
+        def wrong():
+            return 42
+        """
+    )
+    result = factories.runpytest(
+        "--aoti-models-list",
+        "--aoti-model=mymodels:good_dynamic",
+        "--aoti-model=zoo.py:pair",
+        "--aoti-model=zoo.py:wrong",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "mymodels:good_dynamic: Mlp(x=(batch=4, 8) float32)",
+            "zoo.py:pair: Bilinear(input1=(3, 2) float32, input2=(3, 2) float32)",
+            "zoo.py:wrong: the factory failed: AotiUsageError: zoo.py:wrong returned a int; *",
+        ]
+    )
+    assert "passed" not in result.stdout.str()
+    assert result.ret == 1  # a factory that fails makes the listing fail
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_a_factory_module_alone_gives_one_pass_and_one_failure_with_its_stage(
+    factories: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    result = run(
+        factories,
+        shared_cache_dir,
+        "--aoti-model=mymodels:good",
+        "--aoti-model=mymodels:broken",
+        "-v",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "aoti-model::test_model[[]mymodels:good-cpu[]] PASSED*",
+            "aoti-model::test_model[[]mymodels:broken-cpu[]] FAILED*",
+            "E   pytest_aoti.errors.AotiExportError: torch.export.export failed: *",
+            "      at *mymodels.py:* in forward",
+        ]
+    )
+    # the last failure reruns alone, by its id
+    rerun = run(
+        factories,
+        shared_cache_dir,
+        "--aoti-model=mymodels:good",
+        "--aoti-model=mymodels:broken",
+        "--lf",
+        "-v",
+    )
+    rerun.assert_outcomes(failed=1, deselected=1)
+    deselected = run(
+        factories,
+        shared_cache_dir,
+        "--aoti-model=mymodels:ALL",
+        "--deselect=aoti-model::test_model[mymodels:ALL/broken-cpu]",
+        "-k",
+        "good",
+    )
+    deselected.assert_outcomes(passed=1, deselected=1)
+
+
+def test_a_wrong_return_shape_fails_that_test_only(
+    factories: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    factories.makepyfile(zoo="def no_inputs():\n    import torch\n    return torch.nn.ReLU()\n")
+    result = run(
+        factories, shared_cache_dir, "--aoti-model=zoo.py:no_inputs", "--aoti-model=mymodels:good"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["E   pytest_aoti.errors.AotiUsageError: zoo.py:no_inputs returned a ReLU; expected *"]
+    )
+
+
+def test_spec_items_run_the_same_under_xdist(
+    factories: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    result = factories.runpytest_subprocess(
+        "-n",
+        "2",
+        "--aoti-device=cpu",
+        f"--aoti-cache-dir={shared_cache_dir}",
+        "--aoti-model=mymodels:ALL",
+        "--aoti-model=mymodels:good_dynamic",
+        timeout=300,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["FAILED aoti-model::test_model[[]mymodels:ALL/broken-cpu[]]*"])
+    bad = factories.runpytest_subprocess("-n", "2", "--aoti-model=mymodels:nope", timeout=120)
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+
+
+# --------------------------------------------------------------------------- Hugging Face
+
+
+def test_hf_overrides_go_to_the_config_and_the_model_class(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from pytest_aoti.models.hf import resolve_hf
+
+    spec = resolve_hf("hf:gpt2?attn_implementation=eager&n_layer=1&resid_pdrop=0.5", tmp_path)
+    case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    assert isinstance(case.module, transformers.GPT2Model) and not case.module.training
+    config = case.module.config
+    assert (config.n_layer, config.resid_pdrop, config.use_cache) == (1, 0.5, False)
+    assert config._attn_implementation == "eager"
+    assert describe_inputs(case) == (
+        "input_ids=(batch=2, seq=16) int64, attention_mask=(batch=2, seq=16) int64"
+    )
+
+    encoder = resolve_hf("hf:t5/T5EncoderModel", tmp_path)
+    assert type(call_factory(encoder.factory, torch.device("cpu"), "t5").module).__name__ == (
+        "T5EncoderModel"
+    )
+
+    saved = tmp_path / "tiny" / "config.json"
+    saved.parent.mkdir()
+    transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2
+    ).to_json_file(saved)
+    local = resolve_hf("hf:tiny/config.json?num_attention_heads=4", tmp_path)
+    model = call_factory(local.factory, torch.device("cpu"), local.text).module
+    assert (model.config.hidden_size, model.config.num_attention_heads) == (32, 4)
+    assert json.loads(saved.read_text())["num_attention_heads"] == 2
+
+
+def test_hf_architectures_pass_and_gpt2_sdpa_fails_in_decomposition(
+    pytester: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    pytest.importorskip("transformers")
+    result = run(
+        pytester,
+        shared_cache_dir,
+        "--aoti-model=hf:bert",
+        "--aoti-model=hf:vit",
+        "--aoti-model=hf:llama",
+        "--aoti-model=hf:gpt2",
+        "--aoti-model=hf:gpt2?attn_implementation=eager",
+        "--aoti-examples=4",
+        "-v",
+    )
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "aoti-model::test_model[[]hf:bert-cpu[]] PASSED*",
+            "aoti-model::test_model[[]hf:vit-cpu[]] PASSED*",
+            "aoti-model::test_model[[]hf:llama-cpu[]] PASSED*",
+            "aoti-model::test_model[[]hf:gpt2-cpu[]] FAILED*",
+            "aoti-model::test_model[[]hf:gpt2+attn_implementation:eager-cpu[]] PASSED*",
+            "E   pytest_aoti.errors.AotiExportError: run_decompositions failed: Cannot view a tensor*",
+            "      at */transformers/pytorch_utils.py:* in forward",
+        ]
+    )
