@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.errors import AotiUsageError, user_facing
 
 if TYPE_CHECKING:
     import torch
@@ -38,8 +38,11 @@ def check_keywords() -> frozenset[str]:
     return frozenset(parameters) - {"self", *_CASE_KEYS}
 
 
+@user_facing
 def call_factory(factory: Callable[..., Any], device: torch.device, spec: str) -> ModelCase:
-    """``torch.manual_seed(0)``, then the factory (given ``device=`` if it takes it)."""
+    """``torch.manual_seed(0)``, then the factory (given ``device=`` if it takes it); a
+    wrong return shape raises ``AotiUsageError`` with the caller's frame only."""
+    __tracebackhide__ = True
     import torch
 
     torch.manual_seed(0)
