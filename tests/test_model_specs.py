@@ -320,3 +320,22 @@ def test_hf_architectures_pass_and_gpt2_sdpa_fails_in_decomposition(
             "      at */transformers/pytorch_utils.py:* in forward",
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "longest"), [("bert", 64), ("roberta", 62), ("distilbert", 64)]
+)
+def test_hf_sequences_stay_inside_the_position_table(
+    tmp_path: Path, model_type: str, longest: int
+) -> None:
+    """RoBERTa's positions start after its padding index: 64 positions hold 62 tokens."""
+    pytest.importorskip("transformers")
+    from pytest_aoti.models.hf import resolve_hf
+
+    spec = resolve_hf(f"hf:{model_type}", tmp_path)
+    case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    seq = case.check["dynamic_shapes"]["input_ids"][1]
+    assert (seq.min, seq.max) == (2, longest)
+    longest_ids = torch.zeros(1, longest, dtype=torch.long)
+    with torch.no_grad():
+        case.module(input_ids=longest_ids, attention_mask=torch.ones_like(longest_ids))

@@ -293,9 +293,14 @@ def model_inputs(
     return kwargs, dynamic
 
 
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "data2vec-text": 2}
+"""Model types whose positions start after the padding index: fewer tokens fit."""
+
+
 def _max_positions(config: Any) -> int:
+    offset = _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0)
     for name in ("max_position_embeddings", "n_positions"):
         value = getattr(config, name, None)
-        if isinstance(value, int) and value >= 2:
-            return min(value, 64)
+        if isinstance(value, int) and value - offset >= 2:
+            return min(value - offset, 64)
     return 64
