@@ -94,6 +94,20 @@ def test_a_factory_is_seeded_and_given_the_device(
     assert describe_inputs(first) == "input=(3,) float32"
 
 
+def test_a_module_spec_imports_from_the_rootdir_under_plain_pytest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain ``pytest`` (unlike ``python -m pytest``) does not put the directory on sys.path."""
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(Path.cwd()))])
+    monkeypatch.chdir(tmp_path.parent)
+    (tmp_path / "rootdir_models.py").write_text("def make():\n    return None\n")
+    monkeypatch.delitem(sys.modules, "rootdir_models", raising=False)
+    [spec] = resolve_specs(["rootdir_models:make"], tmp_path, tmp_path.parent)
+    assert spec.factory.__module__ == "rootdir_models"
+    assert sys.path[0] == str(tmp_path)
+    del sys.modules["rootdir_models"]
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
