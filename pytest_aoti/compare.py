@@ -622,6 +622,24 @@ def _figures(
     )
 
 
+def mismatch_counts(
+    expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance, location: str = ""
+) -> tuple[int, float, float]:
+    """``(elements beyond tolerance, max abs error, max rel error)`` of two tensors of one
+    shape, judged element by element as :func:`compare_leaf` judges them (exact for
+    integer and bool dtypes, ``tolerance`` at ``location`` for the others; no fp64 check).
+    """
+    want, got = _plain(expected), _plain(actual)
+    diff = _abs_diff(want, got)
+    if want.is_floating_point() or want.is_complex():
+        rtol, atol = tolerance.resolve(want.dtype, location)
+        mismatch = _beyond_tolerance(want, got, diff, rtol, atol)
+    else:
+        mismatch = want != got
+    stats = _stats(location, want, diff)
+    return int(mismatch.sum()), stats.max_abs, stats.max_rel
+
+
 def _tolerances_needed(
     expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
 ) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from pytest_aoti.compare import (
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
@@ -532,16 +533,6 @@ def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context:
                 stage="compile",
             )
         )
-
-
-def clone_tree(tree: Any) -> Any:
-    """Clone every tensor of a pytree, keeping everything else as is."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map(
-        lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
-    )
 
 
 def to_float64(tree: Any) -> Any:

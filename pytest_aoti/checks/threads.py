@@ -12,11 +12,12 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.parity import clone_tree, eager_history
+from pytest_aoti.checks.parity import eager_history
 from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch

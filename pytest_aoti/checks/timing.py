@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.parity import clone_tree
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
