@@ -1,5 +1,5 @@
-r"""The user's ``dynamic_shapes`` spec: the axes it names, the sizes it rules out, and the
-names its ``Dim``\ s give to a program's shape symbols."""
+"""The user's ``dynamic_shapes`` spec: the axes it names, the sizes it rules out, and the
+names its dims (``Dim("batch")``) give to a program's shape symbols."""
 
 from __future__ import annotations
 
