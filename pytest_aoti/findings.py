@@ -137,7 +137,8 @@ class Finding:
     sample: str = ""
     """Which input set: ``sample 1``, ``generated x=(3, 8)``; empty for the first."""
     tolerance: dict[str, Any] | None = None
-    """``{"rtol": ..., "atol": ..., "source": ...}`` for value comparisons."""
+    """``{"rtol", "atol", "source", "explicit"}`` for value comparisons; ``explicit`` is true
+    where the test set the tolerance itself (a repro bundle keeps it)."""
     figures: Figures | None = None
     details: tuple[str, ...] = ()
     """Further lines under the first one, before the figures."""
