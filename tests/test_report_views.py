@@ -155,7 +155,7 @@ def test_nearly(aoti):
     )
     result.assert_outcomes(passed=1)
     (row,) = [line for line in result.stdout.lines if line.endswith("test_nearly[cpu] (cpu)")]
-    assert row.split()[3:7] == ["fp64", "ok", "n/a", "passed"], row
+    assert row.split()[3:5] == ["fp64", "ok"] and " passed " in row, row
     (check,) = json.loads(report.read_text())["checks"]
     assert check["fp64_rescued"] is True
     assert check["tolerance_used"] > 1  # the figure stays in the JSON, with its flag
