@@ -19,7 +19,6 @@ import pytest
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.reports.collector import ReportCollector
-from pytest_aoti.reports.events import ItemEvents
 from pytest_aoti.reports.progress import CompileProgress, write_own_line
 from pytest_aoti.settings import AotiSettings
 
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import CompileStats, ProgramRegistry
     from pytest_aoti.compiling.store import ArtifactStore, CacheMode
+    from pytest_aoti.reports.events import ItemEvents
     from pytest_aoti.tester import CheckDefaults
 
 
@@ -216,6 +216,8 @@ class AotiSession:
 
     def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
         """What the ``aoti`` fixture's tester reports to, for one test."""
+        from pytest_aoti.reports.events import ItemEvents
+
         return ItemEvents(self, item, device)
 
     def bundle_dir(self, item: pytest.Item) -> Path | None:
@@ -304,7 +306,8 @@ class AotiSession:
             self._write_report(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         # evict once, here: on the xdist controller, which compiles nothing itself and so
         # has no store yet, as soon as a worker used a program
-        used = self._store is not None or bool(self.collector.worker_stats.programs)
+        workers = self.collector.worker_stats
+        used = self._store is not None or (workers is not None and bool(workers.programs))
         store = self.store if used else None
         if store is not None and store.writable:
             store.evict()
