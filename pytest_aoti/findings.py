@@ -193,7 +193,7 @@ class Finding:
         if self.stage in _STAGE_DETAIL:
             body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}")
         elif self.stage_reason:
-            body.append(f"stage: unknown ({self.stage_reason})")
+            body.append(f"stage: not attributed ({self.stage_reason})")
         if self.node is not None:
             body += self.node.describe()
             if self.node_reason:  # a caveat, e.g. named from a sample of the graph's nodes
@@ -215,6 +215,7 @@ class Finding:
             "tolerance": self.tolerance,
             "figures": None if self.figures is None else self.figures.to_json(),
             "stage": self.stage,
+            "stage_reason": self.stage_reason or None,
             "node": None if self.node is None else self.node.to_json(),
             "details": list(self.details) + list(self.notes),
             **({"extra": self.extra} if self.extra else {}),
