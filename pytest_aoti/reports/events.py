@@ -130,9 +130,13 @@ class ItemEvents:
         record.engine_seconds, record.eager_seconds = call_times(
             program, engine, plan.module, device_args, device_kwargs
         )
-        path = self._session.profile_path(self._item)
+        path = self.profile_path()
         if path is not None:
             record.profile = str(write_profile(path, program, engine, device_args, device_kwargs))
+
+    def profile_path(self) -> Path | None:
+        """Where this test's next engine trace goes (``--aoti-profile``), or None."""
+        return self._session.profile_path(self._item)
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         directory = None if error.replay is None else self._session.bundle_dir(self._item)
