@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.session import AotiSession, XdistControllerHooks
+from pytest_aoti.session import AotiSession
 from pytest_aoti.settings import add_options, read_settings
 
 if TYPE_CHECKING:
@@ -43,7 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
         session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(XdistControllerHooks(session), "aoti-xdist")
+        from pytest_aoti.reports.xdist import XdistControllerHooks
+
+        config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")
 
 
 def _session(config: pytest.Config) -> AotiSession:
