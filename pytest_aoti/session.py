@@ -23,11 +23,12 @@ from pytest_aoti.settings import AotiSettings
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.base import CheckPlan
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.compiling.store import ArtifactStore, CacheMode
     from pytest_aoti.reports.records import CompileProgress
-    from pytest_aoti.tester import CheckDefaults, CheckResult, _CheckPlan
+    from pytest_aoti.tester import CheckDefaults, CheckResult
 
 
 class AotiSession:
@@ -162,14 +163,14 @@ class AotiSession:
         the hooks, the ``--aoti-export`` variant, then the test's ``@pytest.mark.aoti(...)``
         (the closest marker wins; inductor configs are merged)."""
         __tracebackhide__ = True
-        from pytest_aoti.tester import MARKER_OPTIONS, CheckDefaults
+        from pytest_aoti.settings import marker_options, option_problem
+        from pytest_aoti.tester import CheckDefaults
 
         hook = self.config.hook
         export_options = _merged(hook.pytest_aoti_export_options(item=item))
         if export_mode != "default":
             export_options["strict"] = export_mode == "strict"
         defaults = CheckDefaults(
-            **self.settings.check_defaults(),
             inductor_configs={
                 **(self.settings.inductor_configs or {}),
                 **_merged(
@@ -180,19 +181,24 @@ class AotiSession:
             tolerance_hook=lambda path, dtype: hook.pytest_aoti_tolerance(
                 item=item, path=path, dtype=dtype, device=device
             ),
-        )
+        ).overridden(**self.settings.check_defaults())
+        allowed = marker_options()
         for marker in reversed(list(item.iter_markers("aoti"))):
             if marker.args:
                 raise AotiUsageError(
-                    f"@pytest.mark.aoti takes keyword options only ({', '.join(MARKER_OPTIONS)}), "
+                    f"@pytest.mark.aoti takes keyword options only ({', '.join(allowed)}), "
                     f"got positional {marker.args!r}"
                 )
-            unknown = sorted(set(marker.kwargs) - set(MARKER_OPTIONS))
+            unknown = sorted(set(marker.kwargs) - set(allowed))
             if unknown:
                 raise AotiUsageError(
                     f"@pytest.mark.aoti got unknown option(s) {', '.join(unknown)}; "
-                    f"allowed: {', '.join(MARKER_OPTIONS)}"
+                    f"allowed: {', '.join(allowed)}"
                 )
+            for name, value in marker.kwargs.items():
+                problem = option_problem(name, value)
+                if problem:
+                    raise AotiUsageError(f"@pytest.mark.aoti: {problem}")
             defaults = defaults.overridden(**marker.kwargs)
         return defaults
 
@@ -521,7 +527,7 @@ class ItemEvents:
         program: AotiProgram,
         result: CheckResult | None,
         error: AotiCheckError | None,
-        plan: _CheckPlan,
+        plan: CheckPlan,
         seconds: float,
     ) -> None:
         record = CheckRecord(
@@ -546,12 +552,13 @@ class ItemEvents:
             record.extra_bytes_unmeasured = (
                 plan.max_extra_bytes is not None and result.extra_bytes is None
             )
-            try:
-                self._measure(record, program, plan)
-            except Exception as problem:  # a measurement must never fail a passed check
-                self._item.user_properties.append(
-                    ("aoti_measure_error", f"{type(problem).__name__}: {problem}")
-                )
+            # measured by the timing check (pytest_aoti.checks.timing), which never fails
+            record.engine_seconds = result.engine_seconds
+            record.eager_seconds = result.eager_seconds
+            record.profile = result.figures.get("profile")
+            problem = result.figures.get("measure_error")
+            if problem:
+                self._item.user_properties.append(("aoti_measure_error", problem))
         if error is not None:
             record.finding = error.finding.to_json()
             figures = error.finding.figures
@@ -561,18 +568,9 @@ class ItemEvents:
         if result is not None:
             self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
 
-    def _measure(self, record: CheckRecord, program: AotiProgram, plan: _CheckPlan) -> None:
-        """Engine and eager call times, and the profiler trace where one was asked for."""
-        from pytest_aoti.checks.timing import call_times, write_profile
-
-        device_args, device_kwargs = plan.input_sets[0]
-        engine = plan.engine or program.engine_in_exported_state()
-        record.engine_seconds, record.eager_seconds = call_times(
-            program, engine, plan.module, device_args, device_kwargs
-        )
-        path = self._session.profile_path(self._item)
-        if path is not None:
-            record.profile = str(write_profile(path, program, engine, device_args, device_kwargs))
+    def profile_path(self) -> Path | None:
+        """Where this test's next engine trace goes (``--aoti-profile``)."""
+        return self._session.profile_path(self._item)
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         return self._session.write_bundle(self._item, program, error)

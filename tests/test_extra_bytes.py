@@ -8,9 +8,8 @@ import types
 import pytest
 import torch
 
-from pytest_aoti.checks.memory import PeakMemory
+from pytest_aoti.checks.memory import PeakMemory, _assert_extra_bytes
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.tester import _assert_extra_bytes
 
 
 class FakeCudaMemory:
