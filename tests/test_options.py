@@ -179,7 +179,7 @@ def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
         "generated",
         "timing",
     ]
-    plan = CheckPlan(module=None, input_sets=[], tolerance=None, calls=1)  # type: ignore[arg-type]
+    plan = CheckPlan(module=None, input_sets=[], tolerance=None, calls=1)  # no module needed
     plan.options = {"threads": 1, "max_extra_bytes": None, "examples": 20}
     applying = [check.name for check in catalog.CHECKS if check.applies(plan)]
     # no declaration, one thread, no memory limit, no dynamic dims
