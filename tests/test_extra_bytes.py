@@ -90,7 +90,7 @@ def test_cpu_check_says_it_did_not_measure(run_aoti) -> None:
     )
 
 
-def test_memory_check_measures_the_example_calls_of_a_fresh_engine(
+def test_memory_check_measures_the_example_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pytest_aoti.checks.base import CheckContext, CheckPlan
@@ -127,6 +127,15 @@ def test_memory_check_measures_the_example_calls_of_a_fresh_engine(
     plan.calls = 1
     with pytest.raises(AotiCheckError, match="allocated 4,097 bytes of cuda:0 memory"):
         check.run(program, plan, CheckContext(device=torch.device("cuda", 0)))
+    # the engine parity ran, where there is one: no second load of the package
+    steps = iter([100])
+    parity_engine_calls: list[int] = []
+    context = CheckContext(
+        device=torch.device("cuda", 0),
+        engine=lambda cache: parity_engine_calls.append(1) or engine(cache),
+    )
+    assert check.run(program, plan, context).figures == {"extra_bytes": 100}
+    assert parity_engine_calls == [1]
     # on the CPU nothing is measured, and nothing runs
     plan.options = {"max_extra_bytes": 0}
     cpu = check.run(program, plan, CheckContext(device=torch.device("cpu")))

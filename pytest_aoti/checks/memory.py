@@ -41,9 +41,10 @@ class MemoryCheck:
             return Outcome(figures={"extra_bytes": None})
         import torch
 
-        # the example's calls on a fresh engine of their own, as parity runs them: state
-        # carries from call to call, and only the engine calls are measured
-        engine = program.engine_in_exported_state()
+        # the example's calls, only the engine's measured; on the engine parity ran where
+        # there is one (the values of its buffers do not change what a call allocates, and
+        # another load of a program with buffer state would map the package again, for good)
+        engine = context.engine or program.engine_in_exported_state()
         args, kwargs = clone_tree(plan.input_sets[0])
         with torch.no_grad():
             for _ in range(plan.calls):
