@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_aoti.session import AotiSession
-from pytest_aoti.settings import add_options, read_settings
+from pytest_aoti.settings import add_options, marker_help, read_settings
 
 if TYPE_CHECKING:
     import torch
@@ -30,12 +30,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None): an AOTInductor test, run on every --aoti-device; the "
-        "options are defaults for the aoti fixture's checks",
-    )
+    config.addinivalue_line("markers", marker_help())
     session = AotiSession(config, read_settings(config))
     from pytest_aoti.devices import asks_for_cuda
 

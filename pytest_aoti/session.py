@@ -167,14 +167,14 @@ class AotiSession:
         the hooks, the ``--aoti-export`` variant, then the test's ``@pytest.mark.aoti(...)``
         (the closest marker wins; inductor configs are merged)."""
         __tracebackhide__ = True
-        from pytest_aoti.tester import MARKER_OPTIONS, CheckDefaults
+        from pytest_aoti.settings import marker_options, option_problem
+        from pytest_aoti.tester import CheckDefaults
 
         hook = self.config.hook
         export_options = _merged(hook.pytest_aoti_export_options(item=item))
         if export_mode != "default":
             export_options["strict"] = export_mode == "strict"
         defaults = CheckDefaults(
-            **self.settings.check_defaults(),
             inductor_configs={
                 **(self.settings.inductor_configs or {}),
                 **_merged(
@@ -185,19 +185,24 @@ class AotiSession:
             tolerance_hook=lambda path, dtype: hook.pytest_aoti_tolerance(
                 item=item, path=path, dtype=dtype, device=device
             ),
-        )
+        ).overridden(**self.settings.check_defaults())
+        allowed = marker_options()
         for marker in reversed(list(item.iter_markers("aoti"))):
             if marker.args:
                 raise AotiUsageError(
-                    f"@pytest.mark.aoti takes keyword options only ({', '.join(MARKER_OPTIONS)}), "
+                    f"@pytest.mark.aoti takes keyword options only ({', '.join(allowed)}), "
                     f"got positional {marker.args!r}"
                 )
-            unknown = sorted(set(marker.kwargs) - set(MARKER_OPTIONS))
+            unknown = sorted(set(marker.kwargs) - set(allowed))
             if unknown:
                 raise AotiUsageError(
                     f"@pytest.mark.aoti got unknown option(s) {', '.join(unknown)}; "
-                    f"allowed: {', '.join(MARKER_OPTIONS)}"
+                    f"allowed: {', '.join(allowed)}"
                 )
+            for name, value in marker.kwargs.items():
+                problem = option_problem(name, value)
+                if problem:
+                    raise AotiUsageError(f"@pytest.mark.aoti: {problem}")
             defaults = defaults.overridden(**marker.kwargs)
         return defaults
 

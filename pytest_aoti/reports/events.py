@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     import pytest
     import torch
 
+    from pytest_aoti.checks.base import CheckPlan, CheckResult
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.reports.collector import ReportCollector
-    from pytest_aoti.tester import CheckResult, _CheckPlan
 
 
 class EventsHost(Protocol):
@@ -80,7 +80,7 @@ class ItemEvents:
         program: AotiProgram,
         result: CheckResult | None,
         error: AotiCheckError | None,
-        plan: _CheckPlan,
+        plan: CheckPlan,
         seconds: float,
     ) -> None:
         record = CheckRecord(
@@ -106,12 +106,13 @@ class ItemEvents:
             record.extra_bytes_unmeasured = (
                 plan.max_extra_bytes is not None and result.extra_bytes is None
             )
-            try:
-                self._measure(record, program, plan)
-            except Exception as problem:  # a measurement must never fail a passed check
-                self._item.user_properties.append(
-                    ("aoti_measure_error", f"{type(problem).__name__}: {problem}")
-                )
+            # measured by the timing check (pytest_aoti.checks.timing), which never fails
+            record.engine_seconds = result.engine_seconds
+            record.eager_seconds = result.eager_seconds
+            record.profile = result.figures.get("profile")
+            problem = result.figures.get("measure_error")
+            if problem:
+                self._item.user_properties.append(("aoti_measure_error", problem))
         if error is not None:
             record.finding = error.finding.to_json()
             figures = error.finding.figures
@@ -120,19 +121,6 @@ class ItemEvents:
         self._add(record)
         if result is not None:
             self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
-
-    def _measure(self, record: CheckRecord, program: AotiProgram, plan: _CheckPlan) -> None:
-        """Engine and eager call times, and the profiler trace where one was asked for."""
-        from pytest_aoti.checks.timing import call_times, write_profile
-
-        device_args, device_kwargs = plan.input_sets[0]
-        engine = plan.engine or program.engine_in_exported_state()
-        record.engine_seconds, record.eager_seconds = call_times(
-            program, engine, plan.module, device_args, device_kwargs
-        )
-        path = self.profile_path()
-        if path is not None:
-            record.profile = str(write_profile(path, program, engine, device_args, device_kwargs))
 
     def profile_path(self) -> Path | None:
         """Where this test's next engine trace goes (``--aoti-profile``), or None."""
