@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.models.collect import resolve_specs
 from pytest_aoti.models.factories import call_factory, describe_inputs, read_case
-from pytest_aoti.models.spec import clean_id, resolve_specs
+from pytest_aoti.models.spec import clean_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "aoti_models.py"
 
@@ -211,9 +212,14 @@ def test_a_factory_module_alone_gives_one_pass_and_one_failure_with_its_stage(
         shared_cache_dir,
         "--aoti-model=mymodels:good",
         "--aoti-model=mymodels:broken",
+        "--aoti-report=aoti.json",
         "-v",
     )
     result.assert_outcomes(passed=1, failed=1)
+    # the never-compiled check's record names the stage the error carries
+    records = json.loads((factories.path / "aoti.json").read_text())["checks"]
+    broken = [record for record in records if "broken" in record["test"]]
+    assert [record["finding"]["stage"] for record in broken] == ["export"]
     result.stdout.fnmatch_lines(
         [
             "aoti-model::test_model[[]mymodels:good-cpu[]] PASSED*",
@@ -320,9 +326,14 @@ def test_hf_architectures_pass_and_gpt2_sdpa_fails_in_decomposition(
         "--aoti-model=hf:gpt2",
         "--aoti-model=hf:gpt2?attn_implementation=eager",
         "--aoti-examples=4",
+        "--aoti-report=aoti.json",
         "-v",
     )
     result.assert_outcomes(passed=4, failed=1)
+    # run_decompositions raised AotiExportError: its record says decompose, not export
+    records = json.loads((pytester.path / "aoti.json").read_text())["checks"]
+    stages = {record["test"]: record.get("finding", {}).get("stage") for record in records}
+    assert stages["aoti-model::test_model[hf:gpt2-cpu]"] == "decompose"
     result.stdout.fnmatch_lines(
         [
             "aoti-model::test_model[[]hf:bert-cpu[]] PASSED*",

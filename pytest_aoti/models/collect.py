@@ -1,5 +1,8 @@
 """The tests of ``--aoti-model`` specs: a virtual module under the session, no test file.
 
+:func:`resolve_specs` resolves each spec at startup (factories in ``models.spec``, ``hf:``
+in ``models.hf``); :func:`register` adds the plugin that collects their tests.
+
 The module ``aoti-model`` holds one test function, ``test_model``, parametrized by spec; the
 plugin parametrizes it by device and export variant as any AOTI test, so the ``aoti``
 fixture, reports, ``-k``, ``--lf``, ``--deselect`` and xdist treat it as ordinary tests:
@@ -9,12 +12,14 @@ fixture, reports, ``-k``, ``--lf``, ``--deselect`` and xdist treat it as ordinar
 from __future__ import annotations
 
 import types
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.models.spec import ModelSpec, resolve_specs
+from pytest_aoti.models.spec import ModelSpec, make_importable, resolve_factory
+from pytest_aoti.settings import HF_PREFIX, parse_model_spec
 
 if TYPE_CHECKING:
     from pytest_aoti.tester import AotiTester
@@ -70,6 +75,24 @@ class ModelSpecs:
             module.specs = self.specs
             report.result.append(module)
         return report
+
+
+def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) -> list[ModelSpec]:
+    """Every spec resolved, in order; raises ``pytest.UsageError`` for the first that is not."""
+    make_importable(rootpath, invocation_dir)
+    specs: list[ModelSpec] = []
+    for text in texts:
+        try:
+            parse_model_spec(text)
+        except Exception as error:  # argparse.ArgumentTypeError from an ini line
+            raise pytest.UsageError(f"--aoti-model={text}: {error}") from None
+        if text.startswith(HF_PREFIX):
+            from pytest_aoti.models.hf import resolve_hf
+
+            specs.append(resolve_hf(text, rootpath))
+        else:
+            specs.extend(resolve_factory(text, rootpath))
+    return specs
 
 
 def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:

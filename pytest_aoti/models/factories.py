@@ -31,11 +31,18 @@ class ModelCase:
 
 
 def check_keywords() -> frozenset[str]:
-    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs."""
+    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: its named
+    parameters and every option row's keyword (``**options``)."""
+    from pytest_aoti.settings import keyword_options
     from pytest_aoti.tester import AotiTester
 
     parameters = inspect.signature(AotiTester.check).parameters
-    return frozenset(parameters) - {"self", *_CASE_KEYS}
+    named = {
+        name
+        for name, parameter in parameters.items()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    return frozenset(named | set(keyword_options())) - {"self", *_CASE_KEYS}
 
 
 @user_facing

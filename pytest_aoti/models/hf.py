@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pytest_aoti.models.spec import HF_PREFIX, ModelSpec, clean_id, usage_error
+from pytest_aoti.models.spec import ModelSpec, clean_id, usage_error
+from pytest_aoti.settings import HF_PREFIX
 
 INSTALL_HINT = "hf: specs need transformers: pip install 'pytest-aoti[hf]' (or transformers)"
 

@@ -1,4 +1,5 @@
-"""Model specs: ``module.path:callable``, ``path/to/file.py:callable``, ``hf:MODEL_TYPE``.
+"""Model specs: :class:`ModelSpec`, its test id, and resolving ``module.path:callable`` and
+``path/to/file.py:callable`` specs (``hf:MODEL_TYPE`` specs resolve in ``models.hf``).
 
 A spec is resolved once, at startup: the module imported, the name found, an ``hf:`` spec's
 config built. What does not resolve is a ``pytest.UsageError`` that names the spec and what
@@ -12,15 +13,13 @@ import importlib.util
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-HF_PREFIX = "hf:"
-_FORMS = "module.path:callable, path/to/file.py:callable or hf:MODEL_TYPE"
 _UNSAFE_ID = re.compile(r"[^\w:+./-]+")
 
 
@@ -46,39 +45,6 @@ def clean_id(text: str) -> str:
     return _UNSAFE_ID.sub("_", text).strip("_") or "model"
 
 
-def check_spec_text(text: str) -> str:
-    """The option's ``type=``: the form only (resolving waits for the rootdir)."""
-    import argparse
-
-    spec = str(text).strip()
-    if spec.startswith(HF_PREFIX):
-        if not spec[len(HF_PREFIX) :].strip("?/"):
-            raise argparse.ArgumentTypeError(f"{spec!r}: expected hf:MODEL_TYPE such as hf:bert")
-        return spec
-    target, _, name = spec.rpartition(":")
-    if not target or not name or not name.replace(".", "").isidentifier():
-        raise argparse.ArgumentTypeError(f"{spec!r}: expected {_FORMS}")
-    return spec
-
-
-def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) -> list[ModelSpec]:
-    """Every spec resolved, in order; raises ``pytest.UsageError`` for the first that is not."""
-    make_importable(rootpath, invocation_dir)
-    specs: list[ModelSpec] = []
-    for text in texts:
-        try:
-            check_spec_text(text)
-        except Exception as error:  # argparse.ArgumentTypeError from an ini line
-            raise pytest.UsageError(f"--aoti-model={text}: {error}") from None
-        if text.startswith(HF_PREFIX):
-            from pytest_aoti.models.hf import resolve_hf
-
-            specs.append(resolve_hf(text, rootpath))
-        else:
-            specs.extend(_resolve_factory(text, rootpath))
-    return specs
-
-
 def make_importable(*directories: Path) -> None:
     """Put the rootdir (and the invocation directory) on ``sys.path`` as the ``pythonpath``
     ini would, so ``mymodels:good`` imports under plain ``pytest`` too."""
@@ -92,7 +58,9 @@ def usage_error(spec: str, message: str) -> pytest.UsageError:
     return pytest.UsageError(f"--aoti-model={spec}: {message}")
 
 
-def _resolve_factory(text: str, rootpath: Path) -> list[ModelSpec]:
+def resolve_factory(text: str, rootpath: Path) -> list[ModelSpec]:
+    """The spec of a ``module.path:callable`` or ``file.py:callable`` spec, or one per
+    member of a collection; a usage error for what does not resolve."""
     target, _, name = text.rpartition(":")
     module = _import_target(text, target, rootpath)
     value: Any = module
