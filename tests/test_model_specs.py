@@ -78,6 +78,20 @@ def test_a_wrong_return_shape_says_what_is_accepted(returned: object, message: s
     assert str(caught.value).startswith(message)
 
 
+def test_a_mapping_takes_every_keyword_option_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aoti.check takes a row's keyword through ``**options``: so does a factory's mapping."""
+    from pytest_aoti import settings
+
+    row = settings.Option("aoti-probe-level", int, 1, "Probe level.", keyword=True)
+    case = {"module": torch.nn.Linear(2, 2), "args": (torch.ones(1, 2),), "probe_level": 3}
+    with pytest.raises(AotiUsageError, match="unknown keys 'probe_level'"):
+        read_case(case, "s")
+    monkeypatch.setattr(settings, "OPTIONS", (*settings.OPTIONS, row))
+    assert read_case(case, "s").check == {"probe_level": 3}
+    with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
+        read_case({**case, "options": {}}, "s")
+
+
 def test_a_factory_is_seeded_and_given_the_device(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,7 +346,7 @@ def test_hf_architectures_pass_and_gpt2_sdpa_fails_in_decomposition(
     result.assert_outcomes(passed=4, failed=1)
     # run_decompositions raised AotiExportError: its record says decompose, not export
     records = json.loads((pytester.path / "aoti.json").read_text())["checks"]
-    stages = {record["test"]: record.get("finding", {}).get("stage") for record in records}
+    stages = {record["test"]: (record["finding"] or {}).get("stage") for record in records}
     assert stages["aoti-model::test_model[hf:gpt2-cpu]"] == "decompose"
     result.stdout.fnmatch_lines(
         [
