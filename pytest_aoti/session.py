@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
+    from pytest_aoti.compiling.remote import RemoteStore
     from pytest_aoti.compiling.store import ArtifactStore, CacheMode
     from pytest_aoti.reports.records import CompileProgress
     from pytest_aoti.tester import CheckDefaults, CheckResult, _CheckPlan
@@ -40,6 +41,8 @@ class AotiSession:
         self._registry: ProgramRegistry | None = None
         self._store: ArtifactStore | None = None
         self._store_made = False
+        self._remote: RemoteStore | None = None
+        self._remote_made = False
         self._workdir: Path | None = None
         self.worker_stats: list[Mapping[str, Any]] = []
         self.inferred: list[tuple[str, str]] = []
@@ -93,13 +96,33 @@ class AotiSession:
         return self._store
 
     @property
+    def remote(self) -> RemoteStore | None:
+        """The fleet's remote store (``--aoti-cache-url``), or None when there is none."""
+        if not self._remote_made:
+            self._remote_made = True
+            settings = self.settings
+            if settings.cache_url and settings.cache_remote != "off":
+                from pytest_aoti.compiling.remote import open_remote
+
+                self._remote = open_remote(
+                    settings.cache_url,
+                    mode=settings.cache_remote,
+                    ini_options=settings.cache_storage_options,
+                    ini_trusted=[
+                        str(self.config.rootpath / p) for p in settings.cache_trusted_keys
+                    ],
+                    on_problem=self._cache_problem,
+                )
+        return self._remote
+
+    @property
     def registry(self) -> ProgramRegistry:
         if self._registry is None:
             from pytest_aoti.compiling.registry import ProgramRegistry
 
             self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
             self._registry = ProgramRegistry(
-                self._workdir, self.store, self._program_ready, self.progress
+                self._workdir, self.store, self._program_ready, self.progress, remote=self.remote
             )
         return self._registry
 
@@ -290,6 +313,12 @@ class AotiSession:
         ]
         if any(name in ("cpu", "auto") for name in self.settings.devices):
             lines[-1] += f", C++ compiler: {compiler_version()}"
+        from pytest_aoti.compiling.remote import remote_header_line
+
+        s = self.settings
+        lines += filter(
+            None, [remote_header_line(s.cache_url, s.cache_remote, s.cache_trusted_keys)]
+        )
         return lines
 
     def pytest_report_collectionfinish(
@@ -312,6 +341,7 @@ class AotiSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.remote  # noqa: B018 - opening it now makes a missing package or bad key a usage error
         if self.settings.cache_clear and not _is_xdist_worker(self.config):
             store = self.store
             if store is not None:
@@ -380,12 +410,20 @@ class AotiSession:
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
+        from pytest_aoti.compiling.remote import remote_summary_lines
+
+        for line in remote_summary_lines(self.settings.cache_url, self._all_figures()):
+            terminalreporter.write_line(line)
         if self.settings.report is not None and records:
             terminalreporter.write_line(f"aoti: report written to {self.settings.report}")
 
     # -- figures ----------------------------------------------------------------------------
 
+    def _all_figures(self) -> list[Mapping[str, Any]]:
+        return [self.stats_json(), *self.worker_stats]
+
     def stats_json(self) -> dict[str, Any]:
+        remote = {"remote": self._remote.stats.to_json()} if self._remote is not None else {}
         if self._registry is None:
             return {
                 "programs": [],
@@ -395,6 +433,7 @@ class AotiSession:
                 "load_seconds": 0.0,
                 "inferred": self.inferred,
                 "cache_problems": self.cache_problems,
+                **remote,
             }
         stats = self._registry.stats
         return {
@@ -402,10 +441,12 @@ class AotiSession:
             "programs": sorted(stats.programs),
             "inferred": self.inferred,
             "cache_problems": self.cache_problems,
+            **remote,
         }
 
     def _write_report(self, interrupted: bool) -> None:
         from pytest_aoti.compiling.registry import CompileStats
+        from pytest_aoti.compiling.remote import remote_totals
         from pytest_aoti.reports.records import write_json_report
 
         assert self.settings.report is not None
@@ -418,7 +459,15 @@ class AotiSession:
             self.settings.report,
             self.collector.records,
             devices=devices or list(self.settings.devices),
-            totals={**total.to_json(), "programs": len(total.programs)},
+            totals={
+                **total.to_json(),
+                "programs": len(total.programs),
+                **(
+                    {"remote": remote_totals(self._all_figures())}
+                    if self.settings.cache_url
+                    else {}
+                ),
+            },
             interrupted=interrupted,
         )
 
@@ -495,6 +544,7 @@ class ItemEvents:
             ("aoti_device", str(self._device)),
             ("aoti_program", program.key),
             ("aoti_cache_hit", program.cache_hit),
+            ("aoti_package_source", program.source),
             ("aoti_compile_seconds", round(program.seconds_compiled_here, 3)),
         ):
             self._item.user_properties.append((name, value))
@@ -529,6 +579,7 @@ class ItemEvents:
             device=str(self._device),
             program=program.key,
             cache_hit=program.cache_hit,
+            source=program.source,
             compile_seconds=program.seconds_compiled_here,
             original_compile_seconds=program.compile_seconds,
             outcome="passed" if error is None else "failed",

@@ -123,6 +123,21 @@ def parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def parse_cache_url(text: str) -> str:
+    """An fsspec URL such as ``s3://bucket/prefix`` or ``file:///shared/aoti``."""
+    url = str(text).strip()
+    if "://" not in url or not url.split("://", 1)[1].strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"expected an fsspec URL such as s3://bucket/prefix or file:///path, got {text!r}"
+        )
+    return url
+
+
+def parse_path_list(text: str) -> tuple[str, ...]:
+    """Paths one per line (or separated by spaces)."""
+    return tuple(part for part in str(text).split() if part)
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its command-line flag, ini key, parsing, default and where it lands.
@@ -267,6 +282,38 @@ OPTIONS = (
         DEFAULT_CACHE_MAX_SIZE,
         "Size above which least-recently-used packages are evicted. Default: 4GiB.",
     ),
+    Option(
+        "aoti-cache-url",
+        parse_cache_url,
+        None,
+        "fsspec URL of a remote cache shared by a CI fleet, behind the local cache "
+        "(s3://bucket/prefix, gs://..., az://..., file:///..., read-only https://...); its "
+        "entries must be signed (README: CI fleet). Default: none.",
+    ),
+    Option(
+        "aoti-cache-remote",
+        parse_cache_mode,
+        "readwrite",
+        "What the run does with --aoti-cache-url: off, read or readwrite (publishes only "
+        "with a signing key). Default: readwrite.",
+    ),
+    Option(
+        "aoti-cache-storage-options",
+        parse_json_object,
+        None,
+        "Options of the remote cache's fsspec filesystem, as a JSON object (ini only), over "
+        "fsspec's own config and FSSPEC_<PROTOCOL>_<OPTION> variables. No credentials here: "
+        "use the store's usual credential chain. Default: none.",
+        cli=False,
+    ),
+    Option(
+        "aoti-cache-trusted-keys",
+        parse_path_list,
+        (),
+        "PEM files of the Ed25519 public keys whose remote cache entries are loaded, one per "
+        "line (ini only), besides PYTEST_AOTI_CACHE_TRUSTED_KEYS. Default: none.",
+        cli=False,
+    ),
 )
 
 
@@ -313,6 +360,10 @@ class AotiSettings:
     cache_dir: Path | None = None
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
     cache_clear: bool = False
+    cache_url: str | None = None
+    cache_remote: str = "readwrite"
+    cache_storage_options: dict[str, Any] | None = None
+    cache_trusted_keys: tuple[str, ...] = ()
 
     def check_defaults(self) -> dict[str, Any]:
         """The values of options that are defaults of every check, by ``CheckDefaults``

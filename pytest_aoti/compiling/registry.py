@@ -1,8 +1,9 @@
 """Compile each program once: in-session sharing by content key, backed by the on-disk store.
 
 Order of lookups for a key: this session's programs, then the artifact store (under a
-cross-process lock, so two xdist workers never compile the same key twice), then a compile
-whose package is published to the store for later runs.
+cross-process lock, so two xdist workers never compile the same key twice), then the
+fleet's remote store (downloaded under the same lock, so once per machine), then a compile
+whose package is published to both stores for later runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.compiling.remote import RemoteStore
     from pytest_aoti.compiling.store import ArtifactStore, CacheEntry
     from pytest_aoti.reports.records import CompileProgress
 
@@ -82,9 +84,11 @@ class ProgramRegistry:
         progress: CompileProgress | None = None,
         *,
         engine_budget: int = DEFAULT_ENGINE_BUDGET,
+        remote: RemoteStore | None = None,
     ) -> None:
         self._workdir = workdir
         self._store = store
+        self._remote = remote
         self._on_compiled = on_compiled
         self._progress = progress
         self._artifacts: dict[str, CompiledArtifact] = {}
@@ -138,18 +142,62 @@ class ProgramRegistry:
     ) -> tuple[CompiledArtifact, ExportedProgram | None]:
         """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
-        if store is None or not store.readable:
+        remote = self._remote if key.persistable else None
+        if store is not None and not store.readable:
+            store = None
+        if store is None and remote is None:
             return self._compile(key, exported, inductor_configs)
-        with store.locked(key.digest):
-            entry = store.lookup(key.digest)
-            if entry is not None:
-                artifact = self._from_entry(key, entry)
+        with store.locked(key.digest) if store is not None else contextlib.nullcontext():
+            if store is not None:
+                entry = store.lookup(key.digest)
+                if entry is not None:
+                    artifact = self._from_entry(key, entry)
+                    if artifact is not None:
+                        return artifact, None
+            if remote is not None:
+                artifact = self._from_remote(key, remote, store)
                 if artifact is not None:
                     return artifact, None
             artifact, decomposed = self._compile(key, exported, inductor_configs)
-            if store.writable:
-                store.store(key.digest, artifact.package_path, _entry_metadata(artifact))
+            metadata = _entry_metadata(artifact)
+            if store is not None and store.writable:
+                store.store(key.digest, artifact.package_path, metadata)
+            if remote is not None:
+                remote.publish(key.digest, artifact.package_path, metadata)
             return artifact, decomposed
+
+    def _from_remote(
+        self, key: ProgramKey, remote: RemoteStore, store: ArtifactStore | None
+    ) -> CompiledArtifact | None:
+        """Download a signed, verified package from the fleet's store into the session's
+        directory, and keep it in the local store for later runs."""
+        local = self._workdir / f"{key.digest}.pt2"
+        fetched = remote.fetch(key.digest, local)
+        if fetched is None:
+            return None
+        try:
+            signature = MutationSignature.from_json(fetched.caller["signature"])
+            compile_seconds = float(fetched.caller.get("compile_seconds", 0.0))
+        except (LookupError, TypeError, ValueError) as error:
+            remote.report(
+                f"pytest-aoti remote cache entry {key.digest} has metadata this version cannot "
+                f"use ({type(error).__name__}: {error}); compiled locally"
+            )
+            local.unlink(missing_ok=True)
+            return None
+        if store is not None and store.writable:
+            store.store(key.digest, local, fetched.caller)
+        self.stats.loaded += 1
+        self.stats.load_seconds += fetched.seconds
+        return CompiledArtifact(
+            key=key,
+            package_path=local,
+            signature=signature,
+            compile_seconds=compile_seconds,
+            cache_hit=True,
+            package_bytes=local.stat().st_size,
+            source="remote",
+        )
 
     def _compile(
         self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
@@ -212,6 +260,7 @@ class ProgramRegistry:
             compile_seconds=compile_seconds,
             cache_hit=True,
             package_bytes=size,
+            source="local",
         )
 
 

@@ -68,6 +68,8 @@ class CheckRecord:
     """With ``max_extra_bytes``: the most device memory one engine call allocated."""
     extra_bytes_unmeasured: bool = False
     """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
+    source: str = ""
+    """Where the program's package came from: ``compiled``, ``local`` or ``remote``."""
 
     @property
     def speed_ratio(self) -> float | None:
