@@ -61,16 +61,17 @@ _MANIFEST_LIMIT = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 _READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+# protocol -> (the package fsspec needs for it, the extra of pytest-aoti that brings it)
 _PROTOCOL_PACKAGES = {
-    "s3": "s3fs",
-    "s3a": "s3fs",
-    "gs": "gcsfs",
-    "gcs": "gcsfs",
-    "az": "adlfs",
-    "abfs": "adlfs",
-    "abfss": "adlfs",
-    "http": "aiohttp",
-    "https": "aiohttp",
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "http": ("aiohttp", "remote"),
+    "https": ("aiohttp", "remote"),
 }
 _INSTALL = "pip install pytest-aoti[remote]"
 _T = TypeVar("_T")
@@ -492,10 +493,10 @@ def open_remote(
     except AotiUsageError as error:
         raise pytest.UsageError(str(error)) from None
     except ImportError as error:
-        package = _PROTOCOL_PACKAGES.get(protocol, str(error))
+        package, extra = _PROTOCOL_PACKAGES.get(protocol, (str(error), "remote"))
         raise pytest.UsageError(
-            f"--aoti-cache-url={url} needs the '{package}' package: {_INSTALL} "
-            f"(or pip install {package})"
+            f"--aoti-cache-url={url} needs the '{package}' package: "
+            f"pip install pytest-aoti[{extra}] (or pip install {package})"
         ) from None
     except (ValueError, TypeError) as error:
         raise pytest.UsageError(f"--aoti-cache-url={url}: {error}") from None

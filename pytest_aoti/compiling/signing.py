@@ -152,8 +152,9 @@ def load_signing_key(text_or_path: str) -> Any:
     ed25519 = _crypto()
     serialization = _serialization()
     what = SIGNING_KEY_ENV
+    pem = _read_pem(text_or_path, what)
     try:
-        key = serialization.load_pem_private_key(_read_pem(text_or_path, what), password=None)
+        key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as error:
         raise AotiUsageError(
             f"{what}: not an unencrypted PEM private key ({error}); "
@@ -168,8 +169,9 @@ def load_public_key(path: str, what: str) -> Any:
     """An ``Ed25519PublicKey`` from a PEM file."""
     ed25519 = _crypto()
     serialization = _serialization()
+    pem = _read_pem(path, what)
     try:
-        key = serialization.load_pem_public_key(_read_pem(path, what))
+        key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as error:
         raise AotiUsageError(f"{what}: {path} is not a PEM public key ({error})") from None
     if not isinstance(key, ed25519.Ed25519PublicKey):
