@@ -299,7 +299,7 @@ def test_the_c_library_is_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(platform, "libc_ver", lambda *a, **k: ("glibc", "1.0"))
     elsewhere = program_key(exported, device=torch.device("cpu"), inductor_configs={})
     assert here.digest != elsewhere.digest
-    assert {n for n in here.parts if here.parts[n] != elsewhere.parts[n]} == {"platform"}
+    assert {n for n in here.parts if here.parts[n] != elsewhere.parts[n]} == {"device"}
 
 
 # --- merging shard reports -------------------------------------------------------------------

@@ -51,7 +51,7 @@ class ProgramKey:
 
     digest: str
     parts: dict[str, str] = field(default_factory=dict)
-    """Digest of each ingredient (graph, weights, configs, device, torch, platform), for the cache's
+    """Digest of each ingredient (graph, weights, configs, device, torch), for the cache's
     metadata: two keys that differ can be told apart part by part."""
     persistable: bool = True
     """False when an ingredient has no stable identity across processes (a custom pass
@@ -71,9 +71,8 @@ def program_key(
         "graph": _digest_text(_graph_fingerprint(exported)),
         "weights": _digest_tensors(_named_state(exported)),
         "configs": _digest_text(configs),
-        "device": _digest_text(_device_fingerprint(device)),
+        "device": _digest_text(f"{_device_fingerprint(device)} {platform_fingerprint()}"),
         "torch": _digest_text(_torch_fingerprint()),
-        "platform": _digest_text(platform_fingerprint()),
     }
     overall = hashlib.sha256(KEY_FORMAT.encode())
     for name in sorted(parts):
@@ -209,8 +208,9 @@ def _device_fingerprint(device: torch.device) -> str:
 
 
 def platform_fingerprint() -> str:
-    """The OS and its C library (``Linux glibc 2.36``): a package links against the C
-    library it was built with, so one from another machine of a fleet may not load here."""
+    """The OS and its C library (``Linux glibc 2.36``), part of the key's ``device``: a
+    package links against the C library it was built with, so one from another machine of a
+    fleet may not load here."""
     libc, version = platform.libc_ver()
     return f"{platform.system()} {libc or 'libc'} {version or 'unknown'}"
 
