@@ -171,7 +171,7 @@ def main() -> None:
         rows.append(
             {
                 "test": check["test"],
-                "compile_seconds": compiled["compile_seconds"],
+                "compile_seconds": round(compiled["compile_seconds"], 3),
                 "fetch_seconds": round(fetched[check["program"]], 3),
                 "package_source_b": check["source"],
                 "check_seconds_a": round(compiled["check_seconds"], 3),

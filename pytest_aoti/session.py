@@ -462,11 +462,7 @@ class AotiSession:
             totals={
                 **total.to_json(),
                 "programs": len(total.programs),
-                **(
-                    {"remote": remote_totals(self._all_figures())}
-                    if self.settings.cache_url
-                    else {}
-                ),
+                **remote_totals(self.settings.cache_url, self._all_figures()),
             },
             interrupted=interrupted,
         )

@@ -412,6 +412,33 @@ def test_two_shards_reports_merge_into_one(
     assert refused.stderr.startswith(f"error: {future}: report schema version 99, ")
 
 
+def test_xdist_workers_of_one_machine_download_once(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    fleet: Fleet,
+    keys: dict[str, Keys],
+    aws_env: str,
+) -> None:
+    pytest.importorskip("xdist")
+    # every test on both workers: each asks for the program; one downloads it, under the
+    # local cache's lock, and the other then finds it in the local cache
+    result, document = run_machine(
+        pytester,
+        monkeypatch,
+        "W",
+        fleet.url,
+        "-n",
+        "2",
+        "--dist=each",
+        trusted=(keys["K1"].public,),
+    )
+    result.assert_outcomes(passed=2)
+    assert document["totals"]["compiled"] == 0
+    assert document["totals"]["remote"]["hits"] == 1 and document["totals"]["remote"]["misses"] == 0
+    assert sorted(check["source"] for check in document["checks"]) == ["local", "remote"]
+    result.stdout.fnmatch_lines(["aoti: remote cache s3://fleet-bucket/ci: 1 hit (*), 0 misses, *"])
+
+
 # --- file:// ---------------------------------------------------------------------------------
 
 

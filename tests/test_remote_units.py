@@ -250,7 +250,9 @@ def test_header_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_totals_and_summary_sum_the_workers() -> None:
     figures = [{"remote": {"hits": 2, "bytes_down": 3 * 2**20, "seconds_down": 0.5}}, {}]
     figures.append({"remote": {"misses": 1, "uploads": 1, "failures": 1}})
-    assert remote_totals(figures)["hits"] == 2 and remote_totals(figures)["uploads"] == 1
+    totals = remote_totals("s3://b/p", figures)["remote"]
+    assert totals["hits"] == 2 and totals["uploads"] == 1 and totals["bytes_down"] == 3 * 2**20
+    assert remote_totals(None, figures) == {}
     assert remote_summary_lines("s3://b/p", figures) == [
         "aoti: remote cache s3://b/p: 2 hits (3.0 MB in 0.50 s), 1 miss, 1 upload (0.0 MB in "
         "0.00 s), 1 failed call"

@@ -512,12 +512,15 @@ def load_trust_for(ini_trusted: Sequence[str]) -> Trust:
 # --- reporting (called by the session: one line each) ---------------------------------
 
 
-def remote_totals(figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Remote figures of this process and every xdist worker, summed (for JSON totals)."""
+def remote_totals(url: str | None, figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"remote": {...}}``: the remote figures of this process and every xdist worker,
+    summed, for the JSON report's totals; empty without a remote store."""
+    if not url:
+        return {}
     total = RemoteStats()
     for item in figures:
         total.merge(item.get("remote") or {})
-    return total.to_json()
+    return {"remote": total.to_json()}
 
 
 def remote_summary_lines(url: str | None, figures: Sequence[Mapping[str, Any]]) -> list[str]:
