@@ -28,7 +28,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fsspec")
-pytest.importorskip("cryptography")
+# imported by the outer session: pytester drops modules first imported by an inner run
+pytest.importorskip("cryptography.hazmat.primitives.serialization")
+pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
 
 from pytest_aoti.compiling.signing import (  # noqa: E402
     SIGNING_KEY_ENV,

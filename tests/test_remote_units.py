@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fsspec")
-pytest.importorskip("cryptography")
+# imported here, by the outer session: pytester drops modules first imported by an inner
+# run, and cryptography's bindings break when imported a second time
+pytest.importorskip("cryptography.hazmat.primitives.serialization")
+pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
 
 from pytest_aoti.compiling.remote import (  # noqa: E402
     SWITCH_OFF_AFTER,
@@ -368,3 +371,33 @@ def test_unknown_schema_versions_and_non_reports_are_refused(tmp_path: Path) -> 
         merge_reports([tmp_path / "junk.json"])
     with pytest.raises(ReportMergeError, match="missing.json: cannot read it"):
         merge_reports([tmp_path / "missing.json"])
+
+
+@pytest.mark.parametrize(
+    ("hidden", "message"),
+    [
+        ("fsspec", "--aoti-cache-url needs the 'fsspec' package: pip install pytest-aoti[remote]"),
+        (
+            "cryptography.hazmat.primitives.asymmetric",
+            "signed remote cache entries need the 'cryptography' package: "
+            "pip install pytest-aoti[remote]",
+        ),
+    ],
+)
+def test_a_missing_package_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    keypairs: dict[str, tuple[Path, Path]],
+    hidden: str,
+    message: str,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, hidden, None)  # what an absent package raises: ImportError
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(keypairs["K1"][1]))
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest(f"--aoti-cache-url=file://{pytester.path}/remote")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    # without the remote store, the plugin never needs them
+    assert pytester.runpytest().ret == pytest.ExitCode.OK
