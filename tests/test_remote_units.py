@@ -263,6 +263,17 @@ def test_totals_and_summary_sum_the_workers() -> None:
     assert remote_summary_lines(None, figures) == []
 
 
+def test_credentials_in_the_ini_are_refused() -> None:
+    with pytest.raises(pytest.UsageError, match=r"holds credentials \(key, secret\): remove them"):
+        open_remote(
+            "s3://b/p",
+            mode="read",
+            ini_options={"key": "AKIA", "secret": "x", "endpoint_url": "http://h"},
+            ini_trusted=(),
+            on_problem=print,
+        )
+
+
 def test_missing_protocol_package_is_a_usage_error() -> None:
     try:
         import gcsfs  # noqa: F401

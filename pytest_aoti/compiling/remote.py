@@ -74,6 +74,24 @@ _PROTOCOL_PACKAGES = {
     "https": ("aiohttp", "remote"),
 }
 _INSTALL = "pip install pytest-aoti[remote]"
+# storage options that hold secrets: they belong to the store's credential chain, not to a
+# file committed with the tests
+_CREDENTIAL_OPTIONS = frozenset(
+    {
+        "key",
+        "secret",
+        "token",
+        "password",
+        "username",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "account_key",
+        "sas_token",
+        "connection_string",
+        "client_secret",
+    }
+)
 _T = TypeVar("_T")
 
 
@@ -480,6 +498,13 @@ def open_remote(
     from pytest_aoti.errors import AotiUsageError
 
     protocol = _protocol_of(url)
+    secrets = sorted(_CREDENTIAL_OPTIONS & set(ini_options or {}))
+    if secrets:
+        raise pytest.UsageError(
+            f"ini option aoti_cache_storage_options holds credentials ({', '.join(secrets)}): "
+            "remove them and use the store's usual credential chain (environment variables, "
+            "instance roles, its config files)"
+        )
     try:
         import fsspec
     except ImportError:
