@@ -465,3 +465,45 @@ def test_file_url_publishes_and_serves_signed_entries(
     third.assert_outcomes(passed=1)
     assert summary(document) == (1, ["compiled"])
     third.stdout.fnmatch_lines(["*aoti: remote cache file://* loads nothing: no trusted key*"])
+
+
+def test_a_signed_package_that_does_not_load_here_is_compiled_instead(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    fleet: Fleet,
+    keys: dict[str, Keys],
+    aws_env: str,
+) -> None:
+    """As a package built against another C library would: signed, verified, unloadable."""
+    import fsspec
+
+    from pytest_aoti.compiling.remote import RemoteStore
+    from pytest_aoti.compiling.signing import load_trust
+
+    manifest = json.loads(s3(aws_env).cat_file(f"{fleet.bucket}/ci/v1/{fleet.key}/manifest.json"))
+    broken = pytester.path / "broken.pt2"
+    broken.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: no AOTI package in it
+    shared = pytester.path / "shared"
+    fs, root = fsspec.core.url_to_fs(f"file://{shared}")
+    publisher = RemoteStore(
+        f"file://{shared}",
+        fs,
+        root,
+        mode="readwrite",
+        trust=load_trust(environ={SIGNING_KEY_ENV: str(keys["K1"].private)}),
+        on_problem=pytest.fail,
+    )
+    assert publisher.publish(fleet.key, broken, manifest["entry"]["caller"])
+    fake_compile(pytester, fleet)
+    url = f"file://{shared}"
+    result, document = run_machine(pytester, monkeypatch, "L", url, trusted=(keys["K1"].public,))
+    result.assert_outcomes(passed=1)
+    assert summary(document) == (1, ["compiled"])
+    assert document["totals"]["remote"]["rejected"] == 1
+    result.stdout.fnmatch_lines(
+        [f"*{fleet.key} at {url} not loaded: its package does not load on this machine (*"]
+    )
+    assert document["totals"]["remote"]["hits"] == 0
+    # what the local cache keeps is the local compile, not the package that did not load
+    (kept,) = (pytester.path / "L" / "cache").glob(f"v*/entries/{fleet.key}/package.pt2")
+    assert kept.read_bytes() == fleet.package.read_bytes()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.key import ProgramKey, program_key
-from pytest_aoti.compiling.pipeline import compile_package, decompose
+from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import (
     DEFAULT_ENGINE_BUDGET,
     AotiProgram,
@@ -28,7 +28,7 @@ from pytest_aoti.compiling.program import (
 )
 from pytest_aoti.compiling.signature import MutationSignature, read_signature
 from pytest_aoti.compiling.store import sha256_of
-from pytest_aoti.errors import AotiCacheWarning
+from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
 
 if TYPE_CHECKING:
     import torch
@@ -120,7 +120,7 @@ class ProgramRegistry:
                     else contextlib.nullcontext()
                 )
                 with progress:
-                    artifact, decomposed = self._obtain(key, exported, inductor_configs)
+                    artifact, decomposed = self._obtain(key, exported, inductor_configs, device)
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
         # the decomposed program goes to this request's program only: a later failure of
@@ -138,7 +138,11 @@ class ProgramRegistry:
         return program
 
     def _obtain(
-        self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
+        self,
+        key: ProgramKey,
+        exported: ExportedProgram,
+        inductor_configs: Mapping[str, Any] | None,
+        device: torch.device,
     ) -> tuple[CompiledArtifact, ExportedProgram | None]:
         """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
@@ -155,7 +159,7 @@ class ProgramRegistry:
                     if artifact is not None:
                         return artifact, None
             if remote is not None:
-                artifact = self._from_remote(key, remote, store)
+                artifact = self._from_remote(key, remote, store, device)
                 if artifact is not None:
                     return artifact, None
             artifact, decomposed = self._compile(key, exported, inductor_configs)
@@ -167,10 +171,14 @@ class ProgramRegistry:
             return artifact, decomposed
 
     def _from_remote(
-        self, key: ProgramKey, remote: RemoteStore, store: ArtifactStore | None
+        self,
+        key: ProgramKey,
+        remote: RemoteStore,
+        store: ArtifactStore | None,
+        device: torch.device,
     ) -> CompiledArtifact | None:
         """Download a signed, verified package from the fleet's store into the session's
-        directory, and keep it in the local store for later runs."""
+        directory, check that it loads on this machine, and keep it in the local store."""
         local = self._workdir / f"{key.digest}.pt2"
         fetched = remote.fetch(key.digest, local)
         if fetched is None:
@@ -179,12 +187,27 @@ class ProgramRegistry:
             signature = MutationSignature.from_json(fetched.caller["signature"])
             compile_seconds = float(fetched.caller.get("compile_seconds", 0.0))
         except (LookupError, TypeError, ValueError) as error:
-            remote.report(
-                f"pytest-aoti remote cache entry {key.digest} has metadata this version cannot "
-                f"use ({type(error).__name__}: {error}); compiled locally"
+            remote.reject(
+                key.digest,
+                f"its metadata is not usable by this version ({type(error).__name__}: {error})",
+                fetched=True,
             )
             local.unlink(missing_ok=True)
             return None
+        size = local.stat().st_size
+        # another machine's package may not load here (a library it links is missing or
+        # older): compile instead of failing the test, and keep it out of the local cache
+        try:
+            engine = load_engine(local, device)
+        except AotiCompileError as error:
+            first = (str(error).splitlines() or [""])[0][:200]
+            remote.reject(
+                key.digest, f"its package does not load on this machine ({first})", fetched=True
+            )
+            local.unlink(missing_ok=True)
+            return None
+        if not signature.mutated_buffers:  # the engine pool's first engine of the program
+            self.engines.get(key.digest, device, size, lambda: engine)
         if store is not None and store.writable:
             store.store(key.digest, local, fetched.caller)
         self.stats.loaded += 1
@@ -195,7 +218,7 @@ class ProgramRegistry:
             signature=signature,
             compile_seconds=compile_seconds,
             cache_hit=True,
-            package_bytes=local.stat().st_size,
+            package_bytes=size,
             source="remote",
         )
 

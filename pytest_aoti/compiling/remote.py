@@ -217,13 +217,13 @@ class RemoteStore:
         try:
             entry, publisher = self._verified_entry(key, raw)
         except ValueError as error:
-            self._reject(key, str(error))
+            self.reject(key, str(error))
             return None
         package = f"{self._entry_dir(key)}/{entry['package']}"
         try:
             self._call("download " + key[:12], self._download, package, destination)
         except FileNotFoundError:
-            self._reject(key, "its package is missing")
+            self.reject(key, "its package is missing")
             return None
         except _Failed:
             destination.unlink(missing_ok=True)
@@ -231,7 +231,7 @@ class RemoteStore:
         problem = _package_problem(destination, entry)
         if problem is not None:
             destination.unlink(missing_ok=True)
-            self._reject(key, problem)
+            self.reject(key, problem)
             return None
         seconds = time.perf_counter() - started
         with self._lock:
@@ -283,9 +283,12 @@ class RemoteStore:
         finally:
             partial.unlink(missing_ok=True)
 
-    def _reject(self, key: str, reason: str) -> None:
+    def reject(self, key: str, reason: str, *, fetched: bool = False) -> None:
+        """Count and report an entry that must not be used; it is never published over.
+        ``fetched``: it was downloaded (and counted as a hit) before it proved unusable."""
         with self._lock:
             self.stats.rejected += 1
+            self.stats.hits -= fetched
             self._refused.add(key)
         self._problem(
             f"pytest-aoti remote cache entry {key} at {self.url} not loaded: {reason}; "
