@@ -313,7 +313,7 @@ class AotiSession:
         ]
         if any(name in ("cpu", "auto") for name in self.settings.devices):
             lines[-1] += f", C++ compiler: {compiler_version()}"
-        from pytest_aoti.compiling.remote import remote_header_line
+        from pytest_aoti.reports.remote import remote_header_line
 
         s = self.settings
         lines += filter(
@@ -410,7 +410,7 @@ class AotiSession:
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
-        from pytest_aoti.compiling.remote import remote_summary_lines
+        from pytest_aoti.reports.remote import remote_summary_lines
 
         for line in remote_summary_lines(self.settings.cache_url, self._all_figures()):
             terminalreporter.write_line(line)
@@ -446,8 +446,8 @@ class AotiSession:
 
     def _write_report(self, interrupted: bool) -> None:
         from pytest_aoti.compiling.registry import CompileStats
-        from pytest_aoti.compiling.remote import remote_totals
         from pytest_aoti.reports.records import write_json_report
+        from pytest_aoti.reports.remote import remote_totals
 
         assert self.settings.report is not None
         total = CompileStats()

@@ -22,9 +22,6 @@ from pytest_aoti.compiling.remote import (  # noqa: E402
     SWITCH_OFF_AFTER,
     RemoteStore,
     open_remote,
-    remote_header_line,
-    remote_summary_lines,
-    remote_totals,
     storage_options,
 )
 from pytest_aoti.compiling.signing import (  # noqa: E402
@@ -37,6 +34,11 @@ from pytest_aoti.compiling.signing import (  # noqa: E402
 from pytest_aoti.errors import AotiUsageError  # noqa: E402
 from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
 from pytest_aoti.reports.records import REPORT_VERSION  # noqa: E402
+from pytest_aoti.reports.remote import (  # noqa: E402
+    remote_header_line,
+    remote_summary_lines,
+    remote_totals,
+)
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
 CALLER = {"signature": {"mutated_inputs": ["x"]}, "compile_seconds": 6.5}

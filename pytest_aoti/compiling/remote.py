@@ -42,9 +42,6 @@ __all__ = [
     "RemoteStats",
     "RemoteStore",
     "open_remote",
-    "remote_header_line",
-    "remote_summary_lines",
-    "remote_totals",
 ]
 
 REMOTE_MODES = ("off", "read", "readwrite")
@@ -60,7 +57,7 @@ READ_TIMEOUT = 60.0
 _MANIFEST_LIMIT = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
-_READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
 # protocol -> (the package fsspec needs for it, the extra of pytest-aoti that brings it)
 _PROTOCOL_PACKAGES = {
     "s3": ("s3fs", "s3"),
@@ -170,8 +167,8 @@ class RemoteStore:
         self._off = mode == "off"
         self._refused: set[str] = set()
         """Keys whose entry was found but not trusted: never published over."""
-        protocol = _protocol_of(url)
-        self.read_only_protocol = protocol in _READ_ONLY_PROTOCOLS
+        protocol = protocol_of(url)
+        self.read_only_protocol = protocol in READ_ONLY_PROTOCOLS
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r}, mode={self.mode!r}, off={self._off})"
@@ -422,7 +419,8 @@ class RemoteStore:
             pass
 
 
-def _protocol_of(url: str) -> str:
+def protocol_of(url: str) -> str:
+    """The fsspec protocol of ``url`` (``file`` for a bare path)."""
     return url.split("://", 1)[0].lower() if "://" in url else "file"
 
 
@@ -500,7 +498,7 @@ def open_remote(
     that says what to do."""
     from pytest_aoti.errors import AotiUsageError
 
-    protocol = _protocol_of(url)
+    protocol = protocol_of(url)
     secrets = sorted(_CREDENTIAL_OPTIONS & set(ini_options or {}))
     if secrets:
         raise pytest.UsageError(
@@ -535,63 +533,3 @@ def load_trust_for(ini_trusted: Sequence[str]) -> Trust:
     from pytest_aoti.compiling.signing import load_trust
 
     return load_trust(ini_trusted)
-
-
-# --- reporting (called by the session: one line each) ---------------------------------
-
-
-def remote_totals(url: str | None, figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``{"remote": {...}}``: the remote figures of this process and every xdist worker,
-    summed, for the JSON report's totals; empty without a remote store."""
-    if not url:
-        return {}
-    total = RemoteStats()
-    for item in figures:
-        total.merge(item.get("remote") or {})
-    return {"remote": total.to_json()}
-
-
-def remote_summary_lines(url: str | None, figures: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``aoti: remote cache s3://…: 3 hits (2.1 MB in 0.4 s), 1 miss, 1 upload …``."""
-    if not url or not any(item.get("remote") for item in figures):
-        return []
-    t = RemoteStats()
-    for item in figures:
-        t.merge(item.get("remote") or {})
-    if not (t.hits or t.misses or t.rejected or t.uploads or t.failures):
-        return []
-    parts = [
-        f"{t.hits} hit{'s' * (t.hits != 1)} ({_mb(t.bytes_down)} in {t.seconds_down:.2f} s)",
-        f"{t.misses} miss{'es' * (t.misses != 1)}",
-        f"{t.uploads} upload{'s' * (t.uploads != 1)} ({_mb(t.bytes_up)} in {t.seconds_up:.2f} s)",
-    ]
-    if t.rejected:
-        parts.append(f"{t.rejected} rejected")
-    if t.failures:
-        parts.append(f"{t.failures} failed call{'s' * (t.failures != 1)}")
-    return [f"aoti: remote cache {url}: " + ", ".join(parts)]
-
-
-def remote_header_line(url: str | None, mode: str, ini_trusted: Sequence[str]) -> str | None:
-    """What the run does with the store, and which key is missing for the rest, read from
-    the environment without loading any key."""
-    from pytest_aoti.compiling.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
-
-    if not url:
-        return None
-    if mode == "off":
-        return f"aoti: remote cache {url}: off"
-    signing = bool(os.environ.get(SIGNING_KEY_ENV, "").strip())
-    trusted = signing or bool(os.environ.get(TRUSTED_KEYS_ENV, "").strip()) or bool(ini_trusted)
-    notes = []
-    if not trusted:
-        notes.append(f"loads nothing: no trusted key ({TRUSTED_KEYS_ENV})")
-    if mode == "readwrite" and _protocol_of(url) in _READ_ONLY_PROTOCOLS:
-        notes.append("publishes nothing: read-only protocol")
-    elif mode == "readwrite" and not signing:
-        notes.append(f"publishes nothing: no signing key ({SIGNING_KEY_ENV})")
-    return f"aoti: remote cache {url} ({mode})" + (f"; {'; '.join(notes)}" if notes else "")
-
-
-def _mb(size: int) -> str:
-    return f"{size / 2**20:.1f} MB"
