@@ -32,8 +32,8 @@ from pytest_aoti.compiling.signing import (  # noqa: E402
     load_trust,
 )
 from pytest_aoti.errors import AotiUsageError  # noqa: E402
+from pytest_aoti.reports.json_report import REPORT_VERSION  # noqa: E402
 from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
-from pytest_aoti.reports.records import REPORT_VERSION  # noqa: E402
 from pytest_aoti.reports.remote import (  # noqa: E402
     remote_header_line,
     remote_summary_lines,

@@ -1,20 +1,24 @@
 """Merge the ``--aoti-report`` files of CI shards into one report of the whole fleet run.
 
 ``python -m pytest_aoti merge-reports shard-*.json -o all.json`` reads each shard's
-report, refuses one of another schema version, concatenates the checks, sums the totals
-(as the xdist controller sums its workers') and prints the same summary table a single
-run prints.
+report, refuses one of another schema version, and merges them the way the xdist
+controller merges its workers: each shard becomes one :meth:`ReportCollector.merge`
+payload (checks, compiles, compile figures, remote figures). It prints the same
+durations table a single run prints.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.reports.records import REPORT_VERSION, CheckRecord, durations_table
+from pytest_aoti.compiling.registry import CompileStats
+from pytest_aoti.reports.collector import ReportCollector
+from pytest_aoti.reports.json_report import REPORT_VERSION, report_document, write_report_document
+from pytest_aoti.reports.records import CheckRecord
+from pytest_aoti.reports.terminal import durations_table, summary_line
 
 __all__ = ["ReportMergeError", "load_report", "merge_reports", "summary_lines", "write_report"]
 
@@ -41,27 +45,39 @@ def load_report(path: Path) -> dict[str, Any]:
         )
     if not isinstance(document.get("checks"), list) or not isinstance(document.get("totals"), dict):
         raise ReportMergeError(f"{path}: report has no 'checks' list or 'totals' object")
+    if not isinstance(document.get("compiles", []), list):
+        raise ReportMergeError(f"{path}: report's 'compiles' is not a list")
     return document
 
 
-def _sum_totals(totals: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Numbers summed, nested objects summed field by field, anything else from the first."""
-    merged: dict[str, Any] = {}
-    for item in totals:
-        for name, value in item.items():
-            if isinstance(value, bool) or value is None:
-                merged.setdefault(name, value)
-            elif isinstance(value, (int, float)):
-                current = merged.get(name, 0)
-                merged[name] = (current if isinstance(current, (int, float)) else 0) + value
-            elif isinstance(value, Mapping):
-                merged[name] = _sum_totals([merged.get(name) or {}, value])
-            else:
-                merged.setdefault(name, value)
-    for name, value in merged.items():
-        if isinstance(value, float):
-            merged[name] = round(value, 3)
-    return merged
+def shard_payload(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A shard's report as the payload an xdist worker sends (:meth:`ReportCollector.payload`).
+
+    A report counts its programs; the payload names them, taken from the checks and
+    compiles, so that a program used on two shards is counted once."""
+    checks = document["checks"]
+    compiles = document.get("compiles", [])
+    programs = sorted({str(r["program"]) for r in [*checks, *compiles] if r.get("program")})
+    payload: dict[str, Any] = {
+        "records": checks,
+        "compiles": compiles,
+        "stats": {**document["totals"], "programs": programs},
+    }
+    remote = document["totals"].get("remote")
+    if isinstance(remote, Mapping):
+        payload["remote"] = remote
+    return payload
+
+
+def _sum_remote(figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The shards' remote figures summed, with the fields they report."""
+    from pytest_aoti.compiling.remote import RemoteStats
+
+    total = RemoteStats()
+    for item in figures:
+        total.merge(item)
+    present = {name for item in figures for name in item}
+    return {name: value for name, value in total.to_json().items() if name in present}
 
 
 def merge_reports(paths: Sequence[Path]) -> dict[str, Any]:
@@ -69,32 +85,36 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, Any]:
     if not paths:
         raise ReportMergeError("no report to merge: name the shards' --aoti-report files")
     documents = [load_report(Path(path)) for path in paths]
-    checks = [check for document in documents for check in document["checks"]]
-    totals = _sum_totals([document["totals"] for document in documents])
-    # a program checked on two shards was counted by each; the checks say which it was
-    programs = {check.get("program") for check in checks if check.get("program")}
-    if programs:
-        totals["programs"] = len(programs)
+    collector = ReportCollector()
+    for path, document in zip(paths, documents):
+        try:
+            collector.merge(shard_payload(document))
+        except (LookupError, TypeError, ValueError) as error:
+            raise ReportMergeError(
+                f"{path}: a check or compile of the report is not readable "
+                f"({type(error).__name__}: {error})"
+            ) from None
+    totals: dict[str, Any] = collector.totals(None).to_json()
+    if collector.worker_remote:
+        totals["remote"] = _sum_remote(collector.worker_remote)
     first = documents[0]
-    return {
-        "version": REPORT_VERSION,
-        "created": max(str(document.get("created", "")) for document in documents),
-        "torch": first.get("torch"),
-        "build": first.get("build"),
-        "devices": sorted({d for document in documents for d in document.get("devices", [])}),
-        "interrupted": any(bool(document.get("interrupted")) for document in documents),
-        "merged_from": [str(path) for path in paths],
-        "totals": totals,
-        "checks": checks,
-    }
+    merged = report_document(
+        collector.records,
+        devices=sorted({d for document in documents for d in document.get("devices", [])}),
+        totals=totals,
+        interrupted=any(bool(document.get("interrupted")) for document in documents),
+        compiles=collector.compiles,
+        created=max(str(document.get("created", "")) for document in documents) or None,
+        torch=first.get("torch"),
+        build=first.get("build"),
+    )
+    merged["merged_from"] = [str(path) for path in paths]
+    return merged
 
 
 def write_report(document: Mapping[str, Any], path: Path) -> None:
     """Write atomically, like a session's own report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(document, indent=2) + "\n")
-    os.replace(partial, path)
+    write_report_document(path, document)
 
 
 def summary_lines(document: Mapping[str, Any], durations: int = 5) -> list[str]:
@@ -106,14 +126,13 @@ def summary_lines(document: Mapping[str, Any], durations: int = 5) -> list[str]:
         lines.append(f"aoti: {title}")
         lines += durations_table(records, durations)
     totals = document["totals"]
-    count = int(totals.get("programs", 0))
     failed = sum(1 for record in records if record.outcome == "failed")
+    # the terminal's own compile figures line, of the programs the checks and compiles name
+    figures = summary_line(CompileStats.from_payload(shard_payload(document)["stats"]))
     lines.append(
-        f"aoti: {len(records)} checks ({failed} failed) from {len(document.get('merged_from', []))} "
-        f"reports; {count} program{'s' if count != 1 else ''}; "
-        f"{totals.get('compiled', 0)} compiled in {float(totals.get('compile_seconds', 0)):.1f} s; "
-        f"{totals.get('loaded', 0)} loaded from cache in "
-        f"{float(totals.get('load_seconds', 0)):.2f} s"
+        f"aoti: {len(records)} checks ({failed} failed) from "
+        f"{len(document.get('merged_from', []))} reports; "
+        + (figures.removeprefix("aoti: ") or "no programs")
     )
     remote = totals.get("remote")
     if isinstance(remote, Mapping):

@@ -1,8 +1,9 @@
 """What the terminal and the JSON report say about the fleet's remote store
 (:mod:`pytest_aoti.compiling.remote`): the header line, the summary line and the totals.
 
-The session calls each with one line; figures are the ``stats_json()`` of this process and
-of every xdist worker, each with its ``remote`` figures.
+The session calls each with one line; figures are ``{"remote": RemoteStats.to_json()}`` of
+this process and of every xdist worker (carried in the worker's payload,
+:meth:`~pytest_aoti.reports.collector.ReportCollector.payload`).
 """
 
 from __future__ import annotations
