@@ -373,6 +373,41 @@ def test_shards_merge_like_xdist_workers(tmp_path: Path) -> None:
     ]
 
 
+def test_a_workers_remote_figures_ride_on_its_payload() -> None:
+    from pytest_aoti.reports.collector import ReportCollector
+
+    worker = ReportCollector()
+    payload = worker.payload(None, [], {"hits": 2, "uploads": 1})
+    json.dumps(payload)  # plain data: what execnet carries
+    controller = ReportCollector()
+    controller.merge(payload)
+    controller.merge(worker.payload(None, []))  # a worker without a remote store
+    assert controller.worker_remote == [{"hits": 2, "uploads": 1}]
+    figures = [{"remote": figures} for figures in controller.worker_remote]
+    assert remote_totals("s3://b/p", figures)["remote"]["hits"] == 2
+
+
+def test_merged_shards_keep_their_compiles_and_sources(tmp_path: Path) -> None:
+    path = shard(tmp_path / "s.json", [check("t.py::a", "remote")], compiled=0)
+    document = json.loads(path.read_text())
+    document["compiles"] = [
+        {
+            "test": "t.py::c",
+            "device": "cpu",
+            "program": "p2",
+            "cache_hit": False,
+            "compile_seconds": 6.0,
+            "original_compile_seconds": 6.0,
+            "source": "compiled",
+        }
+    ]
+    path.write_text(json.dumps(document))
+    merged = merge_reports([path])
+    assert [c["source"] for c in merged["checks"]] == ["remote"]
+    assert [c["source"] for c in merged["compiles"]] == ["compiled"]
+    assert merged["totals"]["programs"] == 2 and merged["merged_from"] == [str(path)]
+
+
 def test_unknown_schema_versions_and_non_reports_are_refused(tmp_path: Path) -> None:
     old = shard(tmp_path / "old.json", [], compiled=0, version=REPORT_VERSION + 1)
     with pytest.raises(
