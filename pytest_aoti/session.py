@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import CompileStats, ProgramRegistry
+    from pytest_aoti.compiling.remote import RemoteStore
     from pytest_aoti.compiling.store import ArtifactStore, CacheMode
     from pytest_aoti.reports.events import ItemEvents
     from pytest_aoti.tester import CheckDefaults
@@ -42,6 +43,8 @@ class AotiSession:
         self._registry: ProgramRegistry | None = None
         self._store: ArtifactStore | None = None
         self._store_made = False
+        self._remote: RemoteStore | None = None
+        self._remote_made = False
         self._workdir: Path | None = None
         self._bundles: dict[str, int] = {}
         self._progress: CompileProgress | None = None
@@ -98,13 +101,33 @@ class AotiSession:
         return self._store
 
     @property
+    def remote(self) -> RemoteStore | None:
+        """The fleet's remote store (``--aoti-cache-url``), or None when there is none."""
+        if not self._remote_made:
+            self._remote_made = True
+            settings = self.settings
+            if settings.cache_url and settings.cache_remote != "off":
+                from pytest_aoti.compiling.remote import open_remote
+
+                self._remote = open_remote(
+                    settings.cache_url,
+                    mode=settings.cache_remote,
+                    ini_options=settings.cache_storage_options,
+                    ini_trusted=[
+                        str(self.config.rootpath / p) for p in settings.cache_trusted_keys
+                    ],
+                    on_problem=self.collector.cache_problem,
+                )
+        return self._remote
+
+    @property
     def registry(self) -> ProgramRegistry:
         if self._registry is None:
             from pytest_aoti.compiling.registry import ProgramRegistry
 
             self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
             self._registry = ProgramRegistry(
-                self._workdir, self.store, self._program_ready, self.progress
+                self._workdir, self.store, self._program_ready, self.progress, remote=self.remote
             )
         return self._registry
 
@@ -273,7 +296,11 @@ class AotiSession:
             cache = "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
         else:
             cache = f"{mode} at {where}"
-        return header_lines(self.settings.devices, cache)
+        from pytest_aoti.reports.remote import remote_header_line
+
+        s = self.settings
+        remote = remote_header_line(s.cache_url, s.cache_remote, s.cache_trusted_keys)
+        return header_lines(self.settings.devices, cache) + ([remote] if remote else [])
 
     def pytest_report_collectionfinish(
         self, config: pytest.Config, items: list[pytest.Item]
@@ -295,6 +322,7 @@ class AotiSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.remote  # noqa: B018 - opening it now makes a missing package or bad key a usage error
         if self.settings.cache_clear and not _is_xdist_worker(self.config):
             store = self.store
             if store is not None:
@@ -305,7 +333,8 @@ class AotiSession:
             from pytest_aoti.reports.xdist import send_payload
 
             events = self._progress.events if self._progress is not None else []
-            send_payload(self.config, self.collector.payload(self.own_stats, events))
+            remote = None if self._remote is None else self._remote.stats.to_json()
+            send_payload(self.config, self.collector.payload(self.own_stats, events, remote))
             return
         if self.settings.report is not None:
             self._write_report(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
@@ -322,6 +351,7 @@ class AotiSession:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_aoti.reports.remote import remote_summary_lines
         from pytest_aoti.reports.terminal import write_summary
 
         write_summary(
@@ -330,6 +360,7 @@ class AotiSession:
             self.totals(),
             durations=self.settings.durations,
             report=self.settings.report,
+            remote=remote_summary_lines(self.settings.cache_url, self.remote_figures()),
         )
 
     # -- figures ----------------------------------------------------------------------------
@@ -343,6 +374,11 @@ class AotiSession:
         """This process's and the workers' compile figures."""
         return self.collector.totals(self.own_stats)
 
+    def remote_figures(self) -> list[dict[str, Any]]:
+        """``{"remote": ...}`` of this process and of each xdist worker with a remote store."""
+        own = [] if self._remote is None else [self._remote.stats.to_json()]
+        return [{"remote": figures} for figures in [*own, *self.collector.worker_remote]]
+
     def summary_line(self) -> str:
         """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
         from pytest_aoti.reports.terminal import summary_line
@@ -351,6 +387,7 @@ class AotiSession:
 
     def _write_report(self, interrupted: bool) -> None:
         from pytest_aoti.reports.json_report import write_json_report
+        from pytest_aoti.reports.remote import remote_totals
 
         assert self.settings.report is not None
         total = self.totals()
@@ -363,7 +400,10 @@ class AotiSession:
             self.settings.report,
             collector.records,
             devices=devices or list(self.settings.devices),
-            totals=total.to_json(),
+            totals={
+                **total.to_json(),
+                **remote_totals(self.settings.cache_url, self.remote_figures()),
+            },
             interrupted=interrupted,
             compiles=collector.compiles,
         )

@@ -148,6 +148,21 @@ def parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def parse_cache_url(text: str) -> str:
+    """An fsspec URL such as ``s3://bucket/prefix`` or ``file:///shared/aoti``."""
+    url = str(text).strip()
+    if "://" not in url or not url.split("://", 1)[1].strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"expected an fsspec URL such as s3://bucket/prefix or file:///path, got {text!r}"
+        )
+    return url
+
+
+def parse_path_list(text: str) -> tuple[str, ...]:
+    """Paths one per line (or separated by spaces)."""
+    return tuple(part for part in str(text).split() if part)
+
+
 def _count_problem(name: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return ""
@@ -406,6 +421,38 @@ OPTIONS = (
         ini=None,
         flag=True,
     ),
+    Option(
+        "aoti-cache-url",
+        parse_cache_url,
+        None,
+        "fsspec URL of a remote cache shared by a CI fleet, behind the local cache "
+        "(s3://bucket/prefix, gs://..., az://..., file:///..., read-only https://...); its "
+        "entries must be signed (README: CI fleet). Default: none.",
+    ),
+    Option(
+        "aoti-cache-remote",
+        parse_cache_mode,
+        "readwrite",
+        "What the run does with --aoti-cache-url: off, read or readwrite (publishes only "
+        "with a signing key). Default: readwrite.",
+    ),
+    Option(
+        "aoti-cache-storage-options",
+        parse_json_object,
+        None,
+        "Options of the remote cache's fsspec filesystem, as a JSON object (ini only), over "
+        "fsspec's own config and FSSPEC_<PROTOCOL>_<OPTION> variables. No credentials here: "
+        "use the store's usual credential chain. Default: none.",
+        cli=False,
+    ),
+    Option(
+        "aoti-cache-trusted-keys",
+        parse_path_list,
+        (),
+        "PEM files of the Ed25519 public keys whose remote cache entries are loaded, one per "
+        "line (ini only), besides PYTEST_AOTI_CACHE_TRUSTED_KEYS. Default: none.",
+        cli=False,
+    ),
 )
 
 
@@ -498,6 +545,10 @@ class AotiSettings:
     cache_clear: bool = False
     models: tuple[str, ...] = ()
     models_list: bool = False
+    cache_url: str | None = None
+    cache_remote: str = "readwrite"
+    cache_storage_options: dict[str, Any] | None = None
+    cache_trusted_keys: tuple[str, ...] = ()
     check_options: dict[str, Any] = dataclass_field(default_factory=dict)
     """Command-line and ini values of per-check options, by keyword name; a row not read
     (a settings object made in code) has its default."""

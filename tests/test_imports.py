@@ -41,8 +41,9 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("models",)),
     # session state and the hooks' extension points
     ("session", ("session", "hookspecs")),
-    # pytest's entry point and the package's public names ("" is pytest_aoti itself)
-    ("plugin", ("plugin", "")),
+    # pytest's entry point and the package's public names ("" is pytest_aoti itself);
+    # __main__: the commands outside a pytest run (merge-reports, keygen)
+    ("plugin", ("plugin", "", "__main__")),
 )
 """Floors from the bottom up, each with the top-level names (folders or modules) on it."""
 

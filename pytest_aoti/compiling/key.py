@@ -71,7 +71,7 @@ def program_key(
         "graph": _digest_text(_graph_fingerprint(exported)),
         "weights": _digest_tensors(_named_state(exported)),
         "configs": _digest_text(configs),
-        "device": _digest_text(_device_fingerprint(device)),
+        "device": _digest_text(f"{_device_fingerprint(device)} {platform_fingerprint()}"),
         "torch": _digest_text(_torch_fingerprint()),
     }
     overall = hashlib.sha256(KEY_FORMAT.encode())
@@ -205,6 +205,14 @@ def _device_fingerprint(device: torch.device) -> str:
         # shared through a cache directory must not be loaded on an AVX2 machine
         return f"cpu {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
     return device.type
+
+
+def platform_fingerprint() -> str:
+    """The OS and its C library (``Linux glibc 2.36``), part of the key's ``device``: a
+    package links against the C library it was built with, so one from another machine of a
+    fleet may not load here."""
+    libc, version = platform.libc_ver()
+    return f"{platform.system()} {libc or 'libc'} {version or 'unknown'}"
 
 
 def _torch_fingerprint() -> str:

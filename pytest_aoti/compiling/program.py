@@ -113,6 +113,9 @@ class CompiledArtifact:
     """True when the package came from the on-disk cache instead of a compile."""
     package_bytes: int = 0
     """Size of the package: what one more engine of it costs in memory, about."""
+    source: str = "compiled"
+    """Where the package came from: ``compiled``, ``local`` (the on-disk cache) or
+    ``remote`` (the fleet's store, ``--aoti-cache-url``)."""
 
 
 class AotiProgram:
@@ -188,6 +191,11 @@ class AotiProgram:
     @property
     def cache_hit(self) -> bool:
         return self._artifact.cache_hit
+
+    @property
+    def source(self) -> str:
+        """Where the package came from: ``compiled``, ``local`` or ``remote``."""
+        return self._artifact.source
 
     @property
     def seconds_compiled_here(self) -> float:

@@ -1,8 +1,9 @@
 """Compile each program once: in-session sharing by content key, backed by the on-disk store.
 
 Order of lookups for a key: this session's programs, then the artifact store (under a
-cross-process lock, so two xdist workers never compile the same key twice), then a compile
-whose package is published to the store for later runs.
+cross-process lock, so two xdist workers never compile the same key twice), then the
+fleet's remote store (downloaded under the same lock, so once per machine), then a compile
+whose package is published to both stores for later runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.compiling.key import ProgramKey, program_key
-from pytest_aoti.compiling.pipeline import compile_package, decompose
+from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import (
     DEFAULT_ENGINE_BUDGET,
     AotiProgram,
@@ -28,12 +29,13 @@ from pytest_aoti.compiling.program import (
 )
 from pytest_aoti.compiling.signature import MutationSignature, read_signature
 from pytest_aoti.compiling.store import sha256_of
-from pytest_aoti.errors import AotiCacheWarning
+from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.compiling.remote import RemoteStore
     from pytest_aoti.compiling.store import ArtifactStore, CacheEntry
 
 
@@ -107,9 +109,11 @@ class ProgramRegistry:
         progress: CompileWatcher | None = None,
         *,
         engine_budget: int = DEFAULT_ENGINE_BUDGET,
+        remote: RemoteStore | None = None,
     ) -> None:
         self._workdir = workdir
         self._store = store
+        self._remote = remote
         self._on_compiled = on_compiled
         self._progress = progress
         self._artifacts: dict[str, CompiledArtifact] = {}
@@ -141,7 +145,7 @@ class ProgramRegistry:
                     else contextlib.nullcontext()
                 )
                 with progress:
-                    artifact, decomposed = self._obtain(key, exported, inductor_configs)
+                    artifact, decomposed = self._obtain(key, exported, inductor_configs, device)
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
         # the decomposed program goes to this request's program only: a later failure of
@@ -159,22 +163,89 @@ class ProgramRegistry:
         return program
 
     def _obtain(
-        self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
+        self,
+        key: ProgramKey,
+        exported: ExportedProgram,
+        inductor_configs: Mapping[str, Any] | None,
+        device: torch.device,
     ) -> tuple[CompiledArtifact, ExportedProgram | None]:
         """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
-        if store is None or not store.readable:
+        remote = self._remote if key.persistable else None
+        if store is not None and not store.readable:
+            store = None
+        if store is None and remote is None:
             return self._compile(key, exported, inductor_configs)
-        with store.locked(key.digest):
-            entry = store.lookup(key.digest)
-            if entry is not None:
-                artifact = self._from_entry(key, entry)
+        with store.locked(key.digest) if store is not None else contextlib.nullcontext():
+            if store is not None:
+                entry = store.lookup(key.digest)
+                if entry is not None:
+                    artifact = self._from_entry(key, entry)
+                    if artifact is not None:
+                        return artifact, None
+            if remote is not None:
+                artifact = self._from_remote(key, remote, store, device)
                 if artifact is not None:
                     return artifact, None
             artifact, decomposed = self._compile(key, exported, inductor_configs)
-            if store.writable:
-                store.store(key.digest, artifact.package_path, _entry_metadata(artifact))
+            metadata = _entry_metadata(artifact)
+            if store is not None and store.writable:
+                store.store(key.digest, artifact.package_path, metadata)
+            if remote is not None:
+                remote.publish(key.digest, artifact.package_path, metadata)
             return artifact, decomposed
+
+    def _from_remote(
+        self,
+        key: ProgramKey,
+        remote: RemoteStore,
+        store: ArtifactStore | None,
+        device: torch.device,
+    ) -> CompiledArtifact | None:
+        """Download a signed, verified package from the fleet's store into the session's
+        directory, check that it loads on this machine, and keep it in the local store."""
+        local = self._workdir / f"{key.digest}.pt2"
+        fetched = remote.fetch(key.digest, local)
+        if fetched is None:
+            return None
+        try:
+            signature = MutationSignature.from_json(fetched.caller["signature"])
+            compile_seconds = float(fetched.caller.get("compile_seconds", 0.0))
+        except (LookupError, TypeError, ValueError) as error:
+            remote.reject(
+                key.digest,
+                f"its metadata is not usable by this version ({type(error).__name__}: {error})",
+                fetched=True,
+            )
+            local.unlink(missing_ok=True)
+            return None
+        size = local.stat().st_size
+        # another machine's package may not load here (a library it links is missing or
+        # older): compile instead of failing the test, and keep it out of the local cache
+        try:
+            engine = load_engine(local, device)
+        except AotiCompileError as error:
+            first = (str(error).splitlines() or [""])[0][:200]
+            remote.reject(
+                key.digest, f"its package does not load on this machine ({first})", fetched=True
+            )
+            local.unlink(missing_ok=True)
+            return None
+        if not signature.mutated_buffers:  # the engine pool's first engine of the program
+            self.engines.get(key.digest, device, size, lambda: engine)
+        if store is not None and store.writable:
+            store.store(key.digest, local, fetched.caller)
+        self.stats.loaded += 1
+        self.stats.load_seconds += fetched.seconds
+        return CompiledArtifact(
+            key=key,
+            package_path=local,
+            signature=signature,
+            compile_seconds=compile_seconds,
+            cache_hit=True,
+            package_bytes=size,
+            source="remote",
+        )
 
     def _compile(
         self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
@@ -237,6 +308,7 @@ class ProgramRegistry:
             compile_seconds=compile_seconds,
             cache_hit=True,
             package_bytes=size,
+            source="local",
         )
 
 

@@ -34,6 +34,8 @@ class ReportCollector:
     """Long compiles on xdist workers (this process's were shown as they happened)."""
     worker_stats: CompileStats | None = None
     """The workers' compile figures, added up; None until a worker sent some."""
+    worker_remote: list[dict[str, Any]] = field(default_factory=list)
+    """The remote store figures (``RemoteStats.to_json()``) of each worker that had one."""
 
     def cache_problem(self, message: str) -> None:
         if message not in self.cache_problems:
@@ -49,10 +51,17 @@ class ReportCollector:
                 total.merge(stats)
         return total
 
-    def payload(self, stats: CompileStats | None, events: Sequence[CompileEvent]) -> dict[str, Any]:
-        """What a worker sends: plain data that execnet can carry."""
+    def payload(
+        self,
+        stats: CompileStats | None,
+        events: Sequence[CompileEvent],
+        remote: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """What a worker sends: plain data that execnet can carry. ``remote``: its remote
+        store figures, where it has a store (``--aoti-cache-url``)."""
         from pytest_aoti.compiling.registry import CompileStats
 
+        extra = {"remote": dict(remote)} if remote is not None else {}
         return {
             "records": [record.to_json() for record in self.records],
             "compiles": [record.to_json() for record in self.compiles],
@@ -60,6 +69,7 @@ class ReportCollector:
             "cache_problems": list(self.cache_problems),
             "events": [event.to_json() for event in events],
             "stats": (stats or CompileStats()).payload(),
+            **extra,
         }
 
     def merge(self, payload: Mapping[str, Any]) -> None:
@@ -70,6 +80,9 @@ class ReportCollector:
         for message in payload.get("cache_problems", []):
             self.cache_problem(str(message))
         self.worker_events += [CompileEvent.from_json(data) for data in payload.get("events", [])]
+        remote = payload.get("remote")
+        if isinstance(remote, Mapping):
+            self.worker_remote.append(dict(remote))
         from pytest_aoti.compiling.registry import CompileStats
 
         if self.worker_stats is None:

@@ -54,6 +54,7 @@ class ItemEvents:
             compile_seconds=program.seconds_compiled_here,
             original_compile_seconds=program.compile_seconds,
             worker=self._session.worker,
+            source=program.source,
         )
         self._session.collector.compiles.append(record)
         self._item.user_properties.extend(compile_properties(record))
@@ -88,6 +89,7 @@ class ItemEvents:
             device=str(self._device),
             program=program.key,
             cache_hit=program.cache_hit,
+            source=program.source,
             compile_seconds=program.seconds_compiled_here,
             original_compile_seconds=program.compile_seconds,
             outcome="passed" if error is None else "failed",

@@ -20,7 +20,9 @@ REPORT_VERSION = 2
 """2: ``finding.stage`` is the stage that failed (``decompose`` for run_decompositions),
 null where none applies; ``compiles`` lists ``aoti.compile`` calls; checks carry
 ``check_index`` and ``fp64_rescued``; ``engine_over_eager`` is null where a call is too
-short to time."""
+short to time. Additive since: ``totals.remote`` (the remote store's figures, with
+``--aoti-cache-url``), ``source`` of checks and compiles (``compiled``, ``local`` or
+``remote``), ``merged_from`` (a report made by ``python -m pytest_aoti merge-reports``)."""
 
 
 def write_json_report(
@@ -33,17 +35,40 @@ def write_json_report(
     compiles: Sequence[CompileRecord] = (),
 ) -> None:
     """Write the report atomically (a reader never sees half a file)."""
-    document = {
+    document = report_document(
+        records, devices=devices, totals=totals, interrupted=interrupted, compiles=compiles
+    )
+    write_report_document(path, document)
+
+
+def report_document(
+    records: Sequence[CheckRecord],
+    *,
+    devices: Sequence[str],
+    totals: Mapping[str, Any],
+    interrupted: bool = False,
+    compiles: Sequence[CompileRecord] = (),
+    created: str | None = None,
+    torch: str | None = None,
+    build: str | None = None,
+) -> dict[str, Any]:
+    """The report's document; ``created``, ``torch`` and ``build`` default to now and this
+    machine's torch (a merge of shards' reports passes theirs)."""
+    return {
         "version": REPORT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch_version(),
-        "build": torch_build(),
+        "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch or torch_version(),
+        "build": build or torch_build(),
         "devices": list(devices),
         "interrupted": interrupted,
         "totals": dict(totals),
         "checks": [record.to_json() for record in records],
         "compiles": [record.to_json() for record in compiles],
     }
+
+
+def write_report_document(path: Path, document: Mapping[str, Any]) -> None:
+    """Write a report document atomically: to a temporary name, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(document, indent=2, default=_json_default) + "\n")

@@ -13,6 +13,7 @@ def compile_properties(record: CompileRecord) -> list[tuple[str, Any]]:
         ("aoti_device", record.device),
         ("aoti_program", record.program),
         ("aoti_cache_hit", record.cache_hit),
+        ("aoti_package_source", record.source),
         ("aoti_compile_seconds", round(record.compile_seconds, 3)),
     ]
 

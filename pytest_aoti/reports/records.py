@@ -61,6 +61,8 @@ class CheckRecord:
     """With ``max_extra_bytes``: the most device memory one engine call allocated."""
     extra_bytes_unmeasured: bool = False
     """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
+    source: str = ""
+    """Where the program's package came from: ``compiled``, ``local`` or ``remote``."""
     check_index: int = 1
     """Which ``aoti.check`` of its test this is: 2 for the second (shown as ``#2``)."""
 
@@ -117,6 +119,8 @@ class CompileRecord:
     """Seconds this call spent compiling (0 on a cache hit or a program compiled earlier)."""
     original_compile_seconds: float
     worker: str = ""
+    source: str = ""
+    """Where the package came from: ``compiled``, ``local`` or ``remote``."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

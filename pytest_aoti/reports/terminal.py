@@ -76,8 +76,10 @@ def write_summary(
     *,
     durations: int,
     report: Path | None,
+    remote: Sequence[str] = (),
 ) -> None:
-    """Everything pytest-aoti adds to pytest's terminal summary."""
+    """Everything pytest-aoti adds to pytest's terminal summary; ``remote``: the remote
+    store's lines (:func:`pytest_aoti.reports.remote.remote_summary_lines`)."""
     if collector.inferred:
         reporter.write_sep("-", "aoti: inferred dynamic_shapes")
         for nodeid, text in sorted(collector.inferred):
@@ -107,6 +109,8 @@ def write_summary(
             reporter.write_line(problem)
     line = summary_line(totals)
     if line:
+        reporter.write_line(line)
+    for line in remote:
         reporter.write_line(line)
     if report is not None and (records or collector.compiles):
         reporter.write_line(f"aoti: report written to {report}")
