@@ -1,0 +1,69 @@
+"""On a machine with a GPU: a repro bundle of a CUDA engine with an injected fault reproduces
+in a fresh process (``scripts/gpu-check`` runs this in its CUDA part; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+FAULTY_ON_CUDA = """
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+class SwapFirstMul(CustomGraphPass):
+    # breaks the engine at one known node: a * 3 becomes a + 3
+    def __call__(self, graph):
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
+                node.target = torch.ops.aten.add.Tensor
+                return
+
+    def uuid(self):
+        return "test_cuda.SwapFirstMul-1"
+
+
+class SinTimesThree(torch.nn.Module):
+    def forward(self, x):
+        a = x.sin()
+        b = a * 3
+        return b.cos() + 1
+
+
+def test_compile_stage_on_cuda(aoti):
+    aoti.check(
+        SinTimesThree(),
+        (example(),),
+        inductor_configs={"post_grad_custom_post_pass": SwapFirstMul()},
+    )
+"""
+
+
+def test_cuda_repro_bundle_reproduces(run_aoti, tmp_path: Path) -> None:
+    bundles = tmp_path / "failed"
+    result = run_aoti(FAULTY_ON_CUDA, "--aoti-device=cuda", f"--aoti-keep-failed={bundles}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E * the AOTI compile broke it: output* differs *"])
+    (bundle,) = list(bundles.iterdir())
+    finding = json.loads((bundle / "finding.json").read_text())
+    assert finding["stage"] == "compile"
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-I", str(bundle / "repro.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "REPRODUCED" in run.stdout
