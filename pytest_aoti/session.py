@@ -48,6 +48,8 @@ class AotiSession:
         self._profiles: dict[str, int] = {}
         self.collector = ReportCollector()
         self.cache_problems: list[str] = []
+        self.notes: list[str] = []
+        """What checks noted without failing (see ``ItemEvents.note``), once each."""
         self.warned_programs: set[str] = set()
         """Programs whose buffer mutation was warned about: once per session."""
 
@@ -377,6 +379,13 @@ class AotiSession:
             terminalreporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
             for problem in problems:
                 terminalreporter.write_line(problem)
+        notes = list(self.notes)
+        for figures in self.worker_stats:
+            notes += [n for n in figures.get("notes", []) if n not in notes]
+        if notes:
+            terminalreporter.write_sep("-", "aoti: notes (no test failed)")
+            for note in notes:
+                terminalreporter.write_line(note)
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
@@ -395,6 +404,7 @@ class AotiSession:
                 "load_seconds": 0.0,
                 "inferred": self.inferred,
                 "cache_problems": self.cache_problems,
+                "notes": self.notes,
             }
         stats = self._registry.stats
         return {
@@ -402,6 +412,7 @@ class AotiSession:
             "programs": sorted(stats.programs),
             "inferred": self.inferred,
             "cache_problems": self.cache_problems,
+            "notes": self.notes,
         }
 
     def _write_report(self, interrupted: bool) -> None:
@@ -489,6 +500,7 @@ class ItemEvents:
         self._session = session
         self._item = item
         self._device = device
+        self._notes: list[str] = []
 
     def compiled(self, program: AotiProgram) -> None:
         for name, value in (
@@ -500,8 +512,9 @@ class ItemEvents:
             self._item.user_properties.append((name, value))
 
     def not_compiled(self, error: Exception, seconds: float) -> None:
-        stage = "export" if "export" in type(error).__name__.lower() else "compile"
+        stage = getattr(error, "stage", None) or "compile"
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        finding = getattr(error, "finding", None)
         self._add(
             CheckRecord(
                 test=self._item.nodeid,
@@ -511,10 +524,20 @@ class ItemEvents:
                 compile_seconds=0.0,
                 original_compile_seconds=0.0,
                 outcome="failed",
-                finding={"kind": stage, "message": first, "stage": stage},
+                finding=finding.to_json()
+                if finding is not None
+                else {"kind": stage, "message": first, "stage": stage},
                 check_seconds=seconds,
             )
         )
+
+    def note(self, message: str) -> None:
+        """A check noted ``message`` without failing: it joins this check's record and,
+        once, the terminal summary (a warning would fail suites that turn warnings into
+        errors)."""
+        self._notes.append(message)
+        if message not in self._session.notes:
+            self._session.notes.append(message)
 
     def checked(
         self,
@@ -581,6 +604,7 @@ class ItemEvents:
         self._session.record_inferred(self._item, spec_text)
 
     def _add(self, record: CheckRecord) -> None:
+        record.notes, self._notes = self._notes, []
         record.worker = getattr(self._session.config, "workerinput", {}).get("workerid", "")
         self._session.collector.records.append(record)
         self._item.user_properties.extend(record.properties())

@@ -93,6 +93,19 @@ def _tolerance(text: str) -> float:
     return value
 
 
+RANDOM_MODES = ("fail", "shapes")
+"""What a check does with a program that draws random numbers: ``fail`` (eager and the
+engine draw different numbers), or compare ``shapes`` (output structure, shapes and dtypes,
+and the values of the outputs no random op feeds)."""
+
+
+def parse_random_mode(text: str) -> str:
+    mode = str(text).strip().lower()
+    if mode not in RANDOM_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RANDOM_MODES)}, got {text!r}")
+    return mode
+
+
 EXPORT_MODES = ("default", "strict", "non-strict")
 
 
@@ -209,6 +222,15 @@ OPTIONS = (
         check="localize",
     ),
     Option(
+        "aoti-random",
+        parse_random_mode,
+        "fail",
+        "A program that draws random numbers (dropout in training mode, rand, bernoulli, "
+        "...): fail its check, or compare shapes (output shapes and dtypes, and the values "
+        "of outputs no random op feeds). Default: fail.",
+        check="random",
+    ),
+    Option(
         "aoti-inductor-configs",
         parse_json_object,
         None,
@@ -304,6 +326,7 @@ class AotiSettings:
     examples: int = DEFAULT_EXAMPLES
     max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
+    random: str = "fail"
     inductor_configs: dict[str, Any] | None = None
     keep_failed: Path | None = None
     report: Path | None = None

@@ -51,6 +51,9 @@ class CheckDefaults:
     max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
     """Name the first diverging node when the AOTI compile broke a check (one extra compile)."""
+    random: str = "fail"
+    """A program that draws random numbers: ``fail``, or compare ``shapes`` (see
+    :mod:`pytest_aoti.checks.randomness`)."""
     base_rtol: float | None = None
     """``--aoti-rtol`` / ini: below the marker, the call and the tolerance hook."""
     base_atol: float | None = None
@@ -98,6 +101,7 @@ MARKER_OPTIONS = (
     "examples",
     "max_dim",
     "localize",
+    "random",
 )
 """Options of ``@pytest.mark.aoti``: the ``CheckDefaults`` fields a marker may set."""
 
@@ -175,7 +179,10 @@ class CheckEvents(Protocol):
         """``aoti.compile`` returned ``program``."""
 
     def not_compiled(self, error: Exception, seconds: float) -> None:
-        """A check failed before it had a program: export or compile failed."""
+        """A check failed before it had a program: eager, export or compile failed."""
+
+    def note(self, message: str) -> None:
+        """Something worth saying that fails nothing (buffer state, torch's own warnings)."""
 
     def checked(
         self,
@@ -245,15 +252,18 @@ class AotiTester:
         """
         __tracebackhide__ = True
         program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
-        self._warn_buffers(program, declared=None)
+        self._warn_buffers(program, declared=None, threads=1)
         if self._events is not None:
             self._events.compiled(program)
         return program
 
-    def _warn_buffers(self, program: AotiProgram, declared: Iterable[str] | None) -> None:
-        """Warn once per program and session that it mutates registered buffers, unless
-        the check declared them (``mutated_buffers=``): the user knows, and ``threads=``
-        checks what it means."""
+    def _warn_buffers(
+        self, program: AotiProgram, declared: Iterable[str] | None, threads: int | None
+    ) -> None:
+        """Say once per program and session that it mutates registered buffers, unless the
+        check declared them (``mutated_buffers=``): the user knows. A warning only where
+        the test asked for ``threads=`` (what the note is about); elsewhere a note in the
+        terminal summary and the JSON report, so that no strict-warning suite fails on it."""
         __tracebackhide__ = True
         buffers = program.mutated_buffers
         if not buffers or program.key in self._warned:
@@ -261,7 +271,11 @@ class AotiTester:
         if declared is not None and not isinstance(declared, str) and set(declared) >= buffers:
             return
         self._warned.add(program.key)
-        warn_at_caller(_buffer_warning(program))
+        warning = _buffer_warning(program)
+        if threads is not None and threads > 1:
+            warn_at_caller(warning)
+        elif self._events is not None:
+            self._events.note(str(warning))
 
     def _compile(
         self,
@@ -271,30 +285,45 @@ class AotiTester:
         dynamic_shapes: Any,
         strict: bool | None,
         inductor_configs: Mapping[str, Any] | None,
+        random_mode: str = "",
     ) -> AotiProgram:
+        """Export and compile; with ``random_mode="fail"``, a program that draws random
+        numbers fails once exported, before the compile it would not need."""
         __tracebackhide__ = True
+        from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
+        _check_inductor_configs(settings.inductor_configs)
         device_module = self._module_on_device(module)
         device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
-        exported = export_module(
-            device_module,
-            device_args,
-            device_kwargs,
-            dynamic_shapes=dynamic_shapes,
-            options=self.defaults.export_kwargs(strict),
-        )
-        program = self._registry.program_for(
-            exported,
-            device=self.device,
-            inductor_configs=settings.inductor_configs,
-            label=self._label,
-        )
+        # torch's own warnings here are notes; the user's code's follow the user's filters
+        with library_warnings_recorded(self._note):
+            exported = export_module(
+                device_module,
+                device_args,
+                device_kwargs,
+                dynamic_shapes=dynamic_shapes,
+                options=self.defaults.export_kwargs(strict),
+            )
+            if random_mode == "fail":
+                from pytest_aoti.checks.randomness import assert_not_random
+
+                assert_not_random(exported)
+            program = self._registry.program_for(
+                exported,
+                device=self.device,
+                inductor_configs=settings.inductor_configs,
+                label=self._label,
+            )
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(dynamic_shapes, device_args, device_kwargs)
         return program
+
+    def _note(self, message: str) -> None:
+        if self._events is not None:
+            self._events.note(message)
 
     @user_facing
     def check(
@@ -315,6 +344,7 @@ class AotiTester:
         dynamic_shapes: Any = None,
         threads: int | None = None,
         max_extra_bytes: int | None = None,
+        random: str | None = None,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
@@ -340,7 +370,13 @@ class AotiTester:
         - ``max_extra_bytes=N``: no engine call of the example allocates more than N bytes
           of device memory beyond what was allocated before it (outputs included), e.g.
           no copy of a cache it updates in place. Measured on CUDA; on the CPU it is not
-          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so).
+          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so);
+        - ``random="shapes"``: for a program that draws random numbers (which fails the
+          check by default, as eager and the engine draw different ones), compare only the
+          output structure, shapes and dtypes, and the values of outputs no random op feeds.
+
+        Eager PyTorch runs the example first: a module that fails by itself fails the
+        check at once (stage ``"eager"``), before any export or compile.
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -369,17 +405,25 @@ class AotiTester:
             raise AotiUsageError(
                 f"max_extra_bytes must be a number of bytes (an int >= 0), got {max_extra_bytes!r}"
             )
-        settings = self.defaults.overridden(examples=examples)
+        from pytest_aoti.checks.randomness import checked_mode
+
+        settings = self.defaults.overridden(examples=examples, random=random)
+        random_mode = checked_mode(settings.random)
         tolerance = self.defaults.tolerance(rtol, atol)
 
-        if isinstance(dynamic_shapes, str):
-            dynamic_shapes = self._infer_dynamic_shapes(
-                dynamic_shapes, module, args, kwargs, samples
-            )
         try:
-            program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
-            self._warn_buffers(program, declared=mutated_buffers)
-        except (AotiExportError, AotiCompileError) as error:
+            from pytest_aoti.checks.eager import run_eager_first
+
+            run_eager_first(self._module_on_device(module), *self._inputs_on_device(args, kwargs))
+            if isinstance(dynamic_shapes, str):
+                dynamic_shapes = self._infer_dynamic_shapes(
+                    dynamic_shapes, module, args, kwargs, samples
+                )
+            program = self._compile(
+                module, args, kwargs, dynamic_shapes, strict, inductor_configs, random_mode
+            )
+            self._warn_buffers(program, declared=mutated_buffers, threads=threads)
+        except (AotiExportError, AotiCompileError, AotiCheckError) as error:
             if self._events is not None:
                 self._events.not_compiled(error, time.perf_counter() - started)
             raise
@@ -403,7 +447,9 @@ class AotiTester:
         )
         try:
             _assert_signature(program, mutates, mutated_buffers)
-            result = self._run_plan(program, plan, dynamic_shapes)
+            result = self._run_random(program, plan, dynamic_shapes, random_mode)
+            if result is None:
+                result = self._run_plan(program, plan, dynamic_shapes)
         except AotiCheckError as error:
             failure = self._failed(program, error, plan)
             if self._events is not None:
@@ -412,6 +458,29 @@ class AotiTester:
         if self._events is not None:
             self._events.checked(program, result, None, plan, time.perf_counter() - started)
         return result
+
+    def _run_random(
+        self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any, mode: str
+    ) -> CheckResult | None:
+        """The verdict on a program that draws random numbers (None for any other): a
+        failure, or with ``random="shapes"`` what can be compared. Never the fp64 rule: its
+        re-run draws other numbers again."""
+        __tracebackhide__ = True
+        from pytest_aoti.checks.randomness import check_shapes_only, random_finding
+        from pytest_aoti.compiling.randomness import random_ops
+
+        ops = random_ops(program.exported)
+        if not ops:
+            return None
+        if mode != "shapes":
+            raise AotiCheckError(random_finding(ops))
+        stats = check_shapes_only(program, plan.module, plan.input_sets, tolerance=plan.tolerance)
+        return CheckResult(
+            program=program,
+            stats=tuple(stats),
+            dynamic_shapes=dynamic_shapes,
+            input_sets=len(plan.input_sets),
+        )
 
     def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
         """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
@@ -654,6 +723,27 @@ def _same_device(actual: torch.device, wanted: torch.device) -> bool:
 
     wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
     return actual.index == wanted_index
+
+
+_KNOWN_CONFIG_KEYS: set[frozenset[str]] = set()
+
+
+def _check_inductor_configs(configs: Mapping[str, Any]) -> None:
+    """Unknown Inductor option keys are a usage error before anything is compiled, with
+    "did you mean", wherever they came from (call, marker, hook, ini file)."""
+    __tracebackhide__ = True
+    keys = frozenset(configs)
+    if not keys or keys in _KNOWN_CONFIG_KEYS:
+        return
+    from pytest_aoti.compiling.pipeline import unknown_inductor_options
+
+    problem = unknown_inductor_options(configs)
+    if problem:
+        raise AotiUsageError(
+            f"inductor_configs: {problem} (the call's, the marker's, the "
+            "pytest_aoti_inductor_configs hook's and the ini file's options are merged)"
+        )
+    _KNOWN_CONFIG_KEYS.add(keys)
 
 
 def _check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:

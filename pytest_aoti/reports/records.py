@@ -68,6 +68,9 @@ class CheckRecord:
     """With ``max_extra_bytes``: the most device memory one engine call allocated."""
     extra_bytes_unmeasured: bool = False
     """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
+    notes: list[str] = field(default_factory=list)
+    """What the check noted without failing: buffer state the program mutates, warnings
+    torch raised from its own frames while exporting and compiling, skipped input sets."""
 
     @property
     def speed_ratio(self) -> float | None:

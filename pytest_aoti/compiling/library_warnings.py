@@ -1,0 +1,45 @@
+"""Warnings raised while pytest-aoti exports and compiles: whose are they?
+
+A warning that torch (or the model's library) raises from its own frames while the plugin
+exports, decomposes or compiles is about torch, not about the user's code: under
+``filterwarnings = error`` it would fail a correct check. Such warnings are recorded and
+shown in the terminal summary and the JSON report. A warning raised from the user's own
+code is issued again at its own file and line, so the user's filters decide, as always.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from collections.abc import Callable, Iterator
+
+# torch's notes about its own deprecations: not worth a line in the summary
+_QUIET = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
+
+
+@contextlib.contextmanager
+def library_warnings_recorded(note: Callable[[str], None]) -> Iterator[None]:
+    """Record warnings raised inside the block: library ones go to ``note`` as one line
+    each, user ones are re-issued with :func:`warnings.warn_explicit` after the block."""
+    from pytest_aoti.compiling.pipeline import _is_library
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            # restored below, after catch_warnings puts the user's filters back
+            recorded = list(caught)
+    for item in recorded:
+        # torch, Python, or an installed package (the model's library): not the user's code
+        if _is_library(item.filename) or _INSTALLED.search(item.filename):
+            if not issubclass(item.category, _QUIET):
+                first = str(item.message).strip().splitlines()
+                text = first[0] if first else ""
+                note(f"{item.category.__name__} from {item.filename}:{item.lineno}: {text}")
+            continue
+        warnings.warn_explicit(
+            item.message, item.category, item.filename, item.lineno, source=item.source
+        )

@@ -1,0 +1,323 @@
+"""The verdict at its edges: random programs, eager errors, bool outputs, refused shapes,
+strict-warning suites, Inductor config keys, zero tolerances."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RANDOM_MODELS = """
+class Noisy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x) * 2, x + 1
+
+
+def noisy_input():
+    return torch.ones(8, 16)
+"""
+
+
+def test_a_random_program_fails_before_any_compile_in_every_session(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    source = (
+        RANDOM_MODELS
+        + """
+def test_train_mode(aoti):
+    aoti.check(Noisy(), (noisy_input(),))
+"""
+    )
+    for _ in range(2):  # the verdict is read from the exported graph, every session
+        result = run_aoti(source)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "*AotiCheckError: the program draws random numbers "
+                "(aten.dropout.default): eager and the AOTI engine draw different ones*",
+                "*random op aten.dropout.default (node *) at test_inner.py:* in forward: "
+                "return self.drop(x) * 2*",
+                "*call model.eval() before the check*",
+            ]
+        )
+    assert "compiled in" not in result.stdout.str()  # failed before any compile
+
+
+def test_random_shapes_compares_shapes_and_the_deterministic_outputs(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_aoti(
+        RANDOM_MODELS
+        + """
+from pytest_aoti.compiling.randomness import random_outputs
+
+def test_shapes(aoti):
+    result = aoti.check(Noisy(), (noisy_input(),), random="shapes")
+    # only the deterministic output x + 1 was compared by value
+    assert [leaf.location for _, leaf in result.stats] == ["output[1]"]
+    assert random_outputs(result.program.exported) == [True, False]
+
+@pytest.mark.aoti(random="shapes")
+def test_marker(aoti):
+    aoti.check(Noisy(), (noisy_input(),))
+
+def test_eval_mode_is_not_random(aoti):
+    aoti.check(Noisy().eval(), (noisy_input(),))
+
+def test_bad_mode(aoti):
+    aoti.check(Noisy(), (noisy_input(),), random="values")
+"""
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*random must be one of 'fail', 'shapes', got 'values'*"])
+
+
+def test_eager_errors_fail_first_without_a_compile(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    report = tmp_path / "report.json"
+    result = run_aoti(
+        """
+def test_int_input(aoti):
+    aoti.check(torch.nn.Linear(4, 2), (torch.ones(3, 4, dtype=torch.int64),))
+
+def test_float64_module(aoti):
+    aoti.check(torch.nn.Linear(4, 2).double(), (torch.ones(3, 4),))
+""",
+        f"--aoti-report={report}",
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*eager PyTorch fails on the example: the module raised on the example inputs: "
+            "RuntimeError: *",
+            "*nothing was exported or compiled*",
+            "*stage: eager: the module fails in eager PyTorch, before any export or compile*",
+        ]
+    )
+    assert "compiled in" not in result.stdout.str()
+    records = json.loads(report.read_text())["checks"]
+    assert [record["finding"]["stage"] for record in records] == ["eager", "eager"]
+    assert {record["finding"]["kind"] for record in records} == {"eager"}
+
+
+def test_a_python_bool_output_matches_the_engines_bool_tensor(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    """PyTorch's test_symbool_item (test/inductor/test_aot_inductor.py)."""
+    result = run_aoti(
+        """
+class Item(torch.nn.Module):
+    def forward(self, tensor):
+        return tensor.item()
+
+def test_symbool_item(aoti):
+    aoti.check(Item(), (torch.tensor([0], dtype=torch.bool),))
+"""
+    )
+    result.assert_outcomes(passed=1)
+
+
+BOOLEAN_INDEXING = """
+from torch.export import Dim
+
+class BooleanIndexing(torch.nn.Module):
+    def forward(self, x, y, z, x1, z1):
+        a = x[y]
+        a1 = x1[y]
+        b = torch.cat([a, z], dim=1)
+        b1 = torch.cat([a1, z1], dim=1)
+        return b, b1
+
+def test_boolean_indexing(aoti):
+    x = torch.randn(3, 5)
+    y = torch.tensor([0, 1, 1], dtype=torch.bool)
+    z = torch.randn(2, 4)
+    x1 = torch.randn(3, 5)
+    z1 = torch.randn(2, 4)
+    dim0_s0 = Dim("dim0_s0", min=2, max=1024)
+    dynamic_shapes = {"x": {0: dim0_s0}, "y": {0: dim0_s0}, "z": {}, "x1": {0: dim0_s0}, "z1": {}}
+    aoti.check(BooleanIndexing(), (x, y, z, x1, z1), dynamic_shapes=dynamic_shapes)
+"""
+
+
+def test_a_refused_boundary_shape_is_an_export_finding(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    """PyTorch's test_boolean_indexing with its declared ranges: the exported program
+    itself asserts the count of True values (u0), which no values drawn at the largest
+    boundary shape meet."""
+    report = tmp_path / "report.json"
+    result = run_aoti(BOOLEAN_INDEXING, f"--aoti-report={report}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*torch.export broke it: boundary shape refused by the exported program: "
+            "x=(1024, 5), y=(1024,)*",
+            "*at the exported boundary; values seed 0",
+            "*the exported program (exported.module(), no compile) refuses it: RuntimeError: "
+            "Runtime assertion failed for expression u0 *",
+            "*depends on the input values*",
+        ]
+    )
+    out = result.stdout.str() + result.stderr.str()
+    assert "--hypothesis-seed" not in out
+    assert "generated shape" not in out
+    (record,) = json.loads(report.read_text())["checks"]
+    assert record["finding"]["stage"] == "export"
+    assert record["finding"]["extra"]["value_dependent"] is True
+
+
+STATEFUL = """
+def test_stateful(aoti):
+    aoti.check(Counter(), (example(),))
+"""
+
+
+@pytest.mark.parametrize("strict", ["-W error", "ini"])
+def test_a_stateful_check_passes_when_warnings_are_errors(
+    run_aoti: Callable[..., pytest.RunResult], pytester: pytest.Pytester, strict: str
+) -> None:
+    if strict == "ini":
+        pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
+        args: tuple[str, ...] = ()
+    else:
+        args = ("-W", "error")
+    result = run_aoti(STATEFUL, *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*aoti: notes (no test failed)*",
+            "the program mutates registered buffers {'counter'}*",
+        ]
+    )
+
+
+def test_the_thread_check_still_warns_about_buffers(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_aoti(
+        """
+from pytest_aoti import AotiBufferMutationWarning
+
+def test_threads(aoti):
+    with pytest.warns(AotiBufferMutationWarning, match="not thread-safe"):
+        with pytest.raises(AotiCheckError, match="not thread-safe"):
+            aoti.check(Counter(), (example(),), calls=1, threads=2)
+"""
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_library_warnings_are_notes_and_user_warnings_follow_the_filters(
+    run_aoti: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    library = pytester.mkdir("site-packages") / "modellib"
+    library.mkdir()
+    (library / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            import warnings
+            import torch
+
+            def layer(x):
+                if torch.compiler.is_exporting():
+                    warnings.warn("modellib traced", UserWarning)
+                return x * 2
+            """
+        )
+    )
+    pytester.syspathinsert(library.parent)
+    result = run_aoti(
+        """
+import warnings
+import modellib
+
+class UsesLibrary(torch.nn.Module):
+    def forward(self, x):
+        return modellib.layer(x) + 1
+
+class WarnsWhenTraced(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            warnings.warn("the user's own warning", UserWarning)
+        return x - 1
+
+def test_library(aoti):
+    aoti.check(UsesLibrary(), (example(),))
+
+def test_user(aoti):
+    aoti.check(WarnsWhenTraced(), (example(),), strict=False)
+""",
+        "-W",
+        "error",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*UserWarning: the user's own warning*",
+            "*aoti: notes (no test failed)*",
+            "UserWarning from *modellib*__init__.py:*: modellib traced",
+        ]
+    )
+
+
+def test_unknown_inductor_keys_are_usage_errors_before_compiling(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_aoti(
+        """
+def test_call(aoti):
+    aoti.check(torch.nn.ReLU(), (example(),), inductor_configs={"max_autotun": False})
+
+@pytest.mark.aoti(inductor_configs={"freezin": False})
+def test_marker(aoti):
+    aoti.check(torch.nn.ReLU(), (example(),))
+"""
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*AotiUsageError: inductor_configs: unknown inductor option 'max_autotun' "
+            "(did you mean max_autotune*",
+            "*AotiUsageError: inductor_configs: unknown inductor option 'freezin' "
+            "(did you mean freezing*",
+        ]
+    )
+    assert "compiled in" not in result.stdout.str()
+
+
+def test_a_zero_tolerance_failure_says_it_is_within_the_default(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_aoti(
+        """
+class Tiny(torch.nn.Module):
+    def forward(self, x):
+        y = x * 3
+        if torch.compiler.is_exporting():
+            y = y + 2e-7
+        return y
+
+def test_zero(aoti):
+    aoti.check(Tiny(), (example(),), rtol=0, atol=0)
+
+def test_default(aoti):
+    aoti.check(Tiny(), (example(),))
+"""
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*torch.export broke it (within the dtype default (rtol=1.3e-06, atol=1e-05); "
+            "you set zero): output*",
+            "*stage: export: *; within the dtype default (rtol=1.3e-06, atol=1e-05); you set zero",
+        ]
+    )
