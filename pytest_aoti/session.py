@@ -383,7 +383,7 @@ class AotiSession:
         for figures in self.worker_stats:
             notes += [n for n in figures.get("notes", []) if n not in notes]
         if notes:
-            terminalreporter.write_sep("-", "aoti: notes (no test failed)")
+            terminalreporter.write_sep("-", "aoti: notes (not failures)")
             for note in notes:
                 terminalreporter.write_line(note)
         line = self.summary_line()

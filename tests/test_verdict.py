@@ -177,7 +177,7 @@ def test_a_refused_boundary_shape_is_an_export_finding(
 
 STATEFUL = """
 def test_stateful(aoti):
-    aoti.check(Counter(), (example(),))
+    aoti.check(RunningMean(), (torch.randn(4, 2),))
 """
 
 
@@ -194,8 +194,8 @@ def test_a_stateful_check_passes_when_warnings_are_errors(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*aoti: notes (no test failed)*",
-            "the program mutates registered buffers {'counter'}*",
+            "*aoti: notes (not failures)*",
+            "the program mutates registered buffers {'count', 'mean'}*",
         ]
     )
 
@@ -263,7 +263,7 @@ def test_user(aoti):
     result.stdout.fnmatch_lines(
         [
             "*UserWarning: the user's own warning*",
-            "*aoti: notes (no test failed)*",
+            "*aoti: notes (not failures)*",
             "UserWarning from *modellib*__init__.py:*: modellib traced",
         ]
     )
@@ -321,3 +321,121 @@ def test_default(aoti):
             "*stage: export: *; within the dtype default (rtol=1.3e-06, atol=1e-05); you set zero",
         ]
     )
+
+
+# --- the same rules without a compile -----------------------------------------------------
+
+
+def test_bool_leaves_compare_with_the_engines_0_dim_bool_tensor() -> None:
+    import torch
+
+    from pytest_aoti.compare import compare_leaf
+    from pytest_aoti.errors import AotiCheckError
+
+    compare_leaf(False, torch.tensor(False), location="output")
+    compare_leaf(3, torch.tensor(3), location="output")
+    with pytest.raises(AotiCheckError, match="eager True, engine False"):
+        compare_leaf(True, torch.tensor(False), location="output")
+    with pytest.raises(AotiCheckError, match="eager bool, engine Tensor"):
+        compare_leaf(True, torch.tensor([True]), location="output")
+
+
+def test_the_zero_tolerance_note_only_where_the_default_holds() -> None:
+    import torch
+
+    from pytest_aoti.compare import Tolerance, compare_leaf
+    from pytest_aoti.errors import AotiCheckError
+
+    zero = Tolerance(rtol=0, atol=0)
+    eager = torch.tensor([1.0, 2.0])
+    with pytest.raises(AotiCheckError) as close:
+        compare_leaf(eager, eager + torch.tensor([1.2e-7, 0.0]), location="output", tolerance=zero)
+    note = "within the dtype default (rtol=1.3e-06, atol=1e-05); you set zero"
+    assert close.value.finding.tolerance_note == note
+    assert close.value.finding.to_json()["tolerance_note"] == note
+    with pytest.raises(AotiCheckError) as far:
+        compare_leaf(eager, eager + 1.0, location="output", tolerance=zero)
+    assert far.value.finding.tolerance_note == ""
+    with pytest.raises(AotiCheckError) as tight:
+        compare_leaf(eager, eager + 5e-6, location="output", tolerance=Tolerance(atol=1e-6))
+    assert tight.value.finding.tolerance_note.endswith("you set rtol=1.3e-06, atol=1e-06")
+
+
+def test_random_ops_are_read_from_the_exported_graph() -> None:
+    import torch
+
+    from pytest_aoti.compiling.randomness import random_ops, random_outputs
+
+    class Mixed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.drop = torch.nn.Dropout(0.2)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.drop(x) + torch.rand_like(x), x * 2
+
+    x = torch.ones(2, 3)
+    train = torch.export.export(Mixed(), (x,))
+    ops = random_ops(train)
+    assert [op.op for op in ops] == ["aten.dropout.default", "aten.rand_like.default"]
+    assert ops[0].source.startswith("test_verdict.py:")
+    assert ops[0].source.endswith("return self.drop(x) + torch.rand_like(x), x * 2")
+    assert random_outputs(train) == [True, False]
+    evaluated = torch.export.export(Mixed().eval(), (x,))
+    assert [op.op for op in random_ops(evaluated)] == ["aten.rand_like.default"]
+
+    class Plain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.dropout(x, 0.5, training=False) + 1
+
+    assert random_ops(torch.export.export(Plain(), (x,))) == []
+
+
+def test_a_value_dependent_assertion_is_told_apart() -> None:
+    import torch
+    from torch.export import Dim
+
+    from pytest_aoti.checks.refused import Refusal, RefusalCheck, has_runtime_asserts
+
+    class Pick(torch.nn.Module):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x[mask], torch.ones(2, 1)], dim=1)
+
+    d = Dim("d", min=2, max=64)
+    mask = torch.tensor([True, False, True])
+    exported = torch.export.export(
+        Pick(), (torch.randn(3, 1), mask), dynamic_shapes=({0: d}, {0: d})
+    )
+    assert has_runtime_asserts(exported)
+    check = RefusalCheck(exported)
+    accepted = (torch.randn(4, 1), torch.tensor([True, True, False, False]))
+    assert check.refusal(accepted, {}) is None
+    refusal = check.refusal((torch.randn(4, 1), torch.tensor([True, False, False, False])), {})
+    assert refusal is not None and refusal.value_dependent
+    assert "Runtime assertion failed for expression u0" in refusal.assertion
+
+    def build(seed: int) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+        generator = torch.Generator().manual_seed(seed)
+        return (torch.randn(2, 1), torch.randint(0, 2, (2,), generator=generator).bool()), {}
+
+    seed = check.accepted_seed(build, 0)  # other values are drawn until two are True
+    assert bool(build(seed)[0][1].all())
+    with pytest.raises(Refusal):  # no draw of 64 values has exactly two True values
+        check.accepted_seed(
+            lambda s: ((torch.randn(64, 1), torch.ones(64, dtype=torch.bool)), {}), 0
+        )
+
+
+def test_library_warnings_are_recorded_and_user_warnings_issued_again() -> None:
+    import warnings
+
+    from pytest_aoti.compiling.library_warnings import library_warnings_recorded
+
+    notes: list[str] = []
+    with pytest.warns(UserWarning, match="mine") as caught:
+        with library_warnings_recorded(notes.append):
+            warnings.warn_explicit("theirs", UserWarning, "/x/site-packages/lib/core.py", 3)
+            warnings.warn_explicit("quiet", FutureWarning, "/x/site-packages/lib/core.py", 4)
+            warnings.warn_explicit("mine", UserWarning, "/home/me/model.py", 12)
+    assert notes == ["UserWarning from /x/site-packages/lib/core.py:3: theirs"]
+    assert [(w.filename, w.lineno) for w in caught] == [("/home/me/model.py", 12)]
