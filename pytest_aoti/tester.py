@@ -286,18 +286,26 @@ class AotiTester:
         strict: bool | None,
         inductor_configs: Mapping[str, Any] | None,
         random_mode: str = "",
+        *,
+        eager_first: bool = False,
     ) -> AotiProgram:
-        """Export and compile; with ``random_mode="fail"``, a program that draws random
-        numbers fails once exported, before the compile it would not need."""
+        """Export and compile. ``eager_first``: eager PyTorch runs the example before
+        anything is exported (a failure there is stage ``"eager"``); ``random_mode="fail"``:
+        a program that draws random numbers fails once exported, before its compile."""
         __tracebackhide__ = True
+        from pytest_aoti.compiling.configs import check_inductor_configs
         from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
-        _check_inductor_configs(settings.inductor_configs)
+        check_inductor_configs(settings.inductor_configs)
         device_module = self._module_on_device(module)
         device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
+        if eager_first:
+            from pytest_aoti.checks.eager import run_eager_first
+
+            run_eager_first(device_module, device_args, device_kwargs)
         # torch's own warnings here are notes; the user's code's follow the user's filters
         with library_warnings_recorded(self._note):
             exported = export_module(
@@ -411,16 +419,20 @@ class AotiTester:
         random_mode = checked_mode(settings.random)
         tolerance = self.defaults.tolerance(rtol, atol)
 
+        if isinstance(dynamic_shapes, str):
+            dynamic_shapes = self._infer_dynamic_shapes(
+                dynamic_shapes, module, args, kwargs, samples
+            )
         try:
-            from pytest_aoti.checks.eager import run_eager_first
-
-            run_eager_first(self._module_on_device(module), *self._inputs_on_device(args, kwargs))
-            if isinstance(dynamic_shapes, str):
-                dynamic_shapes = self._infer_dynamic_shapes(
-                    dynamic_shapes, module, args, kwargs, samples
-                )
             program = self._compile(
-                module, args, kwargs, dynamic_shapes, strict, inductor_configs, random_mode
+                module,
+                args,
+                kwargs,
+                dynamic_shapes,
+                strict,
+                inductor_configs,
+                random_mode,
+                eager_first=True,
             )
             self._warn_buffers(program, declared=mutated_buffers, threads=threads)
         except (AotiExportError, AotiCompileError, AotiCheckError) as error:
@@ -447,7 +459,9 @@ class AotiTester:
         )
         try:
             _assert_signature(program, mutates, mutated_buffers)
-            result = self._run_random(program, plan, dynamic_shapes, random_mode)
+            from pytest_aoti.checks.randomness import random_verdict
+
+            result = random_verdict(program, plan, dynamic_shapes, random_mode)
             if result is None:
                 result = self._run_plan(program, plan, dynamic_shapes)
         except AotiCheckError as error:
@@ -458,29 +472,6 @@ class AotiTester:
         if self._events is not None:
             self._events.checked(program, result, None, plan, time.perf_counter() - started)
         return result
-
-    def _run_random(
-        self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any, mode: str
-    ) -> CheckResult | None:
-        """The verdict on a program that draws random numbers (None for any other): a
-        failure, or with ``random="shapes"`` what can be compared. Never the fp64 rule: its
-        re-run draws other numbers again."""
-        __tracebackhide__ = True
-        from pytest_aoti.checks.randomness import check_shapes_only, random_finding
-        from pytest_aoti.compiling.randomness import random_ops
-
-        ops = random_ops(program.exported)
-        if not ops:
-            return None
-        if mode != "shapes":
-            raise AotiCheckError(random_finding(ops))
-        stats = check_shapes_only(program, plan.module, plan.input_sets, tolerance=plan.tolerance)
-        return CheckResult(
-            program=program,
-            stats=tuple(stats),
-            dynamic_shapes=dynamic_shapes,
-            input_sets=len(plan.input_sets),
-        )
 
     def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
         """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
@@ -723,27 +714,6 @@ def _same_device(actual: torch.device, wanted: torch.device) -> bool:
 
     wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
     return actual.index == wanted_index
-
-
-_KNOWN_CONFIG_KEYS: set[frozenset[str]] = set()
-
-
-def _check_inductor_configs(configs: Mapping[str, Any]) -> None:
-    """Unknown Inductor option keys are a usage error before anything is compiled, with
-    "did you mean", wherever they came from (call, marker, hook, ini file)."""
-    __tracebackhide__ = True
-    keys = frozenset(configs)
-    if not keys or keys in _KNOWN_CONFIG_KEYS:
-        return
-    from pytest_aoti.compiling.pipeline import unknown_inductor_options
-
-    problem = unknown_inductor_options(configs)
-    if problem:
-        raise AotiUsageError(
-            f"inductor_configs: {problem} (the call's, the marker's, the "
-            "pytest_aoti_inductor_configs hook's and the ini file's options are merged)"
-        )
-    _KNOWN_CONFIG_KEYS.add(keys)
 
 
 def _check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:

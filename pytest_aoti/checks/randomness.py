@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.randomness import RandomOp
+    from pytest_aoti.tester import CheckResult, _CheckPlan
 
 
 def checked_mode(mode: Any) -> str:
@@ -125,3 +126,27 @@ def assert_not_random(exported: ExportedProgram) -> None:
     ops = random_ops(exported)
     if ops:
         raise AotiCheckError(random_finding(ops))
+
+
+def random_verdict(
+    program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any, mode: str
+) -> CheckResult | None:
+    """The verdict on a program that draws random numbers (None for any other program): a
+    failure, or with ``random="shapes"`` what can be compared. Never the fp64 rule: its
+    re-run draws other numbers again."""
+    __tracebackhide__ = True
+    from pytest_aoti.compiling.randomness import random_ops
+    from pytest_aoti.tester import CheckResult
+
+    ops = random_ops(program.exported)
+    if not ops:
+        return None
+    if mode != "shapes":
+        raise AotiCheckError(random_finding(ops))
+    stats = check_shapes_only(program, plan.module, plan.input_sets, tolerance=plan.tolerance)
+    return CheckResult(
+        program=program,
+        stats=tuple(stats),
+        dynamic_shapes=dynamic_shapes,
+        input_sets=len(plan.input_sets),
+    )
