@@ -437,5 +437,11 @@ def test_library_warnings_are_recorded_and_user_warnings_issued_again() -> None:
             warnings.warn_explicit("theirs", UserWarning, "/x/site-packages/lib/core.py", 3)
             warnings.warn_explicit("quiet", FutureWarning, "/x/site-packages/lib/core.py", 4)
             warnings.warn_explicit("mine", UserWarning, "/home/me/model.py", 12)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "ignored by the user", UserWarning)
+        with library_warnings_recorded(notes.append):
+            warnings.warn_explicit(
+                "ignored by the user", UserWarning, "/x/site-packages/lib/core.py", 5
+            )
     assert notes == ["UserWarning from /x/site-packages/lib/core.py:3: theirs"]
     assert [(w.filename, w.lineno) for w in caught] == [("/home/me/model.py", 12)]

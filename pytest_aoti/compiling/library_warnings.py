@@ -35,7 +35,7 @@ def library_warnings_recorded(note: Callable[[str], None]) -> Iterator[None]:
     for item in recorded:
         # torch, Python, or an installed package (the model's library): not the user's code
         if _is_library(item.filename) or _INSTALLED.search(item.filename):
-            if not issubclass(item.category, _QUIET):
+            if not issubclass(item.category, _QUIET) and not _ignored(item):
                 first = str(item.message).strip().splitlines()
                 text = first[0] if first else ""
                 note(f"{item.category.__name__} from {item.filename}:{item.lineno}: {text}")
@@ -43,3 +43,25 @@ def library_warnings_recorded(note: Callable[[str], None]) -> Iterator[None]:
         warnings.warn_explicit(
             item.message, item.category, item.filename, item.lineno, source=item.source
         )
+
+
+def _ignored(item: warnings.WarningMessage) -> bool:
+    """Whether the user's filters ignore this warning (then it is no note either)."""
+    import os
+
+    text = str(item.message)
+    names = (
+        os.path.splitext(item.filename)[0],
+        os.path.splitext(os.path.basename(item.filename))[0],
+    )
+    for action, message, category, module, lineno in warnings.filters:
+        if message is not None and not message.match(text):
+            continue
+        if not issubclass(item.category, category):
+            continue
+        if module is not None and not any(module.match(name) for name in names):
+            continue
+        if lineno and lineno != item.lineno:
+            continue
+        return bool(action == "ignore")
+    return False
