@@ -445,3 +445,10 @@ def test_library_warnings_are_recorded_and_user_warnings_issued_again() -> None:
             )
     assert notes == ["UserWarning from /x/site-packages/lib/core.py:3: theirs"]
     assert [(w.filename, w.lineno) for w in caught] == [("/home/me/model.py", 12)]
+
+
+def test_a_bad_random_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("--aoti-random=values")
+    result.stderr.fnmatch_lines(["*--aoti-random: expected one of fail, shapes, got 'values'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
