@@ -141,7 +141,8 @@ class Finding:
     sample: str = ""
     """Which input set: ``sample 1``, ``generated x=(3, 8)``; empty for the first."""
     tolerance: dict[str, Any] | None = None
-    """``{"rtol": ..., "atol": ..., "source": ...}`` for value comparisons."""
+    """``{"rtol", "atol", "source", "explicit"}`` for value comparisons; ``explicit`` is true
+    where the test set the tolerance itself (a repro bundle keeps it)."""
     figures: Figures | None = None
     details: tuple[str, ...] = ()
     """Further lines under the first one, before the figures."""
@@ -202,7 +203,7 @@ class Finding:
         if self.stage in _STAGE_DETAIL:
             body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}{note}")
         elif self.stage_reason:
-            body.append(f"stage: unknown ({self.stage_reason}){note}")
+            body.append(f"stage: not attributed ({self.stage_reason}){note}")
         elif self.tolerance_note:
             body.append(self.tolerance_note)
         if self.node is not None:
@@ -226,6 +227,7 @@ class Finding:
             "tolerance": self.tolerance,
             "figures": None if self.figures is None else self.figures.to_json(),
             "stage": self.stage,
+            "stage_reason": self.stage_reason or None,
             **({"tolerance_note": self.tolerance_note} if self.tolerance_note else {}),
             "node": None if self.node is None else self.node.to_json(),
             "details": list(self.details) + list(self.notes),

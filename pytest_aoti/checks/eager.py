@@ -27,7 +27,7 @@ def run_eager_first(
     import torch
     from torch.func import functional_call
 
-    from pytest_aoti.checks.parity import clone_tree
+    from pytest_aoti.trees import clone_tree
 
     call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
     buffers = {name: buffer.clone() for name, buffer in module.named_buffers()}
@@ -40,7 +40,7 @@ def run_eager_first(
 
 def eager_finding(error: BaseException) -> Finding:
     """The finding of a module that fails in eager PyTorch on the example."""
-    from pytest_aoti.compiling.pipeline import source_frame
+    from pytest_aoti.compiling.explain import source_frame
 
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     frame = source_frame(error)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
-from pytest_aoti.settings import RANDOM_MODES
 
 if TYPE_CHECKING:
     import torch
@@ -23,16 +23,27 @@ if TYPE_CHECKING:
     from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.randomness import RandomOp
-    from pytest_aoti.tester import CheckResult, _CheckPlan
 
 
-def checked_mode(mode: Any) -> str:
-    """``random=`` validated: ``"fail"`` or ``"shapes"``."""
-    if mode not in RANDOM_MODES:
-        raise AotiUsageError(
-            f"random must be one of {', '.join(repr(m) for m in RANDOM_MODES)}, got {mode!r}"
+class RandomCheck:
+    """The verdict on a program that draws random numbers (``plan.random_ops``): a failure,
+    or with ``random="shapes"`` what can be compared. Never the fp64 rule: its re-run
+    draws other numbers again. No check that compares values applies to such a program."""
+
+    name = "random"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return bool(plan.random_ops)
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        if plan.random != "shapes":
+            raise AotiCheckError(random_finding(plan.random_ops))
+        stats, engine = check_shapes_only(
+            program, plan.module, plan.input_sets, tolerance=plan.tolerance
         )
-    return str(mode)
+        context.engine = context.engine or engine
+        return Outcome(stats=tuple(stats), input_sets=len(plan.input_sets))
 
 
 def random_finding(ops: Sequence[RandomOp]) -> Finding:
@@ -61,20 +72,20 @@ def check_shapes_only(
     input_sets: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
     *,
     tolerance: Tolerance,
-) -> list[tuple[str, LeafStats]]:
+) -> tuple[list[tuple[str, LeafStats]], Any]:
     """``random="shapes"``: each input set through eager and the engine once; the output
     structure, shapes, dtypes and devices must agree, and the values of outputs no random
     op feeds must match within ``tolerance`` (without the fp64 rule: it re-runs the model,
-    whose random draws differ again)."""
+    whose random draws differ again). Returns the stats and the engine it ran."""
     __tracebackhide__ = True
     import copy
 
     import torch
     from torch.utils._pytree import keystr, tree_flatten_with_path
 
-    from pytest_aoti.checks.parity import clone_tree
     from pytest_aoti.compare import compare_leaf, compare_trees
     from pytest_aoti.compiling.randomness import random_outputs
+    from pytest_aoti.trees import clone_tree
 
     flags = random_outputs(program.exported)
     engine = program.engine_in_exported_state()
@@ -115,7 +126,7 @@ def check_shapes_only(
                                 ),
                             )
                         )
-    return stats
+    return stats, engine
 
 
 def assert_not_random(exported: ExportedProgram) -> None:
@@ -126,27 +137,3 @@ def assert_not_random(exported: ExportedProgram) -> None:
     ops = random_ops(exported)
     if ops:
         raise AotiCheckError(random_finding(ops))
-
-
-def random_verdict(
-    program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any, mode: str
-) -> CheckResult | None:
-    """The verdict on a program that draws random numbers (None for any other program): a
-    failure, or with ``random="shapes"`` what can be compared. Never the fp64 rule: its
-    re-run draws other numbers again."""
-    __tracebackhide__ = True
-    from pytest_aoti.compiling.randomness import random_ops
-    from pytest_aoti.tester import CheckResult
-
-    ops = random_ops(program.exported)
-    if not ops:
-        return None
-    if mode != "shapes":
-        raise AotiCheckError(random_finding(ops))
-    stats = check_shapes_only(program, plan.module, plan.input_sets, tolerance=plan.tolerance)
-    return CheckResult(
-        program=program,
-        stats=tuple(stats),
-        dynamic_shapes=dynamic_shapes,
-        input_sets=len(plan.input_sets),
-    )

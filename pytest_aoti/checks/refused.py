@@ -62,7 +62,7 @@ class RefusalCheck:
         """The exported program's refusal of this input set, or None when it runs it."""
         import torch
 
-        from pytest_aoti.checks.parity import clone_tree
+        from pytest_aoti.trees import clone_tree
 
         call_args, call_kwargs = clone_tree((args, kwargs))
         try:

@@ -23,7 +23,7 @@ _INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
 def library_warnings_recorded(note: Callable[[str], None]) -> Iterator[None]:
     """Record warnings raised inside the block: library ones go to ``note`` as one line
     each, user ones are re-issued with :func:`warnings.warn_explicit` after the block."""
-    from pytest_aoti.compiling.pipeline import _is_library
+    from pytest_aoti.frames import is_library_file
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -34,7 +34,7 @@ def library_warnings_recorded(note: Callable[[str], None]) -> Iterator[None]:
             recorded = list(caught)
     for item in recorded:
         # torch, Python, or an installed package (the model's library): not the user's code
-        if _is_library(item.filename) or _INSTALLED.search(item.filename):
+        if is_library_file(item.filename) or _INSTALLED.search(item.filename):
             if not issubclass(item.category, _QUIET) and not _ignored(item):
                 first = str(item.message).strip().splitlines()
                 text = first[0] if first else ""

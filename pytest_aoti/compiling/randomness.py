@@ -9,16 +9,12 @@ only when ``train`` is true (an eval-mode dropout becomes a ``clone`` once decom
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
 @dataclass(frozen=True)
@@ -114,17 +110,15 @@ def _random_op(node: Node) -> RandomOp:
 def user_line(stack_trace: str) -> str:
     """The innermost frame of a node's ``stack_trace`` outside torch and pytest-aoti, as
     ``file.py:12 in forward: the source line``; empty when there is none."""
+    import linecache
     import os
 
-    from pytest_aoti.compiling.pipeline import _is_library
+    from pytest_aoti.compiling.explain import quoted_frames
 
-    lines = stack_trace.splitlines()
-    found = ""
-    for index, line in enumerate(lines):
-        match = _FRAME.match(line)
-        if match is None or _is_library(match["file"]):
-            continue
-        text = lines[index + 1].strip() if index + 1 < len(lines) else ""
-        where = f"{os.path.basename(match['file'])}:{match['line']} in {match['func']}"
-        found = f"{where}: {text}" if text else where
-    return found
+    frames = quoted_frames(stack_trace)
+    if not frames:
+        return ""
+    file, line, function = frames[-1]
+    where = f"{os.path.basename(file)}:{line} in {function}"
+    text = linecache.getline(file, line).strip()
+    return f"{where}: {text}" if text else where
