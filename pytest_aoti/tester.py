@@ -230,6 +230,7 @@ class AotiTester:
         dynamic_shapes: Any = None,
         threads: int | None = None,
         max_extra_bytes: int | None = None,
+        random: str | None = None,
         **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
@@ -283,7 +284,12 @@ class AotiTester:
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
         settings = self.defaults.overridden(
             **_keyword_options(
-                {"examples": examples, "threads": threads, "max_extra_bytes": max_extra_bytes},
+                {
+                    "examples": examples,
+                    "threads": threads,
+                    "max_extra_bytes": max_extra_bytes,
+                    "random": random,
+                },
                 options,
             )
         )

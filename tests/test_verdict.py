@@ -391,6 +391,26 @@ def test_random_ops_are_read_from_the_exported_graph() -> None:
     assert random_ops(torch.export.export(Plain(), (x,))) == []
 
 
+def test_attention_without_dropout_is_not_random() -> None:
+    import torch
+
+    from pytest_aoti.compiling.randomness import random_ops
+
+    class Attention(torch.nn.Module):
+        def __init__(self, p: float) -> None:
+            super().__init__()
+            self.p = p
+
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=self.p)
+
+    q = torch.randn(2, 4, 8)
+    # torch tags the op nondeterministic_seeded for its dropout; dropout_p=0 draws nothing
+    assert random_ops(torch.export.export(Attention(0.0), (q,))) == []
+    drawn = random_ops(torch.export.export(Attention(0.1), (q,)))
+    assert [op.op for op in drawn] == ["aten.scaled_dot_product_attention.default"]
+
+
 def test_a_value_dependent_assertion_is_told_apart() -> None:
     import torch
     from torch.export import Dim

@@ -62,16 +62,28 @@ def _random_nodes(exported: ExportedProgram) -> list[Node]:
 
 
 def _is_random(node: Node) -> bool:
+    """A call of an op torch tags ``nondeterministic_seeded`` that draws here: not one
+    whose ``train`` / ``training`` switch is off (an eval-mode dropout, ``rrelu``) or whose
+    ``dropout_p`` is 0 (``scaled_dot_product_attention`` without dropout)."""
     import torch
 
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
     if torch.Tag.nondeterministic_seeded not in node.target.tags:
         return False
-    name = node.target._schema.name
-    if name in ("aten::dropout", "aten::native_dropout", "aten::feature_dropout"):
-        train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
-        return train is None or bool(train)
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name not in ("train", "training", "dropout_p"):
+            continue
+        if position < len(node.args):
+            value = node.args[position]
+        elif argument.name in node.kwargs:
+            value = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            value = argument.default_value
+        else:
+            return True
+        if isinstance(value, (bool, int, float)) and not value:
+            return False  # switched off: deterministic
     return True
 
 
