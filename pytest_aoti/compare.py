@@ -364,12 +364,12 @@ def _describe_node(node: Any) -> str:
 
 
 def _is_boxed_number(expected: Any, actual: Any) -> bool:
-    return (
-        isinstance(expected, (int, float))
-        and not isinstance(expected, bool)
-        and isinstance(actual, torch.Tensor)
-        and actual.dim() == 0
-        and actual.is_floating_point() == isinstance(expected, float)
+    if not (isinstance(actual, torch.Tensor) and actual.dim() == 0):
+        return False
+    if isinstance(expected, bool):  # a bool is an int to Python, not to the engine
+        return actual.dtype == torch.bool
+    return isinstance(expected, (int, float)) and actual.is_floating_point() == isinstance(
+        expected, float
     )
 
 
@@ -453,11 +453,32 @@ def _check_inexact(
             stats = _stats(frame.location, expected, diff, rtol, atol)
             return replace(stats, rescued_by_fp64=True)
     summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
-    raise frame.error(
+    error = frame.error(
         summary,
         figures=_figures(expected, actual, mismatch, diff, frame, rtol=rtol, atol=atol),
         tolerance=tolerance.as_json(expected.dtype, frame.location),
         notes=[rescue_line] if rescue_line else None,
+    )
+    if final:
+        note = _within_default(expected, actual, diff, rtol, atol)
+        if note:
+            error = error.amended(replace(error.finding, tolerance_note=note))
+    raise error
+
+
+def _within_default(
+    expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
+) -> str:
+    """For a failure under a tolerance the user set tighter than the dtype default: the
+    words saying the difference is within that default (empty when it is not)."""
+    default_rtol, default_atol = _default_tolerance(expected.dtype)
+    if rtol >= default_rtol and atol >= default_atol:
+        return ""
+    if bool(_beyond_tolerance(expected, actual, diff, default_rtol, default_atol).any()):
+        return ""
+    chosen = "zero" if rtol == 0 and atol == 0 else f"rtol={rtol:g}, atol={atol:g}"
+    return (
+        f"within the dtype default (rtol={default_rtol:g}, atol={default_atol:g}); you set {chosen}"
     )
 
 

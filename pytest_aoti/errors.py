@@ -52,7 +52,7 @@ class AotiCheckError(AotiError, AssertionError):
     The first line names what differed and where (pytree path, input name, call number,
     sample number); the following lines give the figures. What failed is data on
     :attr:`finding` (kind, location, call, sample, tolerance, figures), with :attr:`stage`
-    (``"export"``, ``"decompose"``, ``"compile"`` or None) and :attr:`node` (the first
+    (``"eager"``, ``"export"``, ``"decompose"``, ``"compile"`` or None) and :attr:`node` (the first
     diverging graph node, for stage ``"compile"``) at hand.
     """
 

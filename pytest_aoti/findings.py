@@ -25,10 +25,13 @@ KINDS = (
     "shape",  # a generated input shape fails
     "threads",  # one engine shared by threads gives other results than sequential eager
     "memory",  # an engine call allocated more device memory than max_extra_bytes
+    "random",  # the program draws random numbers: eager and the engine cannot agree
+    "eager",  # eager PyTorch itself fails on the example: nothing to compile
     "check",  # a message without structure (AotiCheckError raised with a plain string)
 )
 
 STAGES = {
+    "eager": "eager PyTorch fails on the example",
     "export": "torch.export broke it",
     "decompose": "run_decompositions broke it",
     "compile": "the AOTI compile broke it",
@@ -36,6 +39,7 @@ STAGES = {
 """Where a difference was introduced, in words for the report's first line."""
 
 _STAGE_DETAIL = {
+    "eager": "the module fails in eager PyTorch, before any export or compile",
     "export": "the exported program (exported.module(), no compile) already differs from eager",
     "decompose": "the exported program matches eager, the decomposed one (run_decompositions) "
     "does not",
@@ -145,7 +149,8 @@ class Finding:
     notes: tuple[str, ...] = ()
     """Lines after the figures: explanations, what to try."""
     stage: str | None = None
-    """``export``, ``decompose`` or ``compile``: where the difference was introduced."""
+    """``eager``, ``export``, ``decompose`` or ``compile``: where the difference was
+    introduced (``eager``: eager PyTorch fails by itself)."""
     stage_reason: str = ""
     """Why no stage could be given, when attribution was tried and failed."""
     node: NodeReport | None = None
@@ -157,6 +162,9 @@ class Finding:
     """A first line written whole by the caller, in place of location, phrase and summary."""
     footer: tuple[str, ...] = ()
     """Last lines: where the repro bundle was written."""
+    tolerance_note: str = ""
+    """Said next to the stage when the difference is within the dtype's default tolerance
+    and only the test's tighter one failed: ``within the dtype default (...); you set zero``."""
 
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
         return replace(self, call=call, calls=calls, sample=sample, context=context)
@@ -175,7 +183,8 @@ class Finding:
         if self.lead:
             line = f"{self.lead}: {line}"
         if stage and self.stage in STAGES:
-            line = f"{STAGES[self.stage]}: {line}"
+            note = f" ({self.tolerance_note})" if self.tolerance_note else ""
+            line = f"{STAGES[self.stage]}{note}: {line}"
         return line
 
     def render(self) -> str:
@@ -190,10 +199,13 @@ class Finding:
                 f"({self.tolerance['source']})"
             )
         body += self.notes
+        note = f"; {self.tolerance_note}" if self.tolerance_note else ""
         if self.stage in _STAGE_DETAIL:
-            body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}")
+            body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}{note}")
         elif self.stage_reason:
-            body.append(f"stage: not attributed ({self.stage_reason})")
+            body.append(f"stage: not attributed ({self.stage_reason}){note}")
+        elif self.tolerance_note:
+            body.append(self.tolerance_note)
         if self.node is not None:
             body += self.node.describe()
             if self.node_reason:  # a caveat, e.g. named from a sample of the graph's nodes
@@ -216,6 +228,7 @@ class Finding:
             "figures": None if self.figures is None else self.figures.to_json(),
             "stage": self.stage,
             "stage_reason": self.stage_reason or None,
+            **({"tolerance_note": self.tolerance_note} if self.tolerance_note else {}),
             "node": None if self.node is None else self.node.to_json(),
             "details": list(self.details) + list(self.notes),
             **({"extra": self.extra} if self.extra else {}),

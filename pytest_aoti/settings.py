@@ -118,6 +118,19 @@ def parse_model_spec(text: str) -> str:
     return spec
 
 
+RANDOM_MODES = ("fail", "shapes")
+"""What a check does with a program that draws random numbers: ``fail`` (eager and the
+engine draw different numbers), or compare ``shapes`` (output structure, shapes and dtypes,
+and the values of the outputs no random op feeds)."""
+
+
+def parse_random_mode(text: str) -> str:
+    mode = str(text).strip().lower()
+    if mode not in RANDOM_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RANDOM_MODES)}, got {text!r}")
+    return mode
+
+
 EXPORT_MODES = ("default", "strict", "non-strict")
 
 
@@ -173,6 +186,12 @@ def _bytes_problem(name: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return ""
     return f"{name} must be a number of bytes (an int >= 0), got {value!r}"
+
+
+def _random_problem(name: str, value: Any) -> str:
+    if value in RANDOM_MODES:
+        return ""
+    return f"{name} must be one of {', '.join(repr(mode) for mode in RANDOM_MODES)}, got {value!r}"
 
 
 @dataclass(frozen=True)
@@ -323,6 +342,18 @@ OPTIONS = (
         "first diverging graph node and its source line: on or off. Default: on.",
         check="localize",
         marker=True,
+    ),
+    Option(
+        "aoti-random",
+        parse_random_mode,
+        "fail",
+        "A program that draws random numbers (dropout in training mode, rand, bernoulli, "
+        "...): fail its check, or compare shapes (output shapes and dtypes, and the values "
+        "of outputs no random op feeds). Default: fail.",
+        check="random",
+        marker=True,
+        keyword=True,
+        problem=_random_problem,
     ),
     Option(
         "threads",

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from pytest_aoti.compare import LeafStats
     from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.compiling.randomness import RandomOp
     from pytest_aoti.compiling.registry import ProgramRegistry
 
 
@@ -52,7 +53,11 @@ class CheckEvents(Protocol):
         """``aoti.compile`` returned ``program``."""
 
     def not_compiled(self, error: Exception, seconds: float) -> None:
-        """A check failed before it had a program: export or compile failed."""
+        """A check failed before it had a program: eager, export or compile failed (or
+        the exported program draws random numbers)."""
+
+    def note(self, message: str) -> None:
+        """Something worth saying that fails nothing (buffer state, torch's own warnings)."""
 
     def checked(
         self,
@@ -125,15 +130,18 @@ class AotiTester:
         """
         __tracebackhide__ = True
         program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
-        self._warn_buffers(program, declared=None)
+        self._warn_buffers(program, declared=None, threads=1)
         if self._events is not None:
             self._events.compiled(program)
         return program
 
-    def _warn_buffers(self, program: AotiProgram, declared: Iterable[str] | None) -> None:
-        """Warn once per program and session that it mutates registered buffers, unless
-        the check declared them (``mutated_buffers=``): the user knows, and ``threads=``
-        checks what it means."""
+    def _warn_buffers(
+        self, program: AotiProgram, declared: Iterable[str] | None, threads: int | None
+    ) -> None:
+        """Say once per program and session that it mutates registered buffers, unless the
+        check declared them (``mutated_buffers=``): the user knows. A warning only where
+        the test asked for ``threads=`` (what the note is about); elsewhere a note in the
+        terminal summary and the JSON report, so that no strict-warning suite fails on it."""
         __tracebackhide__ = True
         buffers = program.mutated_buffers
         if not buffers or program.key in self._warned:
@@ -141,7 +149,15 @@ class AotiTester:
         if declared is not None and not isinstance(declared, str) and set(declared) >= buffers:
             return
         self._warned.add(program.key)
-        warn_at_caller(_buffer_warning(program))
+        warning = _buffer_warning(program)
+        if threads is not None and threads > 1:
+            warn_at_caller(warning)
+        else:
+            self._note(str(warning))
+
+    def _note(self, message: str) -> None:
+        if self._events is not None:
+            self._events.note(message)
 
     def _compile(
         self,
@@ -151,27 +167,46 @@ class AotiTester:
         dynamic_shapes: Any,
         strict: bool | None,
         inductor_configs: Mapping[str, Any] | None,
+        random_mode: str = "",
+        *,
+        eager_first: bool = False,
     ) -> AotiProgram:
+        """Export and compile. ``eager_first``: eager PyTorch runs the example before
+        anything is exported (a failure there is stage ``"eager"``); ``random_mode="fail"``:
+        a program that draws random numbers fails once exported, before its compile."""
         __tracebackhide__ = True
+        from pytest_aoti.compiling.configs import check_inductor_configs
+        from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
+        check_inductor_configs(settings.inductor_configs)
         device_module = self._module_on_device(module)
         device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
-        exported = export_module(
-            device_module,
-            device_args,
-            device_kwargs,
-            dynamic_shapes=dynamic_shapes,
-            options=self.defaults.export_kwargs(strict),
-        )
-        program = self._registry.program_for(
-            exported,
-            device=self.device,
-            inductor_configs=settings.inductor_configs,
-            label=self._label,
-        )
+        if eager_first:
+            from pytest_aoti.checks.eager import run_eager_first
+
+            run_eager_first(device_module, device_args, device_kwargs)
+        # torch's own warnings here are notes; the user's code's follow the user's filters
+        with library_warnings_recorded(self._note):
+            exported = export_module(
+                device_module,
+                device_args,
+                device_kwargs,
+                dynamic_shapes=dynamic_shapes,
+                options=self.defaults.export_kwargs(strict),
+            )
+            if random_mode == "fail":
+                from pytest_aoti.checks.randomness import assert_not_random
+
+                assert_not_random(exported)
+            program = self._registry.program_for(
+                exported,
+                device=self.device,
+                inductor_configs=settings.inductor_configs,
+                label=self._label,
+            )
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(dynamic_shapes, device_args, device_kwargs)
         return program
@@ -195,6 +230,7 @@ class AotiTester:
         dynamic_shapes: Any = None,
         threads: int | None = None,
         max_extra_bytes: int | None = None,
+        random: str | None = None,
         **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
@@ -222,8 +258,14 @@ class AotiTester:
           of device memory beyond what was allocated before it (outputs included), e.g.
           no copy of a cache it updates in place. Measured on CUDA; on the CPU it is not
           measured (``CheckResult.extra_bytes`` is None, the terminal summary says so);
+        - ``random="shapes"``: for a program that draws random numbers (which fails the
+          check by default, as eager and the engine draw different ones), compare only the
+          output structure, shapes and dtypes, and the values of outputs no random op feeds;
         - ``**options``: any other per-check option of :data:`pytest_aoti.settings.OPTIONS`
           (a row with ``keyword=True``), by name.
+
+        Eager PyTorch runs the example first: a module that fails by itself fails the
+        check at once (stage ``"eager"``), before any export or compile.
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -242,7 +284,12 @@ class AotiTester:
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
         settings = self.defaults.overridden(
             **_keyword_options(
-                {"examples": examples, "threads": threads, "max_extra_bytes": max_extra_bytes},
+                {
+                    "examples": examples,
+                    "threads": threads,
+                    "max_extra_bytes": max_extra_bytes,
+                    "random": random,
+                },
                 options,
             )
         )
@@ -253,9 +300,18 @@ class AotiTester:
                 dynamic_shapes, module, args, kwargs, samples
             )
         try:
-            program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
-            self._warn_buffers(program, declared=mutated_buffers)
-        except (AotiExportError, AotiCompileError) as error:
+            program = self._compile(
+                module,
+                args,
+                kwargs,
+                dynamic_shapes,
+                strict,
+                inductor_configs,
+                settings.random,
+                eager_first=True,
+            )
+            self._warn_buffers(program, declared=mutated_buffers, threads=settings.threads)
+        except (AotiExportError, AotiCompileError, AotiCheckError) as error:
             if self._events is not None:
                 self._events.not_compiled(error, time.perf_counter() - started)
             raise
@@ -275,6 +331,7 @@ class AotiTester:
                 inductor_configs=inductor_configs
             ).inductor_configs,
             options=settings.option_values(),
+            random_ops=_random_ops(program),
         )
         try:
             result = self._run_checks(program, plan)
@@ -467,6 +524,13 @@ def _keyword_options(explicit: Mapping[str, Any], others: Mapping[str, Any]) -> 
         if problem:
             raise AotiUsageError(problem)
     return values
+
+
+def _random_ops(program: AotiProgram) -> tuple[RandomOp, ...]:
+    """The random operations of the exported graph (the same on a cache hit)."""
+    from pytest_aoti.compiling.randomness import random_ops
+
+    return tuple(random_ops(program.exported))
 
 
 def _buffer_warning(program: AotiProgram) -> AotiBufferMutationWarning:

@@ -12,6 +12,7 @@ import pytest
 from pytest_aoti import settings
 from pytest_aoti.checks import catalog
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.compiling.randomness import RandomOp
 from pytest_aoti.settings import OPTIONS, AotiSettings, Option
 from pytest_aoti.tester import CheckDefaults
 
@@ -99,7 +100,7 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line is the one pytest showed before the rows drove it
     assert settings.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None): "
+        "max_dim=None, localize=None, random=None): "
     )
 
 
@@ -172,6 +173,7 @@ def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
     names = [check.name for check in catalog.CHECKS]
     assert names == [
         "signature",
+        "random",
         "parity",
         "aliasing",
         "memory",
@@ -186,4 +188,15 @@ def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
     assert applying == ["parity", "aliasing", "timing"]
     plan.options = {"threads": 4, "max_extra_bytes": 0, "examples": 20}
     plan.mutates, plan.dynamic_shapes = {}, {"x": {0: "batch"}}
-    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == names
+    # the random check applies only to a program that draws random numbers
+    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+        name for name in names if name != "random"
+    ]
+    # and then no check that compares values does
+    plan.random_ops = (RandomOp(op="aten.bernoulli.p", node="bernoulli"),)
+    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+        "signature",
+        "random",
+        "memory",
+        "timing",
+    ]

@@ -244,3 +244,37 @@ def test_one_worker_payload_merges_in_one_place() -> None:
     totals = controller.totals(CompileStats(programs={"k"}, loaded=1))
     assert totals.programs == {"k", "k2"}
     assert (totals.compiled, totals.compile_seconds, totals.loaded) == (2, 6.0, 3)
+
+
+def test_notes_travel_in_the_worker_payload_and_show_once() -> None:
+    worker = ReportCollector()
+    record = _record("a", worker="gw0")
+    record.notes = ["the program mutates registered buffers ['count']"]
+    worker.records.append(record)
+    worker.note("the program mutates registered buffers ['count']")
+    worker.note("the program mutates registered buffers ['count']")  # once each
+    payload = worker.payload(CompileStats(), [])
+    json.dumps(payload)
+
+    controller = ReportCollector()
+    controller.merge(payload)
+    controller.merge(payload)  # another worker said the same
+    assert controller.notes == ["the program mutates registered buffers ['count']"]
+    assert [r.notes for r in controller.records] == [record.notes, record.notes]
+
+    class Reporter:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def write_sep(self, sep: str, title: str) -> None:
+            self.lines.append(f"--- {title}")
+
+        def write_line(self, line: str) -> None:
+            self.lines.append(line)
+
+    from pytest_aoti.reports.terminal import write_summary
+
+    reporter = Reporter()
+    write_summary(reporter, controller, CompileStats(), durations=-1, report=None)
+    at = reporter.lines.index("--- aoti: notes (not failures)")
+    assert reporter.lines[at + 1 :] == ["the program mutates registered buffers ['count']"]

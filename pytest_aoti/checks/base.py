@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.compiling.randomness import RandomOp
     from pytest_aoti.errors import AotiCheckError
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
@@ -56,6 +57,9 @@ class CheckPlan:
     """The configs the program was compiled with, for the localizer's compile."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Every per-check option's value for this check, by name."""
+    random_ops: tuple[RandomOp, ...] = ()
+    """The program's random operations, read from the exported graph: for such a program
+    no check that compares values applies; the random check judges it (``plan.random``)."""
 
     def __getattr__(self, name: str) -> Any:
         # only reached for names that are not fields: the per-check options

@@ -13,11 +13,13 @@ from pytest_aoti.checks.declared import SignatureCheck
 from pytest_aoti.checks.generated import GeneratedCheck
 from pytest_aoti.checks.memory import MemoryCheck
 from pytest_aoti.checks.parity import ParityCheck
+from pytest_aoti.checks.randomness import RandomCheck
 from pytest_aoti.checks.threads import ThreadsCheck
 from pytest_aoti.checks.timing import TimingCheck
 
 CHECKS: list[Check] = [
     SignatureCheck(),
+    RandomCheck(),  # a random program: judged here; no value check applies to it
     ParityCheck(),
     AliasingCheck(),
     MemoryCheck(),

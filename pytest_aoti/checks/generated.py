@@ -33,7 +33,7 @@ class GeneratedCheck:
     name = "generated"
 
     def applies(self, plan: CheckPlan) -> bool:
-        return plan.dynamic_shapes is not None and bool(plan.examples)
+        return plan.dynamic_shapes is not None and bool(plan.examples) and not plan.random_ops
 
     def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
@@ -76,6 +76,8 @@ class _Failure(Exception):
         self.values = values
         self.seed = seed
         self.error = error
+        self.boundary = False
+        """Found at an exported boundary, not drawn by Hypothesis."""
 
 
 def check_generated(
@@ -103,16 +105,23 @@ def check_generated(
         return 0, []
     checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage)
 
+    from pytest_aoti.checks.refused import Refusal
+
     boundary_failure: _Failure | None = None
     for values in boundary_assignments(builder.shapes, generation.max_dim):
         try:
             checker.run(values, seed=0)
         except _Failure as failure:
             boundary_failure = failure
+            boundary_failure.boundary = True
             break
     # a failing boundary is not reported yet: the search below shrinks it, or finds a
-    # smaller failing shape, where the boundary alone would only name the extreme
-    found = _search(checker, generation, builder.shapes) or boundary_failure
+    # smaller failing shape, where the boundary alone would only name the extreme. A
+    # boundary the exported program refuses is reported as it is: that is the range's edge
+    refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
+    found = (None if refused else _search(checker, generation, builder.shapes)) or (
+        boundary_failure
+    )
     if found is not None:
         # only the smallest failing shape is attributed to a stage (and localized): the
         # search itself runs many failing shapes
@@ -146,6 +155,12 @@ class _ShapeChecker:
         self.tolerance = tolerance
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
+        from pytest_aoti.checks.refused import RefusalCheck, has_runtime_asserts
+
+        # only a program with runtime assertions can refuse a shape inside its ranges
+        self._refusals = (
+            RefusalCheck(program.exported) if has_runtime_asserts(program.exported) else None
+        )
 
     def _input_run(self, values: dict[str, int], seed: int, *, attribute: bool = False) -> InputRun:
         """The check of one generated input set; attributed to a stage (and localized)
@@ -165,6 +180,16 @@ class _ShapeChecker:
         )
 
     def run(self, values: dict[str, int], seed: int) -> None:
+        from pytest_aoti.checks.refused import Refusal
+
+        if self._refusals is not None:
+            # the exported program first: the engine would raise the same, on stderr too
+            try:
+                seed = self._refusals.accepted_seed(
+                    lambda other: self.builder.build(values, other), seed
+                )
+            except Refusal as refusal:
+                raise _Failure(dict(values), seed, refusal) from None
         try:
             run = self._input_run(values, seed)
             stats = run.check(self.calls, self.mutates, values_too=False)
@@ -282,15 +307,41 @@ def _report(
                     f"{spec.name}.shape[{axis}] = {size}  "
                     f"({shapes.display(expr)}, exported range {allowed})"
                 )
+    from pytest_aoti.checks.refused import Refusal, refusal_lines
+
     replay = getattr(failure, "replay", None)
     if replay is None:
         replay = "found at an exported boundary (the search did not shrink it further)"
     elif generation.database is not None:
         replay += " (the failing shape is also saved and tried first on the next run)"
     described = _describe_shapes(shapes, failure.values)
-    headline = f"generated shape fails: {described}"
-    shape_lines = (*dims, f"values seed {failure.seed}; {replay}")
-    extra = {"shape": {name: list(shape) for name, shape in concrete.items()}}
+    what = "boundary shape" if failure.boundary else "generated shape"
+    headline = f"{what} fails: {described}"
+    # a replay seed only for a shape Hypothesis drew
+    seed_line = (
+        f"values seed {failure.seed}; {replay}"
+        if not failure.boundary
+        else (f"at the exported boundary; values seed {failure.seed}")
+    )
+    shape_lines = (*dims, seed_line)
+    extra = {
+        "shape": {name: list(shape) for name, shape in concrete.items()},
+        "boundary": failure.boundary,
+    }
+    if isinstance(error, Refusal):
+        details, notes = refusal_lines(error)
+        from pytest_aoti.findings import Finding
+
+        return Finding(
+            kind="shape",
+            location="",
+            summary="",
+            message=f"{what} refused by the exported program: {described}",
+            details=(*shape_lines, *details),
+            notes=tuple(notes),
+            stage="export",
+            extra={**extra, "assertion": error.assertion, "value_dependent": error.value_dependent},
+        )
     if isinstance(error, AotiCheckError):
         inner = error.finding
         return replace(

@@ -36,7 +36,7 @@ class ThreadsCheck:
     name = "threads"
 
     def applies(self, plan: CheckPlan) -> bool:
-        return bool(plan.threads > 1)
+        return bool(plan.threads > 1) and not plan.random_ops
 
     def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True

@@ -30,6 +30,8 @@ class ReportCollector:
     """``(node id, spec text)`` of ``dynamic_shapes="auto"`` results."""
     cache_problems: list[str] = field(default_factory=list)
     """Cache problems the store repaired or worked around (each once)."""
+    notes: list[str] = field(default_factory=list)
+    """What checks noted without failing (buffer state, torch's own warnings), each once."""
     worker_events: list[CompileEvent] = field(default_factory=list)
     """Long compiles on xdist workers (this process's were shown as they happened)."""
     worker_stats: CompileStats | None = None
@@ -40,6 +42,10 @@ class ReportCollector:
     def cache_problem(self, message: str) -> None:
         if message not in self.cache_problems:
             self.cache_problems.append(message)
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
 
     def totals(self, own: CompileStats | None) -> CompileStats:
         """This process's compile figures with the workers'."""
@@ -67,6 +73,7 @@ class ReportCollector:
             "compiles": [record.to_json() for record in self.compiles],
             "inferred": [list(pair) for pair in self.inferred],
             "cache_problems": list(self.cache_problems),
+            "notes": list(self.notes),
             "events": [event.to_json() for event in events],
             "stats": (stats or CompileStats()).payload(),
             **extra,
@@ -79,6 +86,8 @@ class ReportCollector:
         self.inferred += [(str(nodeid), str(text)) for nodeid, text in payload.get("inferred", [])]
         for message in payload.get("cache_problems", []):
             self.cache_problem(str(message))
+        for message in payload.get("notes", []):
+            self.note(str(message))
         self.worker_events += [CompileEvent.from_json(data) for data in payload.get("events", [])]
         remote = payload.get("remote")
         if isinstance(remote, Mapping):

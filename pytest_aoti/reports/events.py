@@ -44,6 +44,7 @@ class ItemEvents:
         self._item = item
         self._device = device
         self._checks = 0
+        self._notes: list[str] = []
 
     def compiled(self, program: AotiProgram) -> None:
         record = CompileRecord(
@@ -62,6 +63,7 @@ class ItemEvents:
     def not_compiled(self, error: Exception, seconds: float) -> None:
         stage = getattr(error, "stage", None) or "compile"
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        finding = getattr(error, "finding", None)  # eager and random failures have one
         self._add(
             CheckRecord(
                 test=self._item.nodeid,
@@ -71,10 +73,19 @@ class ItemEvents:
                 compile_seconds=0.0,
                 original_compile_seconds=0.0,
                 outcome="failed",
-                finding={"kind": stage, "message": first, "stage": stage},
+                finding=finding.to_json()
+                if finding is not None
+                else {"kind": stage, "message": first, "stage": stage},
                 check_seconds=seconds,
             )
         )
+
+    def note(self, message: str) -> None:
+        """A check noted ``message`` without failing: it joins this check's record and,
+        once, the terminal summary (a warning would fail suites that turn warnings into
+        errors)."""
+        self._notes.append(message)
+        self._session.collector.note(message)
 
     def checked(
         self,
@@ -141,6 +152,7 @@ class ItemEvents:
 
     def _add(self, record: CheckRecord) -> None:
         self._checks += 1
+        record.notes, self._notes = self._notes, []
         record.check_index = self._checks
         record.worker = self._session.worker
         self._session.collector.records.append(record)

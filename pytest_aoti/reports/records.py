@@ -8,7 +8,7 @@ is rendered from them by the other modules of :mod:`pytest_aoti.reports`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TOO_SHORT_TO_TIME_SECONDS = 1e-4
@@ -65,6 +65,9 @@ class CheckRecord:
     """Where the program's package came from: ``compiled``, ``local`` or ``remote``."""
     check_index: int = 1
     """Which ``aoti.check`` of its test this is: 2 for the second (shown as ``#2``)."""
+    notes: list[str] = field(default_factory=list)
+    """What the check noted without failing: buffer state the program mutates, warnings
+    torch raised from its own frames while exporting and compiling, skipped input sets."""
 
     @property
     def speed_ratio(self) -> float | None:

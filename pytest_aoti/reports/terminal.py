@@ -1,5 +1,5 @@
 """The terminal summary: inferred specs, the durations table, workers' compiles, cache
-problems and the one-line compile figures."""
+problems, notes and the one-line compile figures."""
 
 from __future__ import annotations
 
@@ -107,6 +107,10 @@ def write_summary(
         reporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
         for problem in collector.cache_problems:
             reporter.write_line(problem)
+    if collector.notes:
+        reporter.write_sep("-", "aoti: notes (not failures)")
+        for note in collector.notes:
+            reporter.write_line(note)
     line = summary_line(totals)
     if line:
         reporter.write_line(line)

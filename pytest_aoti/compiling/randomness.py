@@ -1,0 +1,136 @@
+"""Random operations in an exported program, read from the exported graph.
+
+An engine and eager PyTorch draw different random numbers, and so does the float64
+re-run: no comparison of a random output means anything. The graph read here is the
+exported one (never the decomposed one), so the answer is the same on a cache hit, where
+decomposition is skipped. There a dropout is still ``aten.dropout(x, p, train)``: random
+only when ``train`` is true (an eval-mode dropout becomes a ``clone`` once decomposed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import Node
+
+
+@dataclass(frozen=True)
+class RandomOp:
+    """One random operation of a program, and the user's line that called it."""
+
+    op: str
+    """``aten.bernoulli.p``, ``aten.dropout.default``."""
+    node: str
+    """The graph node's name."""
+    source: str = ""
+    """``model.py:12 in forward: return self.drop(x)``; empty when torch kept no trace."""
+
+    def describe(self) -> str:
+        return f"{self.op} (node {self.node})" + (f" at {self.source}" if self.source else "")
+
+
+def random_ops(exported: ExportedProgram) -> list[RandomOp]:
+    """Every random operation of ``exported``, in graph order (nested graphs included)."""
+    return [_random_op(node) for node in _random_nodes(exported)]
+
+
+def random_outputs(exported: ExportedProgram) -> list[bool]:
+    """Per user output of ``exported`` (flattened, in order): whether a random op feeds it."""
+    from torch.export.graph_signature import OutputKind
+
+    tainted = _tainted(exported)
+    output = next(node for node in exported.graph.nodes if node.op == "output")
+    values = output.args[0]
+    flags = []
+    for spec, value in zip(exported.graph_signature.output_specs, values):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            flags.append(getattr(value, "name", None) in tainted)
+    return flags
+
+
+def _random_nodes(exported: ExportedProgram) -> list[Node]:
+    found = []
+    for module in exported.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if graph is None:
+            continue
+        found += [node for node in graph.nodes if _is_random(node)]
+    return found
+
+
+def _is_random(node: Node) -> bool:
+    """A call of an op torch tags ``nondeterministic_seeded`` that draws here: not one
+    whose ``train`` / ``training`` switch is off (an eval-mode dropout, ``rrelu``) or whose
+    ``dropout_p`` is 0 (``scaled_dot_product_attention`` without dropout)."""
+    import torch
+
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name not in ("train", "training", "dropout_p"):
+            continue
+        if position < len(node.args):
+            value = node.args[position]
+        elif argument.name in node.kwargs:
+            value = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            value = argument.default_value
+        else:
+            return True
+        if isinstance(value, (bool, int, float)) and not value:
+            return False  # switched off: deterministic
+    return True
+
+
+def _tainted(exported: ExportedProgram) -> set[str]:
+    """Names of the top graph's nodes that a random op feeds (itself included); a call
+    into a nested graph that holds a random op counts as one."""
+    nested = {
+        name
+        for name, module in exported.graph_module.named_modules()
+        if name and any(_is_random(node) for node in getattr(module, "graph", _NoGraph).nodes)
+    }
+    tainted: set[str] = set()
+    for node in exported.graph.nodes:
+        calls_nested = any(
+            arg.op == "get_attr" and str(arg.target) in nested for arg in node.all_input_nodes
+        )
+        if (
+            _is_random(node)
+            or calls_nested
+            or any(arg.name in tainted for arg in node.all_input_nodes)
+        ):
+            tainted.add(node.name)
+    return tainted
+
+
+class _NoGraph:
+    nodes: tuple[Any, ...] = ()
+
+
+def _random_op(node: Node) -> RandomOp:
+    target = node.target
+    op = f"aten.{target._schema.name.split('::')[-1]}.{target._overloadname}"  # type: ignore[union-attr]
+    return RandomOp(op=op, node=node.name, source=user_line(node.meta.get("stack_trace") or ""))
+
+
+def user_line(stack_trace: str) -> str:
+    """The innermost frame of a node's ``stack_trace`` outside torch and pytest-aoti, as
+    ``file.py:12 in forward: the source line``; empty when there is none."""
+    import linecache
+    import os
+
+    from pytest_aoti.compiling.explain import quoted_frames
+
+    frames = quoted_frames(stack_trace)
+    if not frames:
+        return ""
+    file, line, function = frames[-1]
+    where = f"{os.path.basename(file)}:{line} in {function}"
+    text = linecache.getline(file, line).strip()
+    return f"{where}: {text}" if text else where
