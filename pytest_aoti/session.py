@@ -221,7 +221,11 @@ class AotiSession:
         root = self.settings.keep_failed
         if root is None or error.replay is None:
             return None
-        from pytest_aoti.triage.repro import bundle_dir_name, write_bundle
+        from pytest_aoti.triage.repro import bundle_dir_name, reproduces, write_bundle
+
+        finding_json = error.finding.to_json()
+        if reproduces(finding_json) is None:  # a bundle that could not reproduce it misleads
+            return None
 
         name = bundle_dir_name(item.nodeid)
         self._bundles[name] = self._bundles.get(name, 0) + 1
@@ -242,12 +246,16 @@ class AotiSession:
                 rtol=tolerance.get("rtol") if explicit else None,
                 atol=tolerance.get("atol") if explicit else None,
                 finding_text=error.finding.render(),
-                finding_json=error.finding.to_json(),
+                finding_json=finding_json,
                 device=program.device,
+                mutated_inputs=program.mutated_inputs,
             )
         except Exception as problem:  # the bundle is a bonus: never mask the failure
             return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
-        return f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces)"
+        return (
+            f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces "
+            "this failure, 0 once fixed, 2 if it cannot run)"
+        )
 
     def profile_path(self, item: pytest.Item) -> Path | None:
         """Where this test's next Chrome trace goes (``--aoti-profile``)."""
