@@ -41,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if asks_for_cuda(session.settings.devices):
         session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
+    session.check_cache_dir()
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(XdistControllerHooks(session), "aoti-xdist")

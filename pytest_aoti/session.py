@@ -142,11 +142,46 @@ class AotiSession:
         cache = getattr(self.config, "cache", None)
         if cache is None:  # -p no:cacheprovider
             return None
-        root = Path(cache.mkdir("aoti"))
+        try:
+            root = Path(cache.mkdir("aoti"))
+        except OSError as error:
+            self._cache_problem(f"pytest-aoti cache off for this run: {error}")
+            return None
         # pytest creates it under the umask (0o775 under umask 002); it is ours, and the
         # store refuses a directory others can write to: make it private
         root.chmod(0o700)
         return root
+
+    def check_cache_dir(self) -> None:
+        """Open the store of ``--aoti-cache-dir`` now: a directory it cannot use at all is a
+        usage error at startup, not a cache that quietly turns itself off."""
+        where = self.settings.cache_dir
+        if where is None or self.settings.cache_mode == "off" or _is_xdist_worker(self.config):
+            return
+        store = self.store
+        if store is None or store.readable:
+            return
+        reason = self.cache_problems[-1] if self.cache_problems else f"{where} cannot be used"
+        raise pytest.UsageError(
+            f"--aoti-cache-dir={where}: {reason}; pass a directory you can write to "
+            "(or --aoti-cache=off)"
+        )
+
+    def cache_state(self) -> str:
+        """The cache as the run will use it, for the header: ``readwrite at DIR``,
+        ``read at DIR (why)`` or ``off (why)``."""
+        mode = self.settings.cache_mode
+        if mode == "off":
+            return "off"
+        if self.settings.cache_dir is None and getattr(self.config, "cache", None) is None:
+            return "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
+        store = self.store
+        why = self.cache_problems[-1] if self.cache_problems else "unusable"
+        if store is None or not store.readable:
+            return f"off ({why})"
+        if mode == "readwrite" and not store.writable:
+            return f"read at {store.root} ({why})"
+        return f"{mode} at {store.root}"
 
     def hypothesis_database(self) -> Path | None:
         """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
@@ -284,14 +319,7 @@ class AotiSession:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from pytest_aoti.reports.records import compiler_version, torch_build, torch_version
 
-        mode = self.settings.cache_mode
-        where = self.settings.cache_dir or ".pytest_cache/d/aoti"
-        if mode == "off":
-            cache = "off"
-        elif self.settings.cache_dir is None and getattr(config, "cache", None) is None:
-            cache = "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
-        else:
-            cache = f"{mode} at {where}"
+        cache = self.cache_state()
         lines = [
             f"aoti: device={','.join(self.settings.devices)}, cache={cache}",
             f"aoti: torch {torch_version()} ({torch_build()} build)",
@@ -382,7 +410,7 @@ class AotiSession:
         for figures in self.worker_stats:
             problems += [p for p in figures.get("cache_problems", []) if p not in problems]
         if problems:
-            terminalreporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
+            terminalreporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
             for problem in problems:
                 terminalreporter.write_line(problem)
         line = self.summary_line()
