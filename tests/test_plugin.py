@@ -275,7 +275,8 @@ def test_export_failure_is_short_and_says_what_to_try(pytester: pytest.Pytester)
             "Could not guard on data-dependent expression *",
             "E         at *test_export_failure_is_short_and_says_what_to_try.py:5 in forward",
             "E             if x.sum() > 0:",
-            "E         What to try: *torch.cond*strict=False*torch._check*draft_export*",
+            "E         What to try: *torch.cond*where the value only decides a size or an "
+            "assert, state the fact with torch._check*draft_export*",
         ]
     )
     failure = result.stdout.str().split("= FAILURES =")[1].split("- Captured")[0]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.hints import for_mode, library_type_hint
 from pytest_aoti.errors import AotiCompileError, AotiExportError
 
 if TYPE_CHECKING:
@@ -114,11 +115,18 @@ def export_module(
     export_options: dict[str, Any] = {**(options or {}), "dynamic_shapes": dynamic_shapes}
     if strict is not None:
         export_options["strict"] = strict
+    # imported here: guards reads this module's source frames
+    from pytest_aoti.compiling.guards import record_guards
+
     try:
-        with quiet_torch_deprecations():
+        with quiet_torch_deprecations(), record_guards() as guards:
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
+        details = [*details, *guards.explain(error)]
+        # torch 2.13 exports non-strict by default
+        in_strict = bool(export_options.get("strict", False))
+        hint = library_type_hint(str(error)) or for_mode(hint, in_strict)
         message = summarize_torch_error(
             error, "torch.export.export", headline=headline, details=details, hint=hint
         )
