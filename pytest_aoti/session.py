@@ -23,6 +23,7 @@ from pytest_aoti.settings import AotiSettings
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.compiling.history import KeyHistory
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.compiling.store import ArtifactStore, CacheMode
@@ -50,6 +51,9 @@ class AotiSession:
         self.cache_problems: list[str] = []
         self.warned_programs: set[str] = set()
         """Programs whose buffer mutation was warned about: once per session."""
+        self._history: KeyHistory | None = None
+        self.reseeded: list[str] = []
+        """Tests that compiled a program differing from their last run's only in weights."""
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -182,6 +186,21 @@ class AotiSession:
         if mode == "readwrite" and not store.writable:
             return f"read at {store.root} ({why})"
         return f"{mode} at {store.root}"
+
+    def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None:
+        """Note a test whose program was compiled because only its weights changed since
+        the last run (see :mod:`pytest_aoti.compiling.history`)."""
+        cache = getattr(self.config, "cache", None)
+        if cache is None:
+            return
+        if self._history is None:
+            from pytest_aoti.compiling.history import KeyHistory
+
+            self._history = KeyHistory(Path(cache.mkdir("aoti-keys")))
+        compiled = program.first_use and not program.cache_hit
+        if self._history.observe(item.nodeid, check, program.key_parts, compiled):
+            if item.nodeid not in self.reseeded:
+                self.reseeded.append(item.nodeid)
 
     def hypothesis_database(self) -> Path | None:
         """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
@@ -413,6 +432,15 @@ class AotiSession:
             terminalreporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
             for problem in problems:
                 terminalreporter.write_line(problem)
+        reseeded = list(self.reseeded)
+        for figures in self.worker_stats:
+            reseeded += [test for test in figures.get("reseeded", []) if test not in reseeded]
+        if reseeded:
+            from pytest_aoti.compiling.history import SEED_ADVICE
+
+            terminalreporter.write_line(f"aoti: {SEED_ADVICE}:")
+            for test in sorted(reseeded):
+                terminalreporter.write_line(f"    {test}")
         line = self.summary_line()
         if line:
             terminalreporter.write_line(line)
@@ -431,6 +459,7 @@ class AotiSession:
                 "load_seconds": 0.0,
                 "inferred": self.inferred,
                 "cache_problems": self.cache_problems,
+                "reseeded": self.reseeded,
             }
         stats = self._registry.stats
         return {
@@ -438,6 +467,7 @@ class AotiSession:
             "programs": sorted(stats.programs),
             "inferred": self.inferred,
             "cache_problems": self.cache_problems,
+            "reseeded": self.reseeded,
         }
 
     def _write_report(self, interrupted: bool) -> None:
@@ -525,8 +555,14 @@ class ItemEvents:
         self._session = session
         self._item = item
         self._device = device
+        self._programs = 0
+
+    def _used(self, program: AotiProgram) -> None:
+        self._programs += 1
+        self._session.observe_key(self._item, self._programs, program)
 
     def compiled(self, program: AotiProgram) -> None:
+        self._used(program)
         for name, value in (
             ("aoti_device", str(self._device)),
             ("aoti_program", program.key),
@@ -560,6 +596,7 @@ class ItemEvents:
         plan: _CheckPlan,
         seconds: float,
     ) -> None:
+        self._used(program)
         record = CheckRecord(
             test=self._item.nodeid,
             device=str(self._device),
