@@ -38,6 +38,8 @@ class AotiSession:
         self.config = config
         self.settings = settings
         self._devices: tuple[str, ...] | None = None
+        self.skipped_devices: dict[str, str] = {}
+        """Devices of the ini's list this machine lacks: their test ids are skipped."""
         self._registry: ProgramRegistry | None = None
         self._store: ArtifactStore | None = None
         self._store_made = False
@@ -61,9 +63,12 @@ class AotiSession:
     def devices(self) -> tuple[str, ...]:
         """``--aoti-device`` with ``auto`` resolved; imports torch on first use."""
         if self._devices is None:
-            from pytest_aoti.devices import resolve_devices
+            from pytest_aoti.devices import devices_from_ini, resolve_devices, resolve_ini_devices
 
-            self._devices = resolve_devices(self.settings.devices)
+            if devices_from_ini(self.config):
+                self._devices, self.skipped_devices = resolve_ini_devices(self.settings.devices)
+            else:
+                self._devices = resolve_devices(self.settings.devices)
         return self._devices
 
     def torch_device(self, name: str) -> torch.device:
@@ -432,6 +437,9 @@ class AotiSession:
             terminalreporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
             for problem in problems:
                 terminalreporter.write_line(problem)
+        if self.skipped_devices:
+            for name, reason in self.skipped_devices.items():
+                terminalreporter.write_line(f"aoti: skipped the [{name}] tests: {reason}")
         reseeded = list(self.reseeded)
         for figures in self.worker_stats:
             reseeded += [test for test in figures.get("reseeded", []) if test not in reseeded]
