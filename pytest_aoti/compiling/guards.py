@@ -7,7 +7,8 @@ INFO); the log record is emitted while the model's own frames are still on the s
 :func:`record_guards` listens to that logger during an export (without showing anything
 that was not shown before) and keeps, per guard, the innermost frame outside torch; after
 a violation, :meth:`GuardLog.explain` names the guards that rule out part of the range the
-test declared.
+test declared. Only a failed export is repeated that way (:func:`guard_sources`): listening
+costs every export a stack walk per guard.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import contextlib
 import logging
 import re
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.pipeline import SourceFrame, _is_library
+from pytest_aoti.compiling.pipeline import SourceFrame, _is_library, quiet_torch_deprecations
+
+if TYPE_CHECKING:
+    import torch
 
 _LOGGER = "torch.fx.experimental.symbolic_shapes"
 _GUARD_FORMAT = "%s %s [guard added] %s%s%s"
@@ -86,6 +91,25 @@ def _describe(guards: list[Guard], dim: str, subject: str, symbol: str | None) -
         lines.append(f"  guard {shown} on {subject} was added")
         lines += guard.frame.describe(indent="    ")
     return lines
+
+
+def guard_sources(
+    error: BaseException,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> list[str]:
+    """For a constraint violation, the lines of :meth:`GuardLog.explain`, found by exporting
+    once more while recording guards (only a failing export pays for it); else none."""
+    import torch
+
+    text = str(error)
+    if not (_VIOLATED.search(text) or _SPECIALIZED.search(text)):
+        return []
+    with contextlib.suppress(Exception), quiet_torch_deprecations(), record_guards() as log:
+        torch.export.export(module, tuple(args), dict(kwargs), **options)
+    return log.explain(error)
 
 
 @contextlib.contextmanager

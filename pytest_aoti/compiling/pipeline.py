@@ -116,14 +116,14 @@ def export_module(
     if strict is not None:
         export_options["strict"] = strict
     # imported here: guards reads this module's source frames
-    from pytest_aoti.compiling.guards import record_guards
+    from pytest_aoti.compiling.guards import guard_sources
 
     try:
-        with quiet_torch_deprecations(), record_guards() as guards:
+        with quiet_torch_deprecations():
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
-        details = [*details, *guards.explain(error)]
+        details = [*details, *guard_sources(error, module, args, kwargs, export_options)]
         # torch 2.13 exports non-strict by default
         in_strict = bool(export_options.get("strict", False))
         hint = library_type_hint(str(error)) or for_mode(hint, in_strict)
