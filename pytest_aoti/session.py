@@ -283,7 +283,9 @@ class AotiSession:
         from pytest_aoti.triage.repro import bundle_dir_name, reproduces, write_bundle
 
         finding_json = error.finding.to_json()
-        if reproduces(finding_json) is None:  # a bundle that could not reproduce it misleads
+        if (
+            reproduces(finding_json, program.mutated_inputs) is None
+        ):  # a bundle that could not reproduce it misleads
             return None
 
         name = bundle_dir_name(item.nodeid)

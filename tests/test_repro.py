@@ -386,3 +386,31 @@ def test_script_reports_a_raising_program_and_orders_keywords(script: dict[str, 
     assert (kind, location) == ("raised", "")
     assert report.startswith("call 1 of 2: raised\nTraceback"), report
     assert report.endswith("RuntimeError: boom"), report
+
+
+def test_only_failures_the_script_can_reproduce_get_a_bundle() -> None:
+    from pytest_aoti.triage.repro import reproduces
+
+    assert reproduces({"kind": "output", "location": "output[0]"}) == {
+        "kind": "output",
+        "location": "output[0]",
+    }
+    shape = {"kind": "shape", "location": "input 'x'", "extra": {"inner_kind": "mutated input"}}
+    assert reproduces(shape) == {"kind": "mutated input", "location": "input 'x'"}
+    # a stateful program diverging on call 2 shows at the output or input it reached
+    assert reproduces({"kind": "buffer", "location": "output"}) == {
+        "kind": "output",
+        "location": "output",
+    }
+    assert reproduces({"kind": "buffer", "location": "input 'x'"}, {"x"}) == {
+        "kind": "mutated input",
+        "location": "input 'x'",
+    }
+    for kind, location in [
+        ("signature", ""),
+        ("expectation", "input 'x'"),
+        ("buffer", "buffer 'counter'"),
+        ("threads", "buffer 'counter'"),
+        ("memory", ""),
+    ]:
+        assert reproduces({"kind": kind, "location": location}) is None, kind

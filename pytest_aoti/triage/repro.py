@@ -64,18 +64,28 @@ def bundle_dir_name(nodeid: str) -> str:
     return safe[: MAX_NAME_LENGTH - len(suffix)] + suffix
 
 
-def reproduces(finding_json: Mapping[str, Any]) -> dict[str, str] | None:
+def reproduces(
+    finding_json: Mapping[str, Any], mutated_inputs: Iterable[str] = ()
+) -> dict[str, str] | None:
     """The ``{"kind", "location"}`` that ``repro.py`` would reproduce for a finding, or None
     where it cannot reproduce that kind of failure (see ``REPRODUCIBLE_KINDS``).
 
-    A failure found on a generated shape reproduces as the difference found on it.
+    A failure found on a generated shape reproduces as the difference found on it; a
+    stateful program's output or input that diverges after its first call (kind
+    ``buffer``, located at the output or input) as that difference.
     """
     kind = str(finding_json.get("kind", ""))
+    location = str(finding_json.get("location") or "")
     if kind == "shape":
         kind = str((finding_json.get("extra") or {}).get("inner_kind", ""))
+    if kind == "buffer" and location.startswith("output"):
+        kind = "output"
+    elif kind == "buffer" and location.startswith("input '"):
+        name = location.removeprefix("input '").removesuffix("'")
+        kind = "mutated input" if name in set(mutated_inputs) else "untouched input"
     if kind not in REPRODUCIBLE_KINDS:
         return None
-    return {"kind": kind, "location": str(finding_json.get("location") or "")}
+    return {"kind": kind, "location": location}
 
 
 def write_bundle(
@@ -129,6 +139,7 @@ def write_bundle(
         with quiet_torch_deprecations():
             signature = exported.run_decompositions().graph_signature
         mutated_inputs = signature.user_inputs_to_mutate.values()
+    mutated_inputs = sorted(mutated_inputs)
     results, output_names = flat_results(_clone_tree(list(eager_results)))
     spec = exported.call_spec
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
@@ -141,9 +152,9 @@ def write_bundle(
             "atol": atol,
             "device": str(where),
             "torch": torch.__version__,
-            "reproduces": reproduces(finding_json),
+            "reproduces": reproduces(finding_json, mutated_inputs),
             "outputs": output_names,
-            "mutated_inputs": sorted(mutated_inputs),
+            "mutated_inputs": mutated_inputs,
             "input_tree": tree_text(spec.in_spec),
             "output_tree": tree_text(spec.out_spec),
         },
