@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.export import Dim
 
+from pytest_aoti.compiling.explain import for_mode, library_type_hint
 from pytest_aoti.compiling.guards import Guard, GuardLog
-from pytest_aoti.compiling.hints import for_mode, library_type_hint
 from pytest_aoti.compiling.pipeline import export_module
 from pytest_aoti.errors import AotiExportError
 

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.pipeline import SourceFrame, _is_library, quiet_torch_deprecations
+from pytest_aoti.compiling.explain import SourceFrame
+from pytest_aoti.frames import is_library_file
 
 if TYPE_CHECKING:
     import torch
@@ -101,13 +102,14 @@ def guard_sources(
     options: Mapping[str, Any],
 ) -> list[str]:
     """For a constraint violation, the lines of :meth:`GuardLog.explain`, found by exporting
-    once more while recording guards (only a failing export pays for it); else none."""
+    once more while recording guards (only a failing export pays for it); else none.
+    The caller hides torch's deprecation warnings (``pipeline.quiet_torch_deprecations``)."""
     import torch
 
     text = str(error)
     if not (_VIOLATED.search(text) or _SPECIALIZED.search(text)):
         return []
-    with contextlib.suppress(Exception), quiet_torch_deprecations(), record_guards() as log:
+    with contextlib.suppress(Exception), record_guards() as log:
         torch.export.export(module, tuple(args), dict(kwargs), **options)
     return log.explain(error)
 
@@ -156,7 +158,7 @@ def _user_frame() -> SourceFrame | None:
     """The innermost frame on the stack outside torch, pytest-aoti and Python itself."""
     import linecache
 
-    frames = [f for f in traceback.extract_stack() if not _is_library(f.filename)]
+    frames = [f for f in traceback.extract_stack() if not is_library_file(f.filename)]
     frames = [f for f in frames if "/_pytest/" not in f.filename and "/pluggy/" not in f.filename]
     if not frames:
         return None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.trees import clone_tree
 from pytest_aoti.triage.bundle_script import REPRO_SCRIPT, REPRODUCIBLE_KINDS
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
@@ -133,14 +134,14 @@ def write_bundle(
 
     # clones: a view of a large tensor would otherwise save the whole storage, and the
     # check ran on clones too, so no input aliases another
-    inputs = _clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
+    inputs = clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
     where = torch.device(device) if device is not None else _device_of(exported, inputs)
     if mutated_inputs is None:
         with quiet_torch_deprecations():
             signature = exported.run_decompositions().graph_signature
         mutated_inputs = signature.user_inputs_to_mutate.values()
     mutated_inputs = sorted(mutated_inputs)
-    results, output_names = flat_results(_clone_tree(list(eager_results)))
+    results, output_names = flat_results(clone_tree(list(eager_results)))
     spec = exported.call_spec
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
     _write_json(directory / "finding.json", finding_json)
@@ -173,15 +174,6 @@ def write_bundle(
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     # default=str: a finding may carry a dtype or a device; the file is for reading
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-def _clone_tree(tree: Any) -> Any:
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map(
-        lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
-    )
 
 
 def _device_of(exported: ExportedProgram, inputs: Any) -> torch.device:
