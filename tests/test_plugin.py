@@ -416,6 +416,15 @@ def test_default_cache_is_private_under_a_group_writable_umask(pytester: pytest.
     result.assert_outcomes(passed=1)
 
 
+def test_a_run_without_aoti_tests_makes_no_cache_folder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--aoti-device=cpu")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti: device=cpu, cache=readwrite at .pytest_cache/d/aoti"])
+    assert (pytester.path / ".pytest_cache").is_dir()  # pytest's own cache is written
+    assert not (pytester.path / ".pytest_cache" / "d" / "aoti").exists()
+
+
 def test_header_says_when_there_is_no_cache(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("-p", "no:cacheprovider", "--aoti-device=cpu")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.compiling.history import SEED_ADVICE, KeyHistory
+from pytest_aoti.reports.collector import ReportCollector
 
 SEEDS = """
 import torch
@@ -55,3 +56,18 @@ def test_history_tells_weights_from_other_changes(tmp_path: Path) -> None:
     # loaded from the cache: nothing was compiled, nothing to say
     third = KeyHistory(tmp_path)
     assert not third.observe("t.py::a", 1, parts, compiled=False)
+
+
+def test_workers_reseeded_tests_and_skipped_devices_reach_the_controller() -> None:
+    worker = ReportCollector()
+    worker.reseeded.append("t.py::a[cpu]")
+    worker.skipped_devices["cuda"] = "aoti_device in the ini names cuda, but no GPU"
+    payload = worker.payload(None, [])
+    json.dumps(payload)  # plain data: what execnet carries
+
+    controller = ReportCollector()
+    controller.skipped_devices["cuda"] = "aoti_device in the ini names cuda, but no GPU"
+    controller.merge(payload)
+    controller.merge(payload)  # merged twice: each test and device is listed once
+    assert controller.reseeded == ["t.py::a[cpu]"]
+    assert controller.skipped_devices == {"cuda": "aoti_device in the ini names cuda, but no GPU"}
