@@ -143,7 +143,7 @@ def test_non_strict_export_records_the_reassignment(aoti):
 def test_buffer_state_is_not_thread_safe(aoti):
     """One engine serving several threads shares its buffers between them: the
     thread-safety check fails a stateful program, naming its buffers."""
-    with pytest.raises(AotiCheckError, match=r"buffer 'counter' make the program not thread-safe"):
+    with pytest.raises(AotiCheckError, match=r"buffer 'counter' makes the program not thread-safe"):
         aoti.check(Counter(), (example_input(),), mutated_buffers={"counter"}, calls=1, threads=4)
 
 

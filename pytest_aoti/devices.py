@@ -38,6 +38,28 @@ def resolve_devices(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(resolved)
 
 
+def resolve_ini_devices(names: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Like :func:`resolve_devices` for a device list from the ini file, which describes the
+    project rather than this machine: a CUDA device the machine lacks is skipped, not an
+    error. Returns the devices to run on and ``{skipped device: why}``."""
+    resolved: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in names:
+        try:
+            found = resolve_devices([name])
+        except pytest.UsageError as error:
+            reason = str(error).removeprefix(f"--aoti-device={name}: ")
+            skipped[name] = f"aoti_device in the ini names {name}, but {reason.split(';')[0]}"
+            continue
+        resolved += [device for device in found if device not in resolved]
+    return tuple(resolved), skipped
+
+
+def devices_from_ini(config: pytest.Config) -> bool:
+    """Whether the run's device list comes from the ini file rather than the command line."""
+    return config.getoption("aoti_device", None) is None and bool(config.getini("aoti_device"))
+
+
 def asks_for_cuda(names: Sequence[str]) -> bool:
     """Whether ``names`` names a CUDA device explicitly (``auto`` does not)."""
     return any(name.startswith("cuda") for name in names)

@@ -45,7 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_aoti.devices import asks_for_cuda
 
     if asks_for_cuda(session.settings.devices):
-        session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
+        # resolving now turns a missing GPU on the command line into a usage error (one in
+        # the ini skips its test ids) and shows the skip on the xdist controller too
+        session.devices  # noqa: B018
+    session.check_cache_dir()
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if session.settings.models or session.settings.models_list:
         from pytest_aoti.models.collect import register
@@ -84,8 +87,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if _DEVICE_FIXTURE not in metafunc.fixturenames:
         metafunc.fixturenames.append(_DEVICE_FIXTURE)
     session = _session(metafunc.config)
-    devices = session.devices
-    metafunc.parametrize(_DEVICE_FIXTURE, devices, indirect=True, ids=list(devices))
+    devices = [
+        *session.devices,
+        *(
+            pytest.param(name, marks=pytest.mark.skip(reason=reason))
+            for name, reason in session.skipped_devices.items()
+        ),
+    ]
+    ids = [*session.devices, *session.skipped_devices]
+    metafunc.parametrize(_DEVICE_FIXTURE, devices, indirect=True, ids=ids)
     modes = session.settings.export_modes
     if modes != ("default",):
         # like PyTorch's own export tests: one test, a strict and a non-strict variant

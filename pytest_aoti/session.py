@@ -25,6 +25,7 @@ from pytest_aoti.settings import AotiSettings
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.compiling.history import KeyHistory
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import CompileStats, ProgramRegistry
     from pytest_aoti.compiling.remote import RemoteStore
@@ -53,6 +54,7 @@ class AotiSession:
         """Records and figures of this process (and, on the xdist controller, the workers')."""
         self.warned_programs: set[str] = set()
         """Programs whose buffer mutation was warned about: once per session."""
+        self._history: KeyHistory | None = None
 
     # -- lazily created parts ---------------------------------------------------------
 
@@ -63,12 +65,23 @@ class AotiSession:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        """``--aoti-device`` with ``auto`` resolved; imports torch on first use."""
+        """``--aoti-device`` with ``auto`` resolved; imports torch on first use. A device of
+        the ini file's list this machine lacks is left out (see :attr:`skipped_devices`)."""
         if self._devices is None:
-            from pytest_aoti.devices import resolve_devices
+            from pytest_aoti.devices import devices_from_ini, resolve_devices, resolve_ini_devices
 
-            self._devices = resolve_devices(self.settings.devices)
+            if devices_from_ini(self.config):
+                self._devices, skipped = resolve_ini_devices(self.settings.devices)
+                self.skipped_devices.update(skipped)
+            else:
+                self._devices = resolve_devices(self.settings.devices)
         return self._devices
+
+    @property
+    def skipped_devices(self) -> dict[str, str]:
+        """Devices of the ini's list this machine lacks, with why: their test ids are
+        skipped."""
+        return self.collector.skipped_devices
 
     def torch_device(self, name: str) -> torch.device:
         """The ``torch.device`` of a device name of the run. A bare ``cuda`` on xdist worker
@@ -170,11 +183,70 @@ class AotiSession:
         cache = getattr(self.config, "cache", None)
         if cache is None:  # -p no:cacheprovider
             return None
-        root = Path(cache.mkdir("aoti"))
+        try:
+            root = Path(cache.mkdir("aoti"))
+        except OSError as error:
+            self.collector.cache_problem(f"pytest-aoti cache off for this run: {error}")
+            return None
         # pytest creates it under the umask (0o775 under umask 002); it is ours, and the
         # store refuses a directory others can write to: make it private
         root.chmod(0o700)
         return root
+
+    def check_cache_dir(self) -> None:
+        """Open the store of ``--aoti-cache-dir`` now: a directory it cannot use at all is a
+        usage error at startup, not a cache that quietly turns itself off."""
+        where = self.settings.cache_dir
+        if where is None or self.settings.cache_mode == "off" or _is_xdist_worker(self.config):
+            return
+        store = self.store
+        if store is None or store.readable:
+            return
+        problems = self.cache_problems
+        reason = problems[-1] if problems else f"{where} cannot be used"
+        raise pytest.UsageError(
+            f"--aoti-cache-dir={where}: {reason}; pass a directory you can write to "
+            "(or --aoti-cache=off)"
+        )
+
+    def cache_state(self) -> str:
+        """The cache as the run will use it, for the header: ``readwrite at DIR``,
+        ``read at DIR (why)`` or ``off (why)``.
+
+        pytest's own cache folder is not created for the header: a run without AOTI tests
+        leaves no ``.pytest_cache/d/aoti`` behind."""
+        mode = self.settings.cache_mode
+        if mode == "off":
+            return "off"
+        if self.settings.cache_dir is None:
+            if getattr(self.config, "cache", None) is None:
+                return "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
+            if not self._store_made:
+                return f"{mode} at .pytest_cache/d/aoti"
+        store = self.store
+        problems = self.cache_problems
+        why = problems[-1] if problems else "unusable"
+        if store is None or not store.readable:
+            return f"off ({why})"
+        if mode == "readwrite" and not store.writable:
+            return f"read at {store.root} ({why})"
+        return f"{mode} at {store.root}"
+
+    def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None:
+        """Note a test whose program was compiled because only its weights changed since
+        the last run (see :mod:`pytest_aoti.compiling.history`)."""
+        cache = getattr(self.config, "cache", None)
+        if cache is None:
+            return
+        if self._history is None:
+            from pytest_aoti.compiling.history import KeyHistory
+
+            self._history = KeyHistory(Path(cache.mkdir("aoti-keys")))
+        compiled = program.first_use and not program.cache_hit
+        if self._history.observe(item.nodeid, check, program.key_parts, compiled):
+            reseeded = self.collector.reseeded
+            if item.nodeid not in reseeded:
+                reseeded.append(item.nodeid)
 
     def hypothesis_database(self) -> Path | None:
         """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
@@ -287,20 +359,13 @@ class AotiSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from pytest_aoti.reports.header import header_lines
-
-        mode = self.settings.cache_mode
-        where = self.settings.cache_dir or ".pytest_cache/d/aoti"
-        if mode == "off":
-            cache = "off"
-        elif self.settings.cache_dir is None and getattr(config, "cache", None) is None:
-            cache = "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
-        else:
-            cache = f"{mode} at {where}"
         from pytest_aoti.reports.remote import remote_header_line
 
         s = self.settings
         remote = remote_header_line(s.cache_url, s.cache_remote, s.cache_trusted_keys)
-        return header_lines(self.settings.devices, cache) + ([remote] if remote else [])
+        return header_lines(self.settings.devices, self.cache_state()) + (
+            [remote] if remote else []
+        )
 
     def pytest_report_collectionfinish(
         self, config: pytest.Config, items: list[pytest.Item]

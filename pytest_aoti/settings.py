@@ -415,7 +415,7 @@ OPTIONS = (
         None,
         "Directory of the compiled-package cache, e.g. one shared by CI machines. "
         "Default: .pytest_cache/d/aoti.",
-        path="location",  # an unusable cache turns itself off, with a note, not an error
+        path="location",  # checked by opening the store at startup (AotiSession.check_cache_dir)
     ),
     Option(
         "aoti-cache-max-size",

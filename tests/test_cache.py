@@ -345,7 +345,7 @@ def test_truncated_package_is_recompiled_and_replaced(
 
     assert_recompiled_after_one_warning(
         result,
-        "*aoti: cache problems (repaired; no test failed)*",
+        "*aoti: cache problems (worked around; no test failed)*",
         f"*pytest-aoti cache entry {golden.key} not used: "
         f"truncated: {size // 2} of {size} bytes; removed it",
     )
@@ -371,7 +371,7 @@ def test_damaged_entry_never_fails_a_test_under_filterwarnings_error(
 
     assert_recompiled_after_one_warning(
         result,
-        "*aoti: cache problems (repaired; no test failed)*",
+        "*aoti: cache problems (worked around; no test failed)*",
         f"*pytest-aoti cache entry {golden.key} not used: truncated: 10 of *; removed it",
     )
     assert_one_good_entry(cache, golden)
@@ -398,7 +398,7 @@ def test_flipped_byte_is_a_checksum_mismatch(
 # -- 4. an unusable cache directory turns the cache off -----------------------------------
 
 
-def test_unwritable_cache_dir_turns_the_cache_off(
+def test_unusable_cache_dir_is_a_usage_error_at_startup(
     scenario: pytest.Pytester, tmp_path: Path
 ) -> None:
     not_a_dir = tmp_path / "file"
@@ -407,11 +407,29 @@ def test_unwritable_cache_dir_turns_the_cache_off(
 
     result = run_inner(scenario, cache)
 
-    assert_recompiled_after_one_warning(
-        result,
-        f"*pytest-aoti cache {cache} is off for this run: cannot create {cache}: Not a directory",
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"*--aoti-cache-dir={cache}: pytest-aoti cache {cache} is off for this run: "
+            f"cannot create {cache}: Not a directory; pass a directory you can write to*"
+        ]
     )
+    assert "readwrite" not in result.stdout.str()
     assert not_a_dir.read_text() == "a regular file where the cache's parent should be\n"
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_cache_dir_that_is_a_file_or_under_proc_is_a_usage_error(
+    pytester: pytest.Pytester, tmp_path: Path, where: str
+) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    cache = tmp_path / "plain-file"
+    cache.write_text("")
+    if where == "proc":
+        cache = Path("/proc/pytest-aoti-cache")
+    result = pytester.runpytest(f"--aoti-cache-dir={cache}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*--aoti-cache-dir={cache}: *pytest-aoti cache*"])
 
 
 # -- 5. entries of other format versions ----------------------------------------------------
@@ -459,10 +477,12 @@ def test_foreign_cache_dir_is_refused(
 
     result = run_inner(scenario, cache)
 
-    assert_recompiled_after_one_warning(
-        result,
-        "*pytest-aoti cache refused, off for this run: "
-        f"{cache} is owned by uid {FOREIGN_UID}, not you",
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*pytest-aoti cache refused, off for this run: "
+            f"{cache} is owned by uid {FOREIGN_UID}, not you*"
+        ]
     )
     assert snapshot(cache) == before
     assert cache.stat().st_uid == FOREIGN_UID

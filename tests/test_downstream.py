@@ -227,7 +227,7 @@ def test_thread_safety_check(run_aoti) -> None:
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "E * buffer 'counter' make the program not thread-safe: one engine serving 3 "
+            "E * buffer 'counter' makes the program not thread-safe: one engine serving 3 "
             "threads shares this state between them",
             "E *pass the state as an input the program mutates*",
         ]

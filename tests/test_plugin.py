@@ -275,7 +275,8 @@ def test_export_failure_is_short_and_says_what_to_try(pytester: pytest.Pytester)
             "Could not guard on data-dependent expression *",
             "E         at *test_export_failure_is_short_and_says_what_to_try.py:5 in forward",
             "E             if x.sum() > 0:",
-            "E         What to try: *torch.cond*strict=False*torch._check*draft_export*",
+            "E         What to try: *torch.cond*where the value only decides a size or an "
+            "assert, state the fact with torch._check*draft_export*",
         ]
     )
     failure = result.stdout.str().split("= FAILURES =")[1].split("- Captured")[0]
@@ -413,6 +414,15 @@ def test_default_cache_is_private_under_a_group_writable_umask(pytester: pytest.
     finally:
         os.umask(previous)
     result.assert_outcomes(passed=1)
+
+
+def test_a_run_without_aoti_tests_makes_no_cache_folder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--aoti-device=cpu")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti: device=cpu, cache=readwrite at .pytest_cache/d/aoti"])
+    assert (pytester.path / ".pytest_cache").is_dir()  # pytest's own cache is written
+    assert not (pytester.path / ".pytest_cache" / "d" / "aoti").exists()
 
 
 def test_header_says_when_there_is_no_cache(pytester: pytest.Pytester) -> None:

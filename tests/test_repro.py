@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -94,7 +96,7 @@ def bundle(
         rtol=None,
         atol=None,
         finding_text="output differs between eager and the AOTI engine",
-        finding_json={"kind": "output", "dtype": torch.float32},
+        finding_json={"kind": "output", "location": "output", "dtype": torch.float32},
     )
 
 
@@ -136,7 +138,7 @@ def test_engine_mismatch_reproduces_with_figures(off_bundle: Path, elsewhere: Pa
     )
     for label in ("engine", "exported", "decomposed"):
         assert headline.format(label) in out, out
-    assert "REPRODUCED: the AOTI engine differs from eager." in out
+    assert "REPRODUCED: the AOTI engine differs from eager (output at output)." in out
     assert "The exported program differs from eager too" in out
     assert "pytest-aoti reported: output differs between eager and the AOTI engine" in out
     assert "1 call; tolerance: torch.testing.assert_close's defaults for each dtype" in out
@@ -161,7 +163,13 @@ def test_bundle_holds_the_files_and_is_replaced(off_bundle: Path, off_compiled: 
         "atol": None,
         "device": "cpu",
         "torch": torch.__version__,
+        "reproduces": {"kind": "output", "location": "output"},
+        "outputs": ["output"],
+        "mutated_inputs": [],
+        "input_tree": check["input_tree"],
+        "output_tree": check["output_tree"],
     }
+    assert "TreeSpec(tuple" in check["input_tree"], check
     assert json.loads((directory / "finding.json").read_text())["dtype"] == "torch.float32"
     assert off_bundle.read_text() == REPRO_SCRIPT
 
@@ -201,6 +209,46 @@ def test_correct_mutating_model_does_not_reproduce(
     assert "2 calls;" in result.stdout
 
 
+def copy_bundle(bundle_script: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(bundle_script.parent, target)
+    return target / "repro.py"
+
+
+def test_bundle_that_cannot_run_exits_2(off_bundle: Path, tmp_path: Path, elsewhere: Path) -> None:
+    script = copy_bundle(off_bundle, tmp_path)
+    (script.parent / "package.pt2").unlink()
+    result = run_repro(script, elsewhere)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "COULD NOT RUN: " in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_another_difference_does_not_count_as_reproduced(
+    off_bundle: Path, tmp_path: Path, elsewhere: Path
+) -> None:
+    script = copy_bundle(off_bundle, tmp_path)
+    check = json.loads((script.parent / "check.json").read_text())
+    check["reproduces"] = {"kind": "mutated input", "location": "input 'x'"}
+    (script.parent / "check.json").write_text(json.dumps(check))
+    result = run_repro(script, elsewhere)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NOT REPRODUCED: the AOTI engine differs from eager, but not as reported" in (
+        result.stdout
+    )
+
+
+def test_death_by_a_signal_is_reported(off_bundle: Path, tmp_path: Path, elsewhere: Path) -> None:
+    # the replay killed as a crashing engine would kill it
+    script = copy_bundle(off_bundle, tmp_path)
+    text = script.read_text()
+    crash = "def replay_bundle():\n    import os\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    script.write_text(text.replace("def replay_bundle():\n", crash, 1))
+    result = run_repro(script, elsewhere)
+    assert result.returncode == 128 + signal.SIGSEGV, result.stdout + result.stderr
+    assert "DIED: the replay was killed by SIGSEGV (11)" in result.stderr
+
+
 # Blocks every import of pytest and of the plugin, then runs the script as `python repro.py`.
 _WITHOUT_PYTEST = (
     "import runpy, sys\n"
@@ -216,7 +264,7 @@ def test_script_needs_only_torch(off_bundle: Path, elsewhere: Path) -> None:
     assert "torch" in packages
     assert packages - {"torch"} <= sys.stdlib_module_names, packages
     result = subprocess.run(
-        [sys.executable, "-I", "-c", _WITHOUT_PYTEST, str(off_bundle)],
+        [sys.executable, "-I", "-c", _WITHOUT_PYTEST, str(off_bundle), "--in-process"],
         cwd=elsewhere,
         capture_output=True,
         text=True,
@@ -326,12 +374,43 @@ def test_script_reports_a_raising_program_and_orders_keywords(script: dict[str, 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")
 
-    eager = [(Keywords()(x, b=b, a=a), {"x": x, "a": a, "b": b})] * 2
+    eager = [([Keywords()(x, b=b, a=a)], {"x": x, "a": a, "b": b})] * 2
     run = script["run_and_compare"]
     assert (
         run("exported", exported.module(), exported, (x,), {"a": a, "b": b}, eager, None, None)
         == []
     )
-    [report] = run("engine", broken, exported, (x,), {"b": b, "a": a}, eager, None, None)
+    [(kind, location, report)] = run(
+        "engine", broken, exported, (x,), {"b": b, "a": a}, eager, None, None
+    )
+    assert (kind, location) == ("raised", "")
     assert report.startswith("call 1 of 2: raised\nTraceback"), report
     assert report.endswith("RuntimeError: boom"), report
+
+
+def test_only_failures_the_script_can_reproduce_get_a_bundle() -> None:
+    from pytest_aoti.triage.repro import reproduces
+
+    assert reproduces({"kind": "output", "location": "output[0]"}) == {
+        "kind": "output",
+        "location": "output[0]",
+    }
+    shape = {"kind": "shape", "location": "input 'x'", "extra": {"inner_kind": "mutated input"}}
+    assert reproduces(shape) == {"kind": "mutated input", "location": "input 'x'"}
+    # a stateful program diverging on call 2 shows at the output or input it reached
+    assert reproduces({"kind": "buffer", "location": "output"}) == {
+        "kind": "output",
+        "location": "output",
+    }
+    assert reproduces({"kind": "buffer", "location": "input 'x'"}, {"x"}) == {
+        "kind": "mutated input",
+        "location": "input 'x'",
+    }
+    for kind, location in [
+        ("signature", ""),
+        ("expectation", "input 'x'"),
+        ("buffer", "buffer 'counter'"),
+        ("threads", "buffer 'counter'"),
+        ("memory", ""),
+    ]:
+        assert reproduces({"kind": kind, "location": location}) is None, kind

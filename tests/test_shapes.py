@@ -459,7 +459,9 @@ def test_unbounded_boundary_is_capped_at_max_dim() -> None:
 
 def test_exported_constant_must_be_passed_unchanged(ranged_program: ExportedProgram) -> None:
     with pytest.raises(
-        AotiInputError, match=r"^input 'n' is 7 but the program was exported with 3"
+        AotiInputError,
+        match=r"^input 'n' is 7 but the program was exported with 3: the engine has 3 built in "
+        r"and ignores the value passed; export again with this value, or pass it as a tensor$",
     ):
         check(ranged_program, torch.randn(4, 8), torch.randn(4), 7)
 

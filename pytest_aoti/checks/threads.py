@@ -203,7 +203,7 @@ def _unsafe_state(
     return Finding(
         kind="threads",
         location=f"buffer{'s' if len(buffers) > 1 else ''} {names}",
-        phrase="make the program not thread-safe",
+        phrase=f"make{'' if len(buffers) > 1 else 's'} the program not thread-safe",
         summary=f"one engine serving {threads} threads shares this state between them",
         details=(
             "every thread's call reads and writes the engine's registered buffers",

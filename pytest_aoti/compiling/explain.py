@@ -14,7 +14,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,9 +71,19 @@ def export_failure(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     dynamic_shapes: Any,
+    *,
+    strict: bool = False,
+    guard_lines: Sequence[str] = (),
 ) -> str:
-    """The message of a failed ``torch.export.export`` of ``module`` on ``args``/``kwargs``."""
+    """The message of a failed ``torch.export.export`` of ``module`` on ``args``/``kwargs``.
+
+    ``strict`` is the export mode that failed (torch 2.13 exports non-strict by default):
+    the hint never suggests switching to it. ``guard_lines`` say where the shape guards of
+    a constraint violation came from (:func:`pytest_aoti.compiling.guards.guard_sources`).
+    """
     headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
+    details = [*details, *guard_lines]
+    hint = library_type_hint(str(error)) or for_mode(hint, strict)
     return summarize_torch_error(
         error, "torch.export.export", headline=headline, details=details, hint=hint
     )
@@ -188,6 +198,52 @@ def constraint_hint(fixes: list[str], small: list[str]) -> str:
             "the model fixes a dim declared dynamic: use Dim.STATIC or Dim.AUTO for it"
         )
     return "What to try: " + ". ".join(sentences) + "."
+
+
+# --------------------------------------------------------------------------- fitted hints
+
+# Two things torch's own message leaves to the reader: a model-library type torch.export does
+# not know (a transformers ``DynamicCache`` in the outputs), and which export mode the failure
+# happened in (a hint to try ``strict=False`` means nothing to a non-strict export).
+
+_UNKNOWN_TYPE = re.compile(
+    r"Found <class '(?P<cls>[\w.]+)'> in (?P<where>\w+), which is not a known type"
+)
+
+
+def library_type_hint(text: str) -> str | None:
+    """The hint for an input or output of a type torch.export cannot flatten, from torch's
+    error text; None for other errors."""
+    match = _UNKNOWN_TYPE.search(text)
+    if match is None:
+        return None
+    path, where = match["cls"], match["where"]
+    name = path.rsplit(".", 1)[-1]
+    if path.startswith("transformers.") and name.endswith("Cache"):
+        return (
+            f"What to try: {name} is transformers' key/value cache, which torch.export cannot "
+            f"flatten: call the model with use_cache=False (the cache only serves generation), "
+            "or register the cache for export before exporting: "
+            "transformers.integrations.executorch.register_dynamic_cache_export_support() "
+            "for DynamicCache, "
+            "transformers.exporters.exporter_dynamo.register_cache_pytrees_for_model(model) "
+            "for every cache class of the model."
+        )
+    return (
+        f"What to try: {path} in the {where} is not a pytree type: register it with "
+        "torch.utils._pytree.register_pytree_node(cls, flatten_fn, unflatten_fn), or pass "
+        "and return plain tensors, tuples, lists and dicts."
+    )
+
+
+def for_mode(hint: str, strict: bool) -> str:
+    """``hint`` without advice to switch to the export mode already in use."""
+    if strict:
+        hint = hint.replace("strict=False (or strict=True)", "strict=False")
+        return hint.replace("strict=True (or strict=False)", "strict=False")
+    hint = hint.replace("strict=False (or strict=True)", "strict=True")
+    hint = hint.replace("strict=True (or strict=False)", "strict=True")
+    return hint.replace("export with strict=False and state", "state")
 
 
 # --------------------------------------------------------------------------- summarizing

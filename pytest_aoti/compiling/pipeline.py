@@ -23,6 +23,7 @@ from pytest_aoti.compiling.explain import (
     export_failure,
     load_failure,
 )
+from pytest_aoti.compiling.guards import guard_sources
 from pytest_aoti.errors import AotiCompileError, AotiExportError
 
 if TYPE_CHECKING:
@@ -84,7 +85,18 @@ def export_module(
         with quiet_torch_deprecations():
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
-        message = export_failure(error, module, args, kwargs, dynamic_shapes)
+        with quiet_torch_deprecations():
+            guard_lines = guard_sources(error, module, args, kwargs, export_options)
+        message = export_failure(
+            error,
+            module,
+            args,
+            kwargs,
+            dynamic_shapes,
+            # torch 2.13 exports non-strict by default
+            strict=bool(export_options.get("strict", False)),
+            guard_lines=guard_lines,
+        )
         raise AotiExportError(message, stage="export") from error
 
 

@@ -166,6 +166,12 @@ class AotiProgram:
         return self._artifact.key.digest
 
     @property
+    def key_parts(self) -> dict[str, str]:
+        """Digest of each part of the key: ``graph``, ``weights``, ``configs``, ``device``,
+        ``torch``."""
+        return dict(self._artifact.key.parts)
+
+    @property
     def package_path(self) -> Path:
         """The ``.pt2`` package this program loads its engine from."""
         return self._artifact.package_path

@@ -32,6 +32,10 @@ class ReportCollector:
     """Cache problems the store repaired or worked around (each once)."""
     notes: list[str] = field(default_factory=list)
     """What checks noted without failing (buffer state, torch's own warnings), each once."""
+    reseeded: list[str] = field(default_factory=list)
+    """Tests that compiled a program differing from their last run's only in weights."""
+    skipped_devices: dict[str, str] = field(default_factory=dict)
+    """Devices of the ini's list this machine lacks, with why: their tests were skipped."""
     worker_events: list[CompileEvent] = field(default_factory=list)
     """Long compiles on xdist workers (this process's were shown as they happened)."""
     worker_stats: CompileStats | None = None
@@ -74,6 +78,8 @@ class ReportCollector:
             "inferred": [list(pair) for pair in self.inferred],
             "cache_problems": list(self.cache_problems),
             "notes": list(self.notes),
+            "reseeded": list(self.reseeded),
+            "skipped_devices": dict(self.skipped_devices),
             "events": [event.to_json() for event in events],
             "stats": (stats or CompileStats()).payload(),
             **extra,
@@ -88,6 +94,11 @@ class ReportCollector:
             self.cache_problem(str(message))
         for message in payload.get("notes", []):
             self.note(str(message))
+        for test in payload.get("reseeded", []):
+            if str(test) not in self.reseeded:
+                self.reseeded.append(str(test))
+        for name, reason in payload.get("skipped_devices", {}).items():
+            self.skipped_devices.setdefault(str(name), str(reason))
         self.worker_events += [CompileEvent.from_json(data) for data in payload.get("events", [])]
         remote = payload.get("remote")
         if isinstance(remote, Mapping):

@@ -35,6 +35,8 @@ class EventsHost(Protocol):
 
     def record_inferred(self, item: pytest.Item, spec_text: str) -> None: ...
 
+    def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None: ...
+
 
 class ItemEvents:
     """Records what one test's tester did: a record per check and per compile."""
@@ -45,8 +47,16 @@ class ItemEvents:
         self._device = device
         self._checks = 0
         self._notes: list[str] = []
+        self._programs = 0
+
+    def _used(self, program: AotiProgram) -> None:
+        """Number each program the test uses, so that its key is compared with the key of
+        the same use last run (see :mod:`pytest_aoti.compiling.history`)."""
+        self._programs += 1
+        self._session.observe_key(self._item, self._programs, program)
 
     def compiled(self, program: AotiProgram) -> None:
+        self._used(program)
         record = CompileRecord(
             test=self._item.nodeid,
             device=str(self._device),
@@ -95,6 +105,7 @@ class ItemEvents:
         plan: CheckPlan,
         seconds: float,
     ) -> None:
+        self._used(program)
         record = CheckRecord(
             test=self._item.nodeid,
             device=str(self._device),
@@ -140,10 +151,14 @@ class ItemEvents:
         return self._session.profile_path(self._item)
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
-        directory = None if error.replay is None else self._session.bundle_dir(self._item)
+        from pytest_aoti.triage.bundles import keep_bundle, worth_keeping
+
+        # a failure that gets no bundle takes no bundle folder name
+        if not worth_keeping(program, error):
+            return None
+        directory = self._session.bundle_dir(self._item)
         if directory is None:
             return None
-        from pytest_aoti.triage.bundles import keep_bundle
 
         return keep_bundle(directory, program, error)
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti.compiling.history import SEED_ADVICE
 from pytest_aoti.compiling.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.progress import worker_lines
@@ -104,13 +105,19 @@ def write_summary(
             f"{devices}: device memory is measured on CUDA only"
         )
     if collector.cache_problems:
-        reporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
+        reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
         for problem in collector.cache_problems:
             reporter.write_line(problem)
     if collector.notes:
         reporter.write_sep("-", "aoti: notes (not failures)")
         for note in collector.notes:
             reporter.write_line(note)
+    for name, reason in collector.skipped_devices.items():
+        reporter.write_line(f"aoti: skipped the [{name}] tests: {reason}")
+    if collector.reseeded:
+        reporter.write_line(f"aoti: {SEED_ADVICE}:")
+        for test in sorted(collector.reseeded):
+            reporter.write_line(f"    {test}")
     line = summary_line(totals)
     if line:
         reporter.write_line(line)

@@ -66,8 +66,8 @@ def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> N
         if name in named_inputs and not _same_constant(named_inputs[name], exported):
             raise AotiInputError(
                 f"input '{name}' is {named_inputs[name]!r} but the program was exported with "
-                f"{exported!r}, which the engine uses whatever is passed; export again with "
-                "this value, or pass it as a tensor"
+                f"{exported!r}: the engine has {exported!r} built in and ignores the value "
+                "passed; export again with this value, or pass it as a tensor"
             )
 
 

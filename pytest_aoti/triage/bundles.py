@@ -10,12 +10,22 @@ if TYPE_CHECKING:
     from pytest_aoti.errors import AotiCheckError
 
 
+def worth_keeping(program: AotiProgram, error: AotiCheckError) -> bool:
+    """Whether ``error`` gets a bundle: it has an input set to replay, and ``repro.py`` can
+    reproduce its kind of failure (a bundle that could not reproduce it misleads)."""
+    from pytest_aoti.triage.repro import reproduces
+
+    if error.replay is None:
+        return False
+    return reproduces(error.finding.to_json(), program.mutated_inputs) is not None
+
+
 def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) -> str | None:
     """Write the bundle of ``error`` into ``directory``; return the line the failure shows
-    about it (None where the failure has no input set to replay). Never raises: the bundle
-    is a bonus, the failure is what matters."""
+    about it (None where the failure gets no bundle, see :func:`worth_keeping`). Never
+    raises: the bundle is a bonus, the failure is what matters."""
     replay = error.replay
-    if replay is None:
+    if replay is None or not worth_keeping(program, error):
         return None
     from pytest_aoti.triage.repro import write_bundle
 
@@ -36,7 +46,11 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             finding_text=error.finding.render(),
             finding_json=error.finding.to_json(),
             device=program.device,
+            mutated_inputs=program.mutated_inputs,
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
-    return f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces)"
+    return (
+        f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces "
+        "this failure, 0 once fixed, 2 if it cannot run)"
+    )

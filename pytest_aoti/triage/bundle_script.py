@@ -1,0 +1,387 @@
+"""The text of a repro bundle's ``repro.py``.
+
+Plain text rather than a module of this package: it must run where only torch is installed,
+and a compiler engineer reads it before anything else. It reads everything else from the
+files :func:`pytest_aoti.triage.repro.write_bundle` writes beside it.
+"""
+
+REPRODUCIBLE_KINDS = ("output", "mutated input", "untouched input")
+"""Finding kinds ``repro.py`` reproduces: a difference between eager's saved results and the
+engine's, in an output or an input. Other failures (a wrong expectation, threads, memory)
+get no bundle: it could not reproduce them."""
+
+REPRO_SCRIPT = r'''"""Reproduce an AOTInductor engine that differs from eager PyTorch, found by pytest-aoti.
+
+Run it with torch alone (no pytest, no pytest-aoti, no model library such as transformers),
+in any directory, even in isolated mode:
+
+    python -I repro.py
+
+The programs are saved with flat inputs and outputs (a tuple of leaves each; the graph is
+the same), so a model whose outputs are library types (a transformers ModelOutput, a
+DynamicCache) loads without that library. check.json keeps the original tree structure
+as text, for reading. The files beside this script:
+
+    exported.pt2   the program torch.export.export returned (before run_decompositions)
+    package.pt2    the AOTInductor package compiled from it (aoti_compile_and_package)
+    inputs.pt      the failing inputs as flat leaves, in the program's order: {"args": (...)}
+    eager.pt       what eager PyTorch (the original module) produced, one entry per call:
+                   ([output leaves], {input name: that input tensor after the call})
+    check.json     calls, rtol and atol (null: torch.testing.assert_close's defaults for the
+                   dtype), the device, the torch version that wrote the bundle, the names of
+                   the output leaves, the inputs the program mutates, the tree structure,
+                   and the finding to reproduce (its kind and location)
+    finding.txt    the failure as pytest-aoti reported it (finding.json: the same as data)
+
+It runs the engine `calls` times on its own copy of the inputs: inputs the program mutates
+are written in place and the same copy is used again by the next call, as in the check.
+After each call it compares the outputs and every tensor input with eager's, using
+torch.testing.assert_close, and prints each leaf that differs. It then does the same with
+the exported program (exported.module(), no compile) and the decomposed one
+(run_decompositions().module()), which tells where the difference comes from: export,
+decomposition, or the AOTInductor compile itself.
+
+Exit status:
+    1      REPRODUCED: the engine shows the reported finding again (same kind, same location)
+    0      NOT REPRODUCED: it does not (other differences, if any, are printed)
+    2      COULD NOT RUN: a file is missing or unreadable, the device is absent, loading
+           or calling the engine raised (python repro.py --traceback shows where)
+    128+N  the replay died of signal N (e.g. 139: SIGSEGV inside the engine), said on stderr
+
+The replay runs in a child process, so that an engine that kills its process is reported
+rather than mistaken for an exit status; python repro.py --in-process runs it in this one
+(for a debugger).
+"""
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def supervise():
+    """Run the replay in a child process; report a death by a signal as such."""
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-B", sys.flags.dont_write_bytecode)) if on]
+    child = subprocess.run([sys.executable, *flags, __file__, "--in-process", *sys.argv[1:]])
+    if child.returncode >= 0:
+        return child.returncode
+    number = -child.returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    print(
+        f"DIED: the replay was killed by {name} ({number}), most likely inside the engine: "
+        f"python repro.py --in-process runs it under a debugger",
+        file=sys.stderr,
+    )
+    return 128 + number
+
+
+if __name__ == "__main__" and "--in-process" not in sys.argv[1:]:
+    sys.exit(supervise())
+
+import traceback
+import warnings
+
+import torch
+import torch._inductor
+import torch.utils._pytree as pytree
+from torch.export.graph_signature import InputKind
+
+# torch's notices about its own internals (run_decompositions copies deprecated tree specs)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+# torch.testing.assert_close's default (rtol, atol) per dtype; other dtypes compare exactly
+DEFAULT_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-3, 1e-5),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+class CouldNotRun(Exception):
+    """The bundle cannot be replayed here (not the reproduced finding)."""
+
+
+def main():
+    try:
+        return replay_bundle()
+    except Exception as error:
+        first = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {first[0]}" if first else type(error).__name__
+        if isinstance(error, CouldNotRun):
+            reason = str(error)
+        print(f"COULD NOT RUN: {reason}", file=sys.stderr)
+        if "--traceback" in sys.argv[1:]:
+            traceback.print_exc()
+        elif not isinstance(error, CouldNotRun):
+            print("(python repro.py --traceback shows where)", file=sys.stderr)
+        return 2
+
+
+def replay_bundle():
+    check = json.loads((HERE / "check.json").read_text())
+    calls, rtol, atol = check["calls"], check["rtol"], check["atol"]
+    device = torch.device(check["device"])
+    if not device_available(device):
+        raise CouldNotRun(
+            f"the package was compiled for {device}, which this machine does not have: "
+            f"run this bundle where torch.{device.type}.is_available()"
+        )
+    target = check.get("reproduces") or {}
+    finding = (HERE / "finding.txt").read_text().splitlines()
+    print(f"pytest-aoti reported: {finding[0] if finding else '(finding.txt is empty)'}")
+    print(f"torch {torch.__version__}, device {device}; bundle written by torch {check['torch']}")
+    print(f"{plural(calls, 'call', 'calls')}; {describe_tolerance(rtol, atol)}")
+
+    exported = load_exported()
+    load_options = {}
+    if device.type == "cuda" and device.index is not None:
+        load_options["device_index"] = device.index
+    package = torch._inductor.aoti_load_package(str(HERE / "package.pt2"), **load_options)
+    # these files were written by pytest-aoti next to a compiled shared library, which runs
+    # native code anyway: trust the bundle as a whole, or do not run it
+    inputs = torch.load(HERE / "inputs.pt", map_location=device, weights_only=False)
+    eager = torch.load(HERE / "eager.pt", map_location=device, weights_only=False)
+    names = check.get("outputs")
+    mutated = set(check.get("mutated_inputs", ()))
+
+    def engine(*leaves):
+        # the package's own call would rebuild the model's output types from their names;
+        # the flat run needs none of them
+        return list(package.loader.boxed_run([x for x in leaves if isinstance(x, torch.Tensor)]))
+
+    def replay(title, label, program):
+        print(f"\n{title} vs eager:")
+        mismatches = run_and_compare(
+            label, program, exported, inputs["args"], inputs["kwargs"], eager, rtol, atol,
+            names=names, mutated=mutated,
+        )
+        for _, _, text in mismatches:
+            print("  " + text.replace("\n", "\n    "))
+        if mismatches:
+            print(f"  {plural(len(mismatches), 'mismatch', 'mismatches')}")
+        else:
+            print("  matches on every call")
+        return mismatches
+
+    # each program is loaded afresh: running one mutates the buffers it shares with the file's
+    # program object, and every replay must start from the exported state, as eager did
+    engine_mismatches = replay("AOTI engine", "engine", engine)
+    raised = [text for kind, _, text in engine_mismatches if kind == "raised"]
+    if raised:
+        raise CouldNotRun(f"the engine raised, which is not the reported finding: {raised[0]}")
+    export_differs = bool(replay("exported program (exported.module())", "exported", load_exported().module()))
+    try:
+        decomposed = load_exported().run_decompositions().module()
+    except Exception as error:
+        print(f"\nrun_decompositions() failed: {type(error).__name__}: {error}")
+        decompose_differs = None
+    else:
+        title = "decomposed program (run_decompositions().module())"
+        decompose_differs = bool(replay(title, "decomposed", decomposed))
+
+    print()
+    wanted = (target.get("kind"), target.get("location"))
+    what = f"{wanted[0]} at {wanted[1] or 'the output'}" if target else "the reported finding"
+    if not any((kind, location) == wanted for kind, location, _ in engine_mismatches):
+        if engine_mismatches:
+            print(f"NOT REPRODUCED: the AOTI engine differs from eager, but not as reported ({what}).")
+        else:
+            print("NOT REPRODUCED: the AOTI engine matches eager on every call.")
+        if export_differs:
+            print("(The exported program differs from eager, though.)")
+        return 0
+    print(f"REPRODUCED: the AOTI engine differs from eager ({what}).")
+    if export_differs:
+        print(
+            "The exported program differs from eager too: the difference is already in what "
+            "torch.export traced (an export bug, or code the model runs only while exporting), "
+            "before any decomposition or compile."
+        )
+    elif decompose_differs:
+        print(
+            "The exported program matches eager but the decomposed one does not: "
+            "run_decompositions() introduced the difference."
+        )
+    elif decompose_differs is None:
+        print("The exported program matches eager: decomposition or the AOTI compile broke it.")
+    else:
+        print(
+            "The exported and the decomposed programs match eager: the AOTI compile "
+            "(or the engine's runtime) introduced the difference."
+        )
+    return 1
+
+
+def load_exported():
+    return torch.export.load(HERE / "exported.pt2")
+
+
+def run_and_compare(label, program, exported, args, kwargs, eager, rtol, atol, names=None, mutated=()):
+    """Call `program` len(eager) times on one copy of the inputs; return the mismatches.
+
+    Each mismatch is (kind, location, text): kind "output", "mutated input", "untouched
+    input" (an input the program does not mutate, changed), or "raised". After each call
+    the output leaves, and each tensor input as the call left it, are compared with eager's;
+    `names` names the output leaves, `label` the program's values in the figures.
+    """
+    args, kwargs = clone((tuple(args), dict(kwargs)))
+    inputs = named_user_inputs(exported, args, kwargs)
+    mismatches = []
+    for call, (eager_outputs, eager_inputs) in enumerate(eager, start=1):
+        where = f"call {call} of {len(eager)}"
+        try:
+            with torch.no_grad():
+                outputs = program(*args, **kwargs)
+        except Exception:
+            mismatches.append(("raised", "", f"{where}: raised\n{traceback.format_exc().rstrip()}"))
+            break
+        expected, actual = list(eager_outputs), flat_list(outputs)
+        labels = names if names and len(names) == len(expected) else [f"output[{i}]" for i in range(len(expected))]
+        if len(expected) != len(actual):
+            text = f"output structure, {where}: eager {len(expected)} leaves, {label} {len(actual)}"
+            mismatches.append(("output", "output", text))
+        else:
+            for location, want, got in zip(labels, expected, actual):
+                for text in compare(f"{location}, {where}", label, want, got, rtol, atol):
+                    mismatches.append(("output", location, text))
+        for name, want in eager_inputs.items():
+            location = f"input '{name}'"
+            kind = "mutated input" if name in mutated else "untouched input"
+            for text in compare(f"{location}, {where}", label, want, inputs[name], rtol, atol):
+                mismatches.append((kind, location, text))
+    return mismatches
+
+
+def flat_list(outputs):
+    """A flat program returns a tuple of leaves; one output may come back bare."""
+    return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+
+def compare(location, label, expected, actual, rtol, atol):
+    """[] if `actual` passes assert_close against eager's `expected`, else [the figures]."""
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        if isinstance(actual, torch.Tensor) and actual.dim() == 0:
+            actual = actual.item()  # an engine returns a Python number output as a 0-dim tensor
+    if not isinstance(expected, (torch.Tensor, int, float, complex)):
+        same = expected == actual
+        return [] if same else [f"{location}: eager {expected!r}, {label} {actual!r}"]
+    rtol, atol = tolerance(expected, rtol, atol)
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as error:
+        return [f"{location}: {figures(label, expected, actual, rtol, atol, error)}"]
+    return []
+
+
+def figures(label, expected, actual, rtol, atol, error):
+    """How far `actual` is from `expected`: count beyond tolerance, max abs and rel error."""
+    comparable = (
+        isinstance(expected, torch.Tensor)
+        and isinstance(actual, torch.Tensor)
+        and expected.shape == actual.shape
+        and expected.dtype == actual.dtype
+        and expected.device == actual.device
+        and expected.layout == actual.layout == torch.strided
+    )
+    if not comparable:
+        if not isinstance(expected, torch.Tensor) and not isinstance(actual, torch.Tensor):
+            return f"eager {expected!r}, {label} {actual!r}"
+        return str(error).strip().splitlines()[0]  # assert_close names the attribute
+    wide = torch.complex128 if expected.is_complex() else torch.float64
+    want = expected.detach().to("cpu", wide)
+    got = actual.detach().to("cpu", wide)
+    agree = (want == got) | (want.isnan() & got.isnan())
+    abs_error = torch.where(agree, 0.0, (got - want).abs())
+    nonzero = (want != 0) & want.isfinite()
+    rel_error = torch.where(nonzero, abs_error / torch.where(nonzero, want.abs(), 1.0), 0.0)
+    beyond = ~torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    worst = torch.unravel_index(torch.where(beyond, abs_error, -1.0).argmax(), want.shape)
+    worst = tuple(int(i) for i in worst)
+    return (
+        f"{int(beyond.sum())} of {want.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
+        f" (shape {tuple(expected.shape)}, {expected.dtype})\n"
+        f"max abs error {float(abs_error.max()):.3g}, max rel error {float(rel_error.max()):.3g}; "
+        f"worst at index {worst}: eager={number(expected[worst])} {label}={number(actual[worst])}"
+    )
+
+
+def tolerance(expected, rtol, atol):
+    """The saved rtol/atol; where one is None, assert_close's default for the dtype.
+
+    Integers and bools always compare exactly, as in the check.
+    """
+    if isinstance(expected, torch.Tensor):
+        inexact = expected.is_floating_point() or expected.is_complex()
+        dtype = expected.dtype
+    else:  # Python numbers compare as float64 / complex128 / exactly
+        inexact = isinstance(expected, (float, complex))
+        dtype = torch.complex128 if isinstance(expected, complex) else torch.float64
+    if not inexact:
+        return 0.0, 0.0
+    default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return (default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+
+
+def named_user_inputs(exported, args, kwargs):
+    """{user input name: the caller's leaf}, the names of exported.graph_signature.
+
+    torch.export orders keyword inputs as its in_spec says, not as the caller wrote them.
+    """
+    in_spec = exported.call_spec.in_spec
+    if in_spec is not None and in_spec.num_children == 2:
+        kwargs_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
+        if kwargs_spec.context is not None:
+            kwargs = {name: kwargs[name] for name in kwargs_spec.context if name in kwargs}
+    leaves = pytree.tree_leaves((tuple(args), kwargs))
+    names = [
+        spec.arg.name
+        for spec in exported.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    if len(names) != len(leaves):
+        raise ValueError(f"the program takes inputs {names}, but {len(leaves)} were saved")
+    return dict(zip(names, leaves))
+
+
+def clone(tree):
+    return pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def number(element):
+    value = element.item()
+    return f"{value:.9g}" if isinstance(value, float) else repr(value)
+
+
+def describe_tolerance(rtol, atol):
+    if rtol is None and atol is None:
+        return "tolerance: torch.testing.assert_close's defaults for each dtype"
+    rtol = "default for the dtype" if rtol is None else f"{rtol:g}"
+    atol = "default for the dtype" if atol is None else f"{atol:g}"
+    return f"tolerance: rtol={rtol}, atol={atol}"
+
+
+def plural(count, one, many):
+    return f"{count} {one if count == 1 else many}"
+
+
+def device_available(device):
+    if device.type == "cpu":
+        return True
+    backend = getattr(torch, device.type, None)
+    return backend is not None and backend.is_available()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+"""The text of ``repro.py``; it reads everything else from the files beside it."""
