@@ -25,6 +25,7 @@ KINDS = (
     "shape",  # a generated input shape fails
     "threads",  # one engine shared by threads gives other results than sequential eager
     "memory",  # an engine call allocated more device memory than max_extra_bytes
+    "probe",  # a deployment probe: the engine silently differs on an input the program accepts
     "check",  # a message without structure (AotiCheckError raised with a plain string)
 )
 

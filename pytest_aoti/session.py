@@ -370,6 +370,9 @@ class AotiSession:
                 f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
                 f"{devices}: device memory is measured on CUDA only"
             )
+        from pytest_aoti.reports.hazards import write_hazards
+
+        write_hazards(terminalreporter, records)
         problems = list(self.cache_problems)
         for figures in self.worker_stats:
             problems += [p for p in figures.get("cache_problems", []) if p not in problems]
@@ -535,6 +538,8 @@ class ItemEvents:
             calls=plan.calls,
             check_seconds=seconds,
         )
+        if plan.probes is not None:
+            record.probes = plan.probes.to_json()
         if result is not None:
             record.max_abs = result.max_abs
             record.max_rel = result.max_rel

@@ -110,6 +110,19 @@ def parse_export_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+PROBE_POLICIES = ("off", "report", "fail")
+
+
+def parse_probe_policy(text: str) -> str:
+    """``off``, ``report`` or ``fail``: what deployment probes do after a passing check."""
+    policy = str(text).strip().lower()
+    if policy not in PROBE_POLICIES:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(PROBE_POLICIES)}, got {text!r}"
+        )
+    return policy
+
+
 def parse_json_object(text: str) -> dict[str, Any]:
     """A JSON object, e.g. ``{"max_autotune": false}``."""
     try:
@@ -209,6 +222,16 @@ OPTIONS = (
         check="localize",
     ),
     Option(
+        "aoti-probes",
+        parse_probe_policy,
+        "report",
+        "After a passing check, call the raw engine with variants of the example (other "
+        "layouts, sizes, dtypes, scalar values, aliased inputs) and compare with eager: off, "
+        "report (list hazards in the summary) or fail (a silently wrong variant fails the "
+        "check). Default: report.",
+        check="probes",
+    ),
+    Option(
         "aoti-inductor-configs",
         parse_json_object,
         None,
@@ -304,6 +327,7 @@ class AotiSettings:
     examples: int = DEFAULT_EXAMPLES
     max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
+    probes: str = "report"
     inductor_configs: dict[str, Any] | None = None
     keep_failed: Path | None = None
     report: Path | None = None

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from pytest_aoti.checks.memory import PeakMemory
     from pytest_aoti.checks.parity import Localizer
+    from pytest_aoti.checks.probes import ProbeReport
     from pytest_aoti.compare import LeafStats, Tolerance, ToleranceHook
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
@@ -51,6 +52,10 @@ class CheckDefaults:
     max_dim: int = DEFAULT_MAX_DIM
     localize: bool = True
     """Name the first diverging node when the AOTI compile broke a check (one extra compile)."""
+    probes: str = "report"
+    """Deployment probes after a passing check: ``off``, ``report`` or ``fail``."""
+    probes_skip: Any = None
+    """Probe variants a model does not support: ``{"channels_last"}`` or ``{"x": {"size"}}``."""
     base_rtol: float | None = None
     """``--aoti-rtol`` / ini: below the marker, the call and the tolerance hook."""
     base_atol: float | None = None
@@ -98,6 +103,8 @@ MARKER_OPTIONS = (
     "examples",
     "max_dim",
     "localize",
+    "probes",
+    "probes_skip",
 )
 """Options of ``@pytest.mark.aoti``: the ``CheckDefaults`` fields a marker may set."""
 
@@ -120,6 +127,8 @@ class CheckResult:
     extra_bytes: int | None = None
     """With ``max_extra_bytes``: the most device memory one engine call allocated beyond
     what was allocated before it; None where it is not measured (the CPU)."""
+    probes: ProbeReport | None = None
+    """The deployment probes of the program (None with ``probes="off"``)."""
 
     @property
     def max_errors(self) -> dict[str, tuple[float, float]]:
@@ -166,6 +175,8 @@ class _CheckPlan:
     engine: Any = None
     """The engine of the first input set's run, kept for timing: loading another one for a
     program with buffer state would map the package again, for good."""
+    probes: ProbeReport | None = None
+    """The deployment probes run after the check passed."""
 
 
 class CheckEvents(Protocol):
@@ -315,6 +326,8 @@ class AotiTester:
         dynamic_shapes: Any = None,
         threads: int | None = None,
         max_extra_bytes: int | None = None,
+        probes: str | None = None,
+        probes_skip: Any = None,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
@@ -340,7 +353,14 @@ class AotiTester:
         - ``max_extra_bytes=N``: no engine call of the example allocates more than N bytes
           of device memory beyond what was allocated before it (outputs included), e.g.
           no copy of a cache it updates in place. Measured on CUDA; on the CPU it is not
-          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so).
+          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so);
+        - ``probes="report"`` (the default, or ``--aoti-probes``): once the check passed, the
+          raw engine is called with variants of the example (other layouts, sizes, dtypes,
+          devices, scalar values, aliased inputs) and the hazards are reported;
+          ``probes="fail"`` fails the check where the engine silently differs from eager on
+          a variant the exported program accepts; ``probes="off"`` runs none.
+          ``probes_skip={"x": {"channels_last"}}`` (or a set for every input) leaves out
+          variants the model deliberately does not support.
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -371,6 +391,12 @@ class AotiTester:
             )
         settings = self.defaults.overridden(examples=examples)
         tolerance = self.defaults.tolerance(rtol, atol)
+        from pytest_aoti.checks.probes import check_policy, check_skip
+
+        probe_policy = check_policy(probes if probes is not None else self.defaults.probes)
+        probe_skip = check_skip(
+            probes_skip if probes_skip is not None else self.defaults.probes_skip
+        )
 
         if isinstance(dynamic_shapes, str):
             dynamic_shapes = self._infer_dynamic_shapes(
@@ -404,6 +430,8 @@ class AotiTester:
         try:
             _assert_signature(program, mutates, mutated_buffers)
             result = self._run_plan(program, plan, dynamic_shapes)
+            if probe_policy != "off":
+                result = self._probe(program, plan, result, probe_policy, probe_skip)
         except AotiCheckError as error:
             failure = self._failed(program, error, plan)
             if self._events is not None:
@@ -487,6 +515,31 @@ class AotiTester:
             input_sets=input_sets + generated,
             extra_bytes=memory.peak_bytes if memory is not None and memory.measured else None,
         )
+
+    def _probe(
+        self,
+        program: AotiProgram,
+        plan: _CheckPlan,
+        result: CheckResult,
+        policy: str,
+        skip: Mapping[str, frozenset[str]],
+    ) -> CheckResult:
+        """Deployment probes of a passed check; under ``fail`` a wrong variant raises."""
+        __tracebackhide__ = True
+        from pytest_aoti.checks.probes import probe_failure, run_probes
+
+        report, variants = run_probes(
+            program,
+            plan.module,
+            *plan.input_sets[0],
+            tolerance=plan.tolerance,
+            skip=skip,
+            cache=self._registry,
+        )
+        plan.probes = report
+        if policy == "fail" and report.wrong:
+            raise probe_failure(report, variants, plan.module)
+        return replace(result, probes=report)
 
     def _failed(
         self, program: AotiProgram, error: AotiCheckError, plan: _CheckPlan

@@ -68,6 +68,9 @@ class CheckRecord:
     """With ``max_extra_bytes``: the most device memory one engine call allocated."""
     extra_bytes_unmeasured: bool = False
     """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """Deployment probes of the program: ``input``, ``variant``, ``outcome``, ``max_abs``,
+    ``max_rel``, ``refused_with_checks``, ``remedy`` per variant."""
 
     @property
     def speed_ratio(self) -> float | None:
@@ -105,6 +108,13 @@ class CheckRecord:
             "aoti_extra_bytes": self.extra_bytes,
         }
         props += [(name, value) for name, value in optional.items() if value is not None]
+        if self.probes:
+            outcomes = [probe.get("outcome") for probe in self.probes]
+            props += [
+                ("aoti_probes", len(outcomes)),
+                ("aoti_probes_wrong", outcomes.count("wrong")),
+                ("aoti_probes_unguarded", outcomes.count("unguarded")),
+            ]
         if self.finding is not None:
             figures = self.finding.get("figures") or {}
             props += [
