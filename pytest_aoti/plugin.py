@@ -33,7 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None): an AOTInductor test, run on every --aoti-device; the "
+        "max_dim=None, localize=None, probes=None, probes_skip=None): an AOTInductor test, "
+        "run on every --aoti-device; the "
         "options are defaults for the aoti fixture's checks",
     )
     session = AotiSession(config, read_settings(config))
