@@ -540,6 +540,8 @@ class ItemEvents:
         )
         if plan.probes is not None:
             record.probes = plan.probes.to_json()
+            if plan.probes.error:
+                self._item.user_properties.append(("aoti_probes_error", plan.probes.error))
         if result is not None:
             record.max_abs = result.max_abs
             record.max_rel = result.max_rel

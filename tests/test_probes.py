@@ -244,7 +244,7 @@ def test_marker_and_check_keyword_choose_policy_and_skip(run_aoti) -> None:
         ]
     )
     result.stdout.fnmatch_lines(
-        ["*probes_skip['x'] names unknown variant kind(s) sideways; known: channels_last*"]
+        ["*probes_skip?'x'? names unknown variant kind(s) sideways; known: channels_last*"]
     )
 
 

@@ -35,8 +35,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,7 +119,9 @@ class ProbeReport:
     """True when the outcomes came from the cache: no engine was called."""
     seconds: float = 0.0
     skipped: tuple[str, ...] = ()
-    """Variants not probed: opted out, or eager itself rejects them."""
+    """Variants eager itself rejects: not probed."""
+    error: str = ""
+    """Why the probes could not run (a passed check never fails for it)."""
 
     @property
     def wrong(self) -> list[ProbeOutcome]:
@@ -198,7 +200,9 @@ class Variant:
     risky: bool = False
     """The engine may read or write out of bounds (smaller size, narrower dtype, another
     device)."""
-    fields: dict[str, Any] = field(default_factory=dict)
+    eager_inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+    """What eager runs on instead of the variant: the example itself, for a device
+    variant (the caller means the same values; eager cannot mix devices)."""
 
 
 def choose_variants(
@@ -232,6 +236,9 @@ def choose_variants(
         new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)
         variants.append(Variant(name, variant, kind, tuple(new_args), dict(new_kwargs), **extra))
 
+    example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
+    example = (tuple(example_args), dict(example_kwargs))
+
     variants: list[Variant] = []
     for index, (name, leaf) in enumerate(zip(names, leaves)):
         if isinstance(leaf, torch.Tensor):
@@ -263,6 +270,7 @@ def choose_variants(
                         "device",
                         outside_contract=True,
                         risky=True,
+                        eager_inputs=example,
                     )
         elif isinstance(leaf, (int, float)) and not skipped(name, "scalar"):
             new = (not leaf) if isinstance(leaf, bool) else leaf + 1
@@ -449,19 +457,25 @@ def run_probes(
     """
     started = time.perf_counter()
     skip = skip or {}
-    variants = choose_variants(program, args, kwargs, skip)
-    key = _spec_digest(program, variants, skip, tolerance)
+    try:
+        variants = choose_variants(program, args, kwargs, skip)
+        key = _spec_digest(program, variants, skip, tolerance)
+    except Exception as error:  # inputs the probes cannot vary: say so, fail nothing
+        return ProbeReport((), error=f"{type(error).__name__}: {error}"), []
     if cache is not None:
         kept = (cache.sidecar(program.key, "probes") or {}).get(key)
         if isinstance(kept, dict) and isinstance(kept.get("outcomes"), list):
             try:
                 outcomes = tuple(ProbeOutcome.from_json(item) for item in kept["outcomes"])
                 skipped = tuple(str(item) for item in kept.get("skipped", []))
-            except TypeError:
+            except (TypeError, ValueError):
                 outcomes = None
             if outcomes is not None:
                 return ProbeReport(outcomes, cached=True, skipped=skipped), variants
-    outcomes_list, skipped_list = _probe(program, module, variants, tolerance, timeout)
+    try:
+        outcomes_list, skipped_list = _probe(program, module, variants, tolerance, timeout)
+    except Exception as error:  # a probe's own failure never fails a passed check
+        return ProbeReport((), error=f"{type(error).__name__}: {error}"), variants
     report = ProbeReport(
         tuple(outcomes_list),
         seconds=time.perf_counter() - started,
@@ -515,7 +529,6 @@ class _Judged:
     variant: Variant
     accepted: bool
     eager: tuple[Any, Any] | None = None
-    eager_reference: Callable[[], Any] | None = None
 
 
 def _probe(
@@ -555,7 +568,7 @@ def _eager_and_guards(
     for variant in variants:
         eager_module = copy.deepcopy(module) if program.mutated_buffers else module
         try:
-            eager = _call(eager_module, variant.args, variant.kwargs)
+            eager = _call(eager_module, *(variant.eager_inputs or (variant.args, variant.kwargs)))
         except Exception:  # eager itself rejects the variant: nothing a caller can do
             skipped.append(f"{variant.input}: {variant.variant} (eager rejects it)")
             continue
