@@ -183,7 +183,7 @@ TEST_FILE = textwrap.dedent(
         # only the tree's own module: an editable install's finder would supply a
         # submodule the tree lacks from the installed tree
         call_times = None
-        if os.path.exists(os.path.join(tree, "timing.py")):
+        if os.path.exists(os.path.join(tree, "checks", "timing.py")):
             from pytest_aoti.checks.timing import call_times
         if call_times is not None:
             for name in CONFIG["timing_models"]:
@@ -280,7 +280,7 @@ TEST_FILE = textwrap.dedent(
             for name, module in sys.modules.items()
             if (name == "pytest_aoti" or name.startswith("pytest_aoti."))
             and getattr(module, "__file__", None)
-            and os.path.dirname(os.path.realpath(module.__file__)) != tree
+            and not os.path.realpath(module.__file__).startswith(tree + os.sep)
         )
         with open(CONFIG["out"], "w") as out:
             json.dump(report, out)

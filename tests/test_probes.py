@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.checks import probes
+from pytest_aoti.checks import probe_runner, probes
 from pytest_aoti.reports.hazards import hazard_lines
 from pytest_aoti.reports.records import CheckRecord
 
@@ -362,7 +362,7 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
 
     child = tmp_path / "child.py"
     child.write_text(_FAKE_CHILD)
-    monkeypatch.setattr(probes, "_CHILD", child)
+    monkeypatch.setattr(probe_runner, "_CHILD", child)
 
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -371,7 +371,7 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     x = torch.ones(3, 2)
     program = _program_stub(Double(), (x,), set())
     variants = probes.choose_variants(program, (x,), {}, {})[:3]
-    results = probes._run_child(program, variants, timeout=15)  # type: ignore[arg-type]
+    results = probe_runner.run_child(program, variants, timeout=15)  # type: ignore[arg-type]
     assert results[(0, False)]["crashed"] == (
         f"the engine crashed the process (signal {signal.SIGSEGV.value})"
     )

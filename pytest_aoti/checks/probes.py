@@ -15,7 +15,8 @@ same variant, and judges it against the exported program's own contract (the gua
 - ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
   returns something else (every engine without input checks shares this hazard).
 
-Every engine call runs in one child process per program (:mod:`probe_child`): a variant
+Variants are chosen in :mod:`probe_variants`. Every engine call runs in one child process
+per program (:mod:`probe_runner` starts :mod:`probe_child`): a variant
 may make the engine read out of bounds, and on CUDA an illegal access poisons the
 process. The same child loads the package a second time with the engine's input checks
 on, which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant.
@@ -29,17 +30,19 @@ import copy
 import hashlib
 import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti.checks.probe_runner import CHILD_TIMEOUT, run_child, with_tensors
+from pytest_aoti.checks.probe_variants import (
+    KINDS,
+    Variant,
+    check_skip,
+    choose_variants,
+)
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 
 if TYPE_CHECKING:
@@ -48,21 +51,27 @@ if TYPE_CHECKING:
     from pytest_aoti.compare import Tolerance
     from pytest_aoti.compiling.program import AotiProgram
 
+__all__ = [
+    "KINDS",
+    "OUTCOMES",
+    "POLICIES",
+    "ProbeOutcome",
+    "ProbeReport",
+    "Variant",
+    "check_policy",
+    "check_skip",
+    "choose_variants",
+    "probe_failure",
+    "run_probes",
+]
+
 POLICIES = ("off", "report", "fail")
 OUTCOMES = ("ok", "refused", "wrong", "unguarded")
 HAZARDS = ("wrong", "unguarded")
 
-LAYOUT_KINDS = ("channels_last", "channels_last_3d", "permuted", "strided_slice", "storage_offset")
-KINDS = (*LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
-"""Variant kinds; ``probes_skip`` names these."""
 
 PROBE_FORMAT = 1
 """Version of the cached outcomes: part of their key."""
-
-CHILD_TIMEOUT = 120.0
-"""Seconds one child process may run (startup and every job together)."""
-
-_CHILD = Path(__file__).with_name("probe_child.py")
 
 
 @dataclass(frozen=True)
@@ -151,287 +160,6 @@ def check_policy(value: Any, where: str = "probes") -> str:
     if not isinstance(value, str) or value.strip().lower() not in POLICIES:
         raise AotiUsageError(f"{where} must be one of {', '.join(POLICIES)}, got {value!r}")
     return value.strip().lower()
-
-
-def check_skip(value: Any) -> dict[str, frozenset[str]]:
-    """``probes_skip`` as ``{input name or "*": kinds}``.
-
-    Accepted: a set of kinds for every input (``{"channels_last"}``), or a dict of input
-    name to a set of kinds (``{"x": {"channels_last", "size"}}``); ``"*"`` stands for all
-    kinds.
-    """
-    if value is None:
-        return {}
-
-    def kinds(names: Any, where: str) -> frozenset[str]:
-        if isinstance(names, str):
-            names = {names}
-        if not isinstance(names, Iterable):
-            raise AotiUsageError(f"probes_skip{where} must be a set of variant kinds")
-        chosen = frozenset(str(name) for name in names)
-        unknown = sorted(chosen - set(KINDS) - {"*"})
-        if unknown:
-            raise AotiUsageError(
-                f"probes_skip{where} names unknown variant kind(s) {', '.join(unknown)}; "
-                f"known: {', '.join(KINDS)} (or * for all)"
-            )
-        return frozenset(KINDS) if "*" in chosen else chosen
-
-    if isinstance(value, Mapping):
-        return {str(name): kinds(names, f"[{name!r}]") for name, names in value.items()}
-    return {"*": kinds(value, "")}
-
-
-# --- variants -----------------------------------------------------------------------------
-
-
-@dataclass
-class Variant:
-    """One probe input set: the example with one input changed."""
-
-    input: str
-    variant: str
-    kind: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    outside_contract: bool = False
-    """The exported program declares something else (dtype, device) than this variant has,
-    whether or not ``exported.module()`` checks it."""
-    risky: bool = False
-    """The engine may read or write out of bounds (smaller size, narrower dtype, another
-    device)."""
-    eager_inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-    """What eager runs on instead of the variant: the example itself, for a device
-    variant (the caller means the same values; eager cannot mix devices)."""
-
-
-def choose_variants(
-    program: AotiProgram,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    skip: Mapping[str, frozenset[str]],
-) -> list[Variant]:
-    """The variants worth probing for this program and example: layouts by rank, sizes by
-    the exported dims, dtypes of floating inputs, devices where the program has one,
-    values of Python scalars, aliasing where an input is mutated. Inputs are copies;
-    the caller's tensors are never touched."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.checks.aliasing import _ordered_kwargs, aliased_inputs
-    from pytest_aoti.checks.parity import clone_tree
-
-    exported = program.exported
-    names = _user_input_names(exported)
-    leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), _ordered_kwargs(exported, kwargs))))
-    if len(leaves) != len(names):
-        return []
-    dims = _exported_dims(exported)
-
-    def skipped(name: str, kind: str) -> bool:
-        return kind in skip.get(name, frozenset()) or kind in skip.get("*", frozenset())
-
-    def make(changes: Mapping[int, Any], name: str, variant: str, kind: str, **extra: Any) -> None:
-        fresh = [changes.get(index, leaf) for index, leaf in enumerate(leaves)]
-        new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)
-        variants.append(Variant(name, variant, kind, tuple(new_args), dict(new_kwargs), **extra))
-
-    example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
-    example = (tuple(example_args), dict(example_kwargs))
-
-    variants: list[Variant] = []
-    for index, (name, leaf) in enumerate(zip(names, leaves)):
-        if isinstance(leaf, torch.Tensor):
-            if leaf.layout != torch.strided or leaf.numel() < 2:
-                continue
-            for kind, tensor in _layouts(leaf):
-                if not skipped(name, kind):
-                    make({index: tensor}, name, kind, kind)
-            if not skipped(name, "size"):
-                for label, tensor, risky in _sizes(leaf, dims.get(name, ())):
-                    make({index: tensor}, name, label, "size", risky=risky)
-            if not skipped(name, "dtype"):
-                for dtype, risky in _dtypes(leaf):
-                    label = f"dtype={str(dtype).removeprefix('torch.')}"
-                    make(
-                        {index: leaf.to(dtype)},
-                        name,
-                        label,
-                        "dtype",
-                        outside_contract=True,
-                        risky=risky,
-                    )
-            if not skipped(name, "device"):
-                for device in _devices(leaf):
-                    make(
-                        {index: leaf.to(device)},
-                        name,
-                        f"device={device}",
-                        "device",
-                        outside_contract=True,
-                        risky=True,
-                        eager_inputs=example,
-                    )
-        elif isinstance(leaf, (int, float)) and not skipped(name, "scalar"):
-            new = (not leaf) if isinstance(leaf, bool) else leaf + 1
-            make({index: new}, name, f"value={new!r}", "scalar")
-
-    mutated = program.mutated_inputs
-    # aliased *example* inputs are the aliasing check's: never both report an input set
-    if mutated and not aliased_inputs(exported, args, kwargs):
-        tensors = {
-            name: (index, leaf)
-            for index, (name, leaf) in enumerate(zip(names, leaves))
-            if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.dim()
-        }
-        for target in sorted(mutated & set(tensors)):
-            t_index, t_leaf = tensors[target]
-            for other, (o_index, o_leaf) in tensors.items():
-                if other == target or skipped(target, "aliased") or skipped(other, "aliased"):
-                    continue
-                if o_leaf.shape != t_leaf.shape or o_leaf.dtype != t_leaf.dtype:
-                    continue
-                label = f"{target}, {other}"
-                shared = t_leaf.clone()
-                make({t_index: shared, o_index: shared}, label, "same tensor", "aliased")
-                rows = t_leaf.shape[0]
-                if rows >= 2:
-                    shift = max(1, rows // 2)
-                    base = torch.cat([t_leaf, o_leaf[rows - shift :]])
-                    make(
-                        {t_index: base[:rows], o_index: base[shift : shift + rows]},
-                        label,
-                        "overlapping views",
-                        "aliased",
-                    )
-                break  # one partner per mutated input is enough
-    return variants
-
-
-def _layouts(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """Same shape and values in other memory layouts; none that equals the example's."""
-    import torch
-
-    found: list[tuple[str, torch.Tensor]] = []
-    if leaf.dim() == 4:
-        found.append(("channels_last", leaf.contiguous(memory_format=torch.channels_last)))
-    if leaf.dim() == 5:
-        found.append(("channels_last_3d", leaf.contiguous(memory_format=torch.channels_last_3d)))
-    if leaf.dim() >= 2:
-        order = list(reversed(range(leaf.dim())))
-        found.append(("permuted", leaf.permute(order).contiguous().permute(order)))
-    bigger = torch.zeros(
-        (*leaf.shape[:-1], 2 * leaf.shape[-1]), dtype=leaf.dtype, device=leaf.device
-    )
-    bigger[..., ::2] = leaf
-    found.append(("strided_slice", bigger[..., ::2]))
-    flat = torch.zeros(leaf.numel() + 1, dtype=leaf.dtype, device=leaf.device)
-    flat[1:] = leaf.reshape(-1)
-    found.append(("storage_offset", flat[1:].view(leaf.shape)))
-    return [
-        (kind, tensor)
-        for kind, tensor in found
-        if tensor.stride() != leaf.stride() or tensor.storage_offset() != leaf.storage_offset()
-    ]
-
-
-def _sizes(
-    leaf: torch.Tensor, dims: tuple[tuple[int, int] | None, ...]
-) -> list[tuple[str, torch.Tensor, bool]]:
-    """Another size of each static dim (one more; one less for dim 0), and sizes just
-    outside a dynamic dim's range. ``dims`` holds None for a static dim, else its range."""
-    import torch
-
-    found: list[tuple[str, torch.Tensor, bool]] = []
-
-    def resized(dim: int, size: int) -> torch.Tensor:
-        now = leaf.shape[dim]
-        if size <= now:
-            return leaf.narrow(dim, 0, size).contiguous()
-        reps = [leaf] * (size // now) + [leaf.narrow(dim, 0, size % now)]
-        return torch.cat(reps, dim).contiguous()
-
-    for dim, size in enumerate(leaf.shape):
-        bounds = dims[dim] if dim < len(dims) else None
-        if bounds is None:
-            found.append((f"size[{dim}]={size + 1}", resized(dim, size + 1), False))
-            if dim == 0 and size > 1:
-                found.append((f"size[{dim}]={size - 1}", resized(dim, size - 1), True))
-            continue
-        low, high = bounds
-        if high is not None and high + 1 <= max(4 * size, 64):
-            found.append((f"size[{dim}]={high + 1}", resized(dim, high + 1), False))
-        if low is not None and low >= 1 and size >= 1:
-            found.append((f"size[{dim}]={low - 1}", resized(dim, low - 1), True))
-    return found
-
-
-def _dtypes(leaf: torch.Tensor) -> list[tuple[torch.dtype, bool]]:
-    """A wider and a narrower floating dtype (the narrower one may read out of bounds)."""
-    import torch
-
-    if not leaf.is_floating_point():
-        return []
-    if leaf.dtype == torch.float32:
-        return [(torch.float64, False), (torch.float16, True)]
-    if leaf.dtype in (torch.float16, torch.bfloat16):
-        return [(torch.float32, False)]
-    if leaf.dtype == torch.float64:
-        return [(torch.float32, True)]
-    return []
-
-
-def _devices(leaf: torch.Tensor) -> list[str]:
-    """A CPU input to a CUDA engine; another CUDA index where there is one."""
-    import torch
-
-    if leaf.device.type != "cuda":
-        return []
-    found = ["cpu"]
-    count = torch.cuda.device_count()
-    if count > 1:
-        found.append(f"cuda:{((leaf.device.index or 0) + 1) % count}")
-    return found
-
-
-def _user_input_names(exported: Any) -> tuple[str, ...]:
-    from pytest_aoti.compiling.signature import read_signature_names
-
-    return read_signature_names(exported)
-
-
-def _exported_dims(exported: Any) -> dict[str, tuple[tuple[int, int] | None, ...]]:
-    """Per tensor input, per dim: None where static, else the ``(min, max)`` of its range
-    (None for an unbounded end)."""
-    names = set(_user_input_names(exported))
-    ranges = {str(symbol): value for symbol, value in exported.range_constraints.items()}
-    found: dict[str, tuple[tuple[int, int] | None, ...]] = {}
-    for node in exported.graph.nodes:
-        if node.op != "placeholder" or node.name not in names:
-            continue
-        value = node.meta.get("val")
-        shape = getattr(value, "shape", None)
-        if shape is None:
-            continue
-        dims: list[tuple[int, int] | None] = []
-        for size in shape:
-            if isinstance(size, int):
-                dims.append(None)
-                continue
-            bound = ranges.get(str(size.node.expr))
-            low = _finite(getattr(bound, "lower", None))
-            high = _finite(getattr(bound, "upper", None))
-            dims.append((low if low is not None else 0, high))  # type: ignore[arg-type]
-        found[node.name] = tuple(dims)
-    return found
-
-
-def _finite(value: Any) -> int | None:
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if abs(number) < 2**62 else None
 
 
 # --- the entry point ---------------------------------------------------------------------
@@ -546,7 +274,7 @@ def _probe(
         judged, skipped = _eager_and_guards(program, module, variants)
     if not judged:
         return [], skipped
-    ran = _run_child(program, [item.variant for item in judged], timeout)
+    ran = run_child(program, [item.variant for item in judged], timeout)
     outcomes = [
         _judge(program, item, ran.get((index, False)), ran.get((index, True)), tolerance)
         for index, item in enumerate(judged)
@@ -599,119 +327,6 @@ def _clone_keeping_aliases(tree: Any) -> Any:
     return copy.deepcopy(tree)
 
 
-def _run_child(
-    program: AotiProgram, variants: list[Variant], timeout: float
-) -> dict[tuple[int, bool], dict[str, Any]]:
-    """Run every variant unchecked, then with the engine's input checks, in child
-    processes; a crash or a hang ends a child, and the next one goes on after the job it
-    died in. Returns the result per ``(variant index, checked)``; a job that crashed or
-    hung has ``{"crashed": why}``."""
-    import torch
-
-    jobs = [(index, False) for index in range(len(variants))]
-    jobs += [(index, True) for index in range(len(variants))]
-    results: dict[tuple[int, bool], dict[str, Any]] = {}
-    device = program.device
-    deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory(prefix="pytest-aoti-probes-") as root:
-        request_path = Path(root) / "request.pt"
-        torch.save(
-            {
-                "package": str(program.package_path),
-                "device_index": device.index if device.type == "cuda" else None,
-                "fresh": bool(program.mutated_buffers),
-                "inputs": [copy.deepcopy(_flat_tensors(program, v)) for v in variants],
-                "jobs": [],
-            },
-            request_path,
-        )
-        remaining = jobs
-        attempt = 0
-        while remaining:
-            attempt += 1
-            outdir = Path(root) / f"run-{attempt}"
-            outdir.mkdir()
-            request = torch.load(request_path, weights_only=False)
-            request["jobs"] = remaining
-            torch.save(request, request_path)
-            why = _spawn(request_path, outdir, max(1.0, deadline - time.monotonic()))
-            done = 0
-            for position, job in enumerate(remaining):
-                path = outdir / f"job-{position}.pt"
-                if not path.exists():
-                    break
-                results[job] = torch.load(path, weights_only=False, map_location="cpu")
-                done += 1
-            if done == len(remaining):
-                break
-            if why is None:
-                why = "the child process stopped without a result"
-            crashed = remaining[done]
-            results[crashed] = {"crashed": why}
-            remaining = remaining[done + 1 :]
-            if time.monotonic() >= deadline:
-                for job in remaining:
-                    results[job] = {"crashed": "not run: the probes ran out of time"}
-                break
-    return results
-
-
-def _flat_tensors(program: AotiProgram, variant: Variant) -> list[Any]:
-    """The tensor leaves of a variant in the program's input order: what the engine takes."""
-    import torch
-
-    return [leaf for leaf in _ordered_leaves(program, variant)[0] if isinstance(leaf, torch.Tensor)]
-
-
-def _ordered_leaves(program: AotiProgram, variant: Variant) -> tuple[list[Any], Any]:
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.checks.aliasing import _ordered_kwargs
-
-    ordered = _ordered_kwargs(program.exported, variant.kwargs)
-    return pytree.tree_flatten((tuple(variant.args), ordered))
-
-
-def _with_tensors(
-    program: AotiProgram, variant: Variant, tensors: list[Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The variant's ``(args, kwargs)`` with its tensors replaced by ``tensors``."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    leaves, spec = _ordered_leaves(program, variant)
-    given = iter(tensors)
-    replaced = [next(given) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-    args, kwargs = pytree.tree_unflatten(replaced, spec)
-    return tuple(args), dict(kwargs)
-
-
-def _spawn(request: Path, outdir: Path, timeout: float) -> str | None:
-    """Run the child; None when it exited normally, else why it did not."""
-    env = dict(os.environ)
-    env.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
-    # the child only loads a package built on this machine: skip the ISA probe's compile
-    env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-    try:
-        completed = subprocess.run(
-            [sys.executable, str(_CHILD), str(request), str(outdir)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"the engine did not return within {timeout:.0f} s"
-    if completed.returncode == 0:
-        return None
-    if completed.returncode < 0:
-        return f"the engine crashed the process (signal {-completed.returncode})"
-    tail = completed.stderr.decode(errors="replace").strip().splitlines()
-    return f"the probe process failed: {tail[-1] if tail else completed.returncode}"
-
-
 def _judge(
     program: AotiProgram,
     item: _Judged,
@@ -745,7 +360,7 @@ def _judge(
     if "error" in unchecked:
         return outcome("refused", detail=str(unchecked["error"]))
     assert item.eager is not None
-    engine_inputs = _with_tensors(program, variant, unchecked["inputs"])
+    engine_inputs = with_tensors(program, variant, unchecked["inputs"])
     mismatch = _mismatch(program, item.eager, (unchecked["outputs"], engine_inputs), tolerance)
     if mismatch is None:
         return outcome("ok")
