@@ -248,11 +248,14 @@ TEST_FILE = textwrap.dedent(
 
             for label, module, args, options, _ in prepared:
                 samples = {{"report": [], "off": []}}
+                cpu = {{"report": [], "off": []}}
                 for rep in range(CONFIG["reps"]):
                     order = ("report", "off") if rep % 2 == 0 else ("off", "report")
                     for side in order:
                         chosen = {{**options, "probes": side}}
-                        samples[side].append(_check_once(aoti, module, args, chosen)[0])
+                        wall, cpu_s = _check_once(aoti, module, args, chosen)
+                        samples[side].append(wall)
+                        cpu[side].append(cpu_s)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     program = aoti.compile(
@@ -267,6 +270,12 @@ TEST_FILE = textwrap.dedent(
                     "warm_paired_ratio": statistics.median(
                         r / o for r, o in zip(samples["report"], samples["off"])
                     ),
+                    "warm_cpu_ratio": statistics.median(cpu["report"])
+                    / statistics.median(cpu["off"]),
+                    "warm_added_cpu_ms": (
+                        statistics.median(cpu["report"]) - statistics.median(cpu["off"])
+                    )
+                    * 1e3,
                     "cold_probes_s": cold,
                     "compile_s": program.compile_seconds,
                     "cold_over_compile": cold / program.compile_seconds,
