@@ -423,3 +423,72 @@ def test_hazard_lines_list_wrong_variants_and_sum_up_unguarded() -> None:
         "report (--aoti-report) lists each",
     ]
     assert hazard_lines([record("t.py::c", "p2", fine)]) == []
+
+
+def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:
+    from pytest_aoti.compiling.registry import ProgramRegistry
+    from pytest_aoti.compiling.store import ArtifactStore
+
+    package = tmp_path / "package.pt2"
+    package.write_bytes(b"not really a package")
+    store = ArtifactStore(tmp_path / "cache")
+    key = "a" * 40
+    assert store.store(key, package, {"caller": "test"}) is not None
+    assert store.read_sidecar(key, "probes") is None
+    data = {"spec": {"outcomes": [{"input": "x", "variant": "channels_last", "max_abs": "inf"}]}}
+    assert store.write_sidecar(key, "probes", data)
+    assert store.read_sidecar(key, "probes") == data
+    assert store.lookup(key) is not None, "the entry stays valid with a sidecar"
+    assert not store.write_sidecar("b" * 40, "probes", data), "no entry, no sidecar"
+    with pytest.raises(ValueError, match="bad sidecar name"):
+        store.write_sidecar(key, "../meta", data)
+
+    # a later session finds them through its registry; a corrupt file reads as none
+    registry = ProgramRegistry(tmp_path / "work", ArtifactStore(tmp_path / "cache"))
+    assert registry.sidecar(key, "probes") == data
+    (tmp_path / "cache" / "v1" / "entries" / key / "probes.json").write_text("{not json")
+    assert ArtifactStore(tmp_path / "cache").read_sidecar(key, "probes") is None
+    assert registry.sidecar(key, "probes") == data, "kept for the session once read"
+    registry.keep_sidecar(key, "probes", {"other": {}})
+    assert ArtifactStore(tmp_path / "cache").read_sidecar(key, "probes") == {"other": {}}
+
+
+def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    from pytest_aoti.compare import Tolerance
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    kept: dict[tuple[str, str], Any] = {}
+
+    class Cache:
+        def sidecar(self, key: str, name: str) -> Any:
+            return kept.get((key, name))
+
+        def keep_sidecar(self, key: str, name: str, data: Any) -> None:
+            kept[(key, name)] = json.loads(json.dumps(dict(data)))
+
+    calls = []
+
+    def fake_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
+        calls.append(len(variants))
+        return {
+            (index, checked): {"error": "refused"}
+            for index in range(len(variants))
+            for checked in (False, True)
+        }
+
+    monkeypatch.setattr(probes, "run_child", fake_child)
+    first, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    again, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    assert len(calls) == 1 and not first.cached and again.cached
+    assert again.outcomes == first.outcomes and {o.outcome for o in first.outcomes} == {"refused"}
+    other, _ = probes.run_probes(
+        program, Double(), (x,), {}, tolerance=Tolerance(atol=1.0), cache=Cache()
+    )
+    assert len(calls) == 2 and not other.cached, "another tolerance probes again"
