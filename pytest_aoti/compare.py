@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -79,7 +79,7 @@ class Tolerance:
     def as_json(self, dtype: torch.dtype, location: str = "") -> dict[str, Any]:
         """``{"rtol", "atol", "source"}``: the tolerance used for a leaf, as data."""
         rtol, atol, source = self._resolve(dtype, location)
-        return {"rtol": rtol, "atol": atol, "source": source}
+        return {"rtol": rtol, "atol": atol, "source": source, "explicit": source == _SET_BY_TEST}
 
     def describe(self, dtype: torch.dtype, location: str = "") -> str:
         """One line naming the tolerance used for ``dtype`` and where it came from."""
@@ -89,7 +89,7 @@ class Tolerance:
     def _resolve(self, dtype: torch.dtype, location: str) -> tuple[float, float, str]:
         default_rtol, default_atol = _default_tolerance(dtype)
         layers: list[tuple[float | None, float | None, str]] = [
-            (self.rtol, self.atol, "set by the test")
+            (self.rtol, self.atol, _SET_BY_TEST)
         ]
         if self.hook is not None and not (self.rtol is not None and self.atol is not None):
             hooked = self.hook(location, dtype)
@@ -107,6 +107,9 @@ class Tolerance:
         )
 
 
+_SET_BY_TEST = "set by the test"
+
+
 @dataclass(frozen=True)
 class LeafStats:
     """Error figures of one compared leaf."""
@@ -117,6 +120,8 @@ class LeafStats:
     tolerance_used: float = 0.0
     """The largest error as a fraction of what the tolerance allows there (1: at the limit;
     above 1 only where the fp64 check accepted it)."""
+    rescued_by_fp64: bool = False
+    """Beyond the tolerance, and passed by the fp64 rule."""
 
 
 def _default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -445,7 +450,8 @@ def _check_inexact(
     if not final and expected.is_floating_point() and reference is not None:
         passed, rescue_line = _fp64_rescue(expected, actual, reference)
         if passed:
-            return _stats(frame.location, expected, diff, rtol, atol)
+            stats = _stats(frame.location, expected, diff, rtol, atol)
+            return replace(stats, rescued_by_fp64=True)
     summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
     raise frame.error(
         summary,
@@ -620,6 +626,24 @@ def _figures(
         rtol_needed=needed[0],
         atol_needed=needed[1],
     )
+
+
+def mismatch_counts(
+    expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance, location: str = ""
+) -> tuple[int, float, float]:
+    """``(elements beyond tolerance, max abs error, max rel error)`` of two tensors of one
+    shape, judged element by element as :func:`compare_leaf` judges them (exact for
+    integer and bool dtypes, ``tolerance`` at ``location`` for the others; no fp64 check).
+    """
+    want, got = _plain(expected), _plain(actual)
+    diff = _abs_diff(want, got)
+    if want.is_floating_point() or want.is_complex():
+        rtol, atol = tolerance.resolve(want.dtype, location)
+        mismatch = _beyond_tolerance(want, got, diff, rtol, atol)
+    else:
+        mismatch = want != got
+    stats = _stats(location, want, diff)
+    return int(mismatch.sum()), stats.max_abs, stats.max_rel
 
 
 def _tolerances_needed(

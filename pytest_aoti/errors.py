@@ -8,11 +8,11 @@ can act, what to try. An export or compile error keeps torch's own exception as 
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from pytest_aoti.frames import caller_stacklevel, pin_to_source
 
 if TYPE_CHECKING:
     from pytest_aoti.findings import Finding
@@ -127,15 +127,11 @@ class AotiCacheWarning(UserWarning):
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def warn_at_caller(warning: Warning) -> None:
     """Issue ``warning`` at the first frame outside pytest-aoti: the user's own line."""
-    level, frame = 2, sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    warnings.warn(warning, stacklevel=level)
+    warnings.warn(warning, stacklevel=caller_stacklevel())
 
 
 def user_facing(function: _F) -> _F:
@@ -155,8 +151,6 @@ def user_facing(function: _F) -> _F:
         except AotiError as error:
             cause = error.__cause__
             if cause is not None:
-                from pytest_aoti.compiling.pipeline import pin_to_source
-
                 pin_to_source(cause)
             raise error.with_traceback(None) from cause
 

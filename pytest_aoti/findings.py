@@ -138,7 +138,8 @@ class Finding:
     sample: str = ""
     """Which input set: ``sample 1``, ``generated x=(3, 8)``; empty for the first."""
     tolerance: dict[str, Any] | None = None
-    """``{"rtol": ..., "atol": ..., "source": ...}`` for value comparisons."""
+    """``{"rtol", "atol", "source", "explicit"}`` for value comparisons; ``explicit`` is true
+    where the test set the tolerance itself (a repro bundle keeps it)."""
     figures: Figures | None = None
     details: tuple[str, ...] = ()
     """Further lines under the first one, before the figures."""
@@ -193,7 +194,7 @@ class Finding:
         if self.stage in _STAGE_DETAIL:
             body.append(f"stage: {self.stage}: {_STAGE_DETAIL[self.stage]}")
         elif self.stage_reason:
-            body.append(f"stage: unknown ({self.stage_reason})")
+            body.append(f"stage: not attributed ({self.stage_reason})")
         if self.node is not None:
             body += self.node.describe()
             if self.node_reason:  # a caveat, e.g. named from a sample of the graph's nodes
@@ -215,6 +216,7 @@ class Finding:
             "tolerance": self.tolerance,
             "figures": None if self.figures is None else self.figures.to_json(),
             "stage": self.stage,
+            "stage_reason": self.stage_reason or None,
             "node": None if self.node is None else self.node.to_json(),
             "details": list(self.details) + list(self.notes),
             **({"extra": self.extra} if self.extra else {}),

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.session import AotiSession, XdistControllerHooks
-from pytest_aoti.settings import add_options, read_settings
+from pytest_aoti.session import AotiSession
+from pytest_aoti.settings import add_options, marker_help, read_settings
 
 if TYPE_CHECKING:
     import torch
@@ -30,13 +30,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None, probes=None, probes_skip=None): an AOTInductor test, "
-        "run on every --aoti-device; the "
-        "options are defaults for the aoti fixture's checks",
-    )
+    config.addinivalue_line("markers", marker_help())
     session = AotiSession(config, read_settings(config))
     from pytest_aoti.devices import asks_for_cuda
 
@@ -44,7 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
         session.devices  # noqa: B018 - resolving now turns a missing GPU into a usage error
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(XdistControllerHooks(session), "aoti-xdist")
+        from pytest_aoti.reports.xdist import XdistControllerHooks
+
+        config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")
 
 
 def _session(config: pytest.Config) -> AotiSession:

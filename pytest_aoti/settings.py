@@ -1,4 +1,10 @@
-"""Command-line options, their ini twins, and the validated settings read from them.
+"""Every option as one row: command line, ini twin, marker and ``aoti.check`` keyword.
+
+:data:`OPTIONS` drives the ``--aoti-*`` options and their ini keys, :class:`AotiSettings`,
+the defaults of every check (:class:`~pytest_aoti.tester.CheckDefaults`), the keywords
+``@pytest.mark.aoti`` accepts and its help line, the keywords ``aoti.check`` accepts, and
+the plan a check reads its options from (``plan.threads``). A new per-check option is its
+row here plus the check that reads it.
 
 Pure logic without torch: parsing here is what makes a bad value a usage error at startup.
 """
@@ -9,8 +15,9 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +130,51 @@ def parse_probe_policy(text: str) -> str:
     return policy
 
 
+def _probe_policy_problem(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in PROBE_POLICIES:
+        return ""
+    return f"{name} must be one of {', '.join(PROBE_POLICIES)}, got {value!r}"
+
+
+PROBE_LAYOUT_KINDS = (
+    "channels_last",
+    "channels_last_3d",
+    "permuted",
+    "strided_slice",
+    "storage_offset",
+)
+PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
+"""The kinds of deployment-probe variants; ``probes_skip`` names these."""
+
+
+def probes_skip_problem(name: str, value: Any) -> str:
+    """What is wrong with a ``probes_skip`` value: a set of kinds (``"*"``: all), or a
+    dict of input name to such a set."""
+    if value is None:
+        return ""
+
+    def kinds_problem(names: Any, where: str) -> str:
+        if isinstance(names, str):
+            names = {names}
+        if not isinstance(names, Iterable):
+            return f"{name}{where} must be a set of variant kinds"
+        unknown = sorted({str(item) for item in names} - set(PROBE_KINDS) - {"*"})
+        if unknown:
+            return (
+                f"{name}{where} names unknown variant kind(s) {', '.join(unknown)}; "
+                f"known: {', '.join(PROBE_KINDS)} (or * for all)"
+            )
+        return ""
+
+    if isinstance(value, Mapping):
+        for key, names in value.items():
+            problem = kinds_problem(names, f"[{key!r}]")
+            if problem:
+                return problem
+        return ""
+    return kinds_problem(value, "")
+
+
 def parse_json_object(text: str) -> dict[str, Any]:
     """A JSON object, e.g. ``{"max_autotune": false}``."""
     try:
@@ -136,17 +188,37 @@ def parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _count_problem(name: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return ""
+    return f"{name} must be a positive int, got {value!r}"
+
+
+def _bytes_problem(name: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return ""
+    return f"{name} must be a number of bytes (an int >= 0), got {value!r}"
+
+
 @dataclass(frozen=True)
 class Option:
-    """One option: its command-line flag, ini key, parsing, default and where it lands.
+    """One option: where it can be set, how it is parsed and checked, its default.
 
-    Adding an option is adding a row here and a field of the same name to
-    :class:`AotiSettings`; a row with ``check`` set is also a default of every
-    ``aoti.check`` (a field of :class:`~pytest_aoti.tester.CheckDefaults`).
+    - ``parse`` set: a command-line option ``--<name>`` (unless ``cli`` is False) and an ini
+      key; a session setting (an :class:`AotiSettings` field) unless ``check`` names the
+      :class:`~pytest_aoti.tester.CheckDefaults` value it initializes;
+    - ``marker``: also a keyword of ``@pytest.mark.aoti`` (listed in its help line);
+    - ``keyword``: also a keyword of ``aoti.check``.
+
+    The marker and ``aoti.check`` keyword, and the name a check reads (``plan.max_dim``),
+    is :attr:`keyword_name`: the name without ``aoti-``, with underscores. A per-check
+    value is layered: the row's default, the command line or ini file, the marker, the
+    call's keyword.
     """
 
     name: str
-    parse: Callable[[str], Any]
+    parse: Callable[[str], Any] | None
+    """Command-line and ini text to value; None for an option that is neither."""
     default: Any
     help: str
     field: str = ""
@@ -158,6 +230,12 @@ class Option:
     at startup; ``location``: made absolute only (its user copes with it being unusable)."""
     cli: bool = True
     """False for ini-only options (values that are awkward on a command line)."""
+    marker: bool = False
+    """Also a keyword of ``@pytest.mark.aoti``."""
+    keyword: bool = False
+    """Also a keyword of ``aoti.check``."""
+    problem: Callable[[str, Any], str] | None = None
+    """What is wrong with a marker or keyword value (``""``: nothing), given the name."""
 
     @property
     def dest(self) -> str:
@@ -166,6 +244,16 @@ class Option:
     @property
     def attribute(self) -> str:
         return self.field or self.dest.removeprefix("aoti_")
+
+    @property
+    def keyword_name(self) -> str:
+        """The marker's and ``aoti.check``'s keyword, and the plan's attribute."""
+        return self.name.removeprefix("aoti-").replace("-", "_")
+
+    @property
+    def per_check(self) -> bool:
+        """A value of every check (the plan's) rather than of the session."""
+        return bool(self.check) or self.marker or self.keyword
 
 
 OPTIONS = (
@@ -190,7 +278,9 @@ OPTIONS = (
         _tolerance,
         None,
         "Relative tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
-        check="base_rtol",
+        check="base_rtol",  # below the tolerance hook; the marker's and the call's are final
+        marker=True,
+        keyword=True,
     ),
     Option(
         "aoti-atol",
@@ -198,6 +288,26 @@ OPTIONS = (
         None,
         "Absolute tolerance of every check. Default: by dtype, as torch.testing.assert_close.",
         check="base_atol",
+        marker=True,
+        keyword=True,
+    ),
+    Option(
+        "strict",
+        None,
+        None,
+        "torch.export's strict mode, above the export-options hook and --aoti-export.",
+        marker=True,
+        keyword=True,
+    ),
+    Option(
+        "aoti-inductor-configs",
+        parse_json_object,
+        None,
+        "Inductor options of every AOTI compile, as a JSON object (ini only); the hook, "
+        "marker and call override them. Part of the cache key. Default: none.",
+        cli=False,
+        marker=True,  # merged: the ini's, the hook's, the marker's, the call's
+        keyword=True,
     ),
     Option(
         "aoti-examples",
@@ -205,6 +315,8 @@ OPTIONS = (
         DEFAULT_EXAMPLES,
         f"Generated input shapes per dynamic-shape check; 0 turns generation off. Default: {DEFAULT_EXAMPLES}.",
         check="examples",
+        marker=True,
+        keyword=True,
     ),
     Option(
         "aoti-max-dim",
@@ -212,6 +324,7 @@ OPTIONS = (
         DEFAULT_MAX_DIM,
         f"Largest size drawn for a generated dim, and the cap of unbounded ranges. Default: {DEFAULT_MAX_DIM}.",
         check="max_dim",
+        marker=True,
     ),
     Option(
         "aoti-localize",
@@ -220,6 +333,7 @@ OPTIONS = (
         "When the AOTI compile broke a check, compile one instrumented program to name the "
         "first diverging graph node and its source line: on or off. Default: on.",
         check="localize",
+        marker=True,
     ),
     Option(
         "aoti-probes",
@@ -230,14 +344,36 @@ OPTIONS = (
         "report (list hazards in the summary) or fail (a silently wrong variant fails the "
         "check). Default: report.",
         check="probes",
+        marker=True,
+        keyword=True,
+        problem=_probe_policy_problem,
     ),
     Option(
-        "aoti-inductor-configs",
-        parse_json_object,
+        "probes_skip",
         None,
-        "Inductor options of every AOTI compile, as a JSON object (ini only); the hook, "
-        "marker and call override them. Part of the cache key. Default: none.",
-        cli=False,
+        None,
+        "Probe variants a model does not support: a set of variant kinds for every input "
+        '({"channels_last"}) or per input ({"x": {"size"}}); "*" for all kinds.',
+        marker=True,
+        keyword=True,
+        problem=probes_skip_problem,
+    ),
+    Option(
+        "threads",
+        None,
+        1,
+        "Threads one engine serves at once in the thread-safety check (1: no such check).",
+        keyword=True,
+        problem=_count_problem,
+    ),
+    Option(
+        "max_extra_bytes",
+        None,
+        None,
+        "Device memory one engine call of the example may allocate beyond what was "
+        "allocated before it (CUDA only; None: not checked).",
+        keyword=True,
+        problem=_bytes_problem,
     ),
     Option(
         "aoti-keep-failed",
@@ -297,6 +433,8 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every ``--aoti-*`` option and its ini twin in one ``aoti`` group."""
     group = parser.getgroup("aoti", "AOTInductor checks (pytest-aoti)")
     for option in OPTIONS:
+        if option.parse is None:  # a marker or aoti.check keyword only
+            continue
         if option.cli:
             group.addoption(
                 f"--{option.name}",
@@ -316,18 +454,57 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
+def marker_options() -> tuple[str, ...]:
+    """The keywords of ``@pytest.mark.aoti``, in row order."""
+    return tuple(option.keyword_name for option in OPTIONS if option.marker)
+
+
+def keyword_options() -> tuple[str, ...]:
+    """The per-check option keywords of ``aoti.check``, in row order."""
+    return tuple(option.keyword_name for option in OPTIONS if option.keyword)
+
+
+def check_option(name: str) -> Option | None:
+    """The per-check row whose keyword is ``name``, if any."""
+    for option in OPTIONS:
+        if option.per_check and option.keyword_name == name:
+            return option
+    return None
+
+
+def check_option_names() -> tuple[str, ...]:
+    """Every per-check option's keyword name, in row order."""
+    return tuple(option.keyword_name for option in OPTIONS if option.per_check)
+
+
+def option_problem(name: str, value: Any) -> str:
+    """What is wrong with a marker or ``aoti.check`` value of option ``name`` (``""``:
+    nothing, or the row checks nothing)."""
+    option = check_option(name)
+    if option is None or option.problem is None or value is None:
+        return ""
+    return option.problem(name, value)
+
+
+def marker_help() -> str:
+    """The ``@pytest.mark.aoti`` line of ``pytest --markers``."""
+    keywords = ", ".join(f"{name}=None" for name in marker_options())
+    return (
+        f"aoti({keywords}): an AOTInductor test, run on every --aoti-device; the options "
+        "are defaults for the aoti fixture's checks"
+    )
+
+
 @dataclass(frozen=True)
 class AotiSettings:
-    """Validated values of every option: command line first, then ini file, then default."""
+    """Validated values of every option: command line first, then ini file, then default.
+
+    Session settings are fields; the command-line and ini values of per-check options
+    (``--aoti-examples``, ...) are :attr:`check_options`, also readable as attributes
+    (``settings.examples``)."""
 
     devices: tuple[str, ...] = ("auto",)
     export_modes: tuple[str, ...] = ("default",)
-    rtol: float | None = None
-    atol: float | None = None
-    examples: int = DEFAULT_EXAMPLES
-    max_dim: int = DEFAULT_MAX_DIM
-    localize: bool = True
-    probes: str = "report"
     inductor_configs: dict[str, Any] | None = None
     keep_failed: Path | None = None
     report: Path | None = None
@@ -337,12 +514,22 @@ class AotiSettings:
     cache_dir: Path | None = None
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
     cache_clear: bool = False
+    check_options: dict[str, Any] = dataclass_field(default_factory=dict)
+    """Command-line and ini values of per-check options, by keyword name; a row not read
+    (a settings object made in code) has its default."""
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names that are not fields
+        option = check_option(name)
+        if option is None or not option.check:
+            raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
+        return self.__dict__.get("check_options", {}).get(name, option.default)
 
     def check_defaults(self) -> dict[str, Any]:
         """The values of options that are defaults of every check, by ``CheckDefaults``
-        field (only those set)."""
+        name (only those set)."""
         values = {
-            option.check: getattr(self, option.attribute) for option in OPTIONS if option.check
+            option.check: getattr(self, option.keyword_name) for option in OPTIONS if option.check
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -350,7 +537,10 @@ class AotiSettings:
 def read_settings(config: pytest.Config) -> AotiSettings:
     """Read the options; a bad ini value raises ``pytest.UsageError`` naming the ini key."""
     values: dict[str, Any] = {}
+    check_options: dict[str, Any] = {}
     for option in OPTIONS:
+        if option.parse is None:
+            continue
         value = _value(config, option)
         if option.path and value is not None:
             value = _path(config, value)
@@ -359,8 +549,15 @@ def read_settings(config: pytest.Config) -> AotiSettings:
                 _check_writable_dir(value if option.path == "dir" else value.parent, option)
             if option.path == "file" and value.is_dir():
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
-        values[option.attribute] = value
-    return AotiSettings(**values, cache_clear=bool(config.getoption("aoti_cache_clear")))
+        if option.check:
+            check_options[option.keyword_name] = value
+        else:
+            values[option.attribute] = value
+    return AotiSettings(
+        **values,
+        cache_clear=bool(config.getoption("aoti_cache_clear")),
+        check_options=check_options,
+    )
 
 
 def _path(config: pytest.Config, text: str) -> Path:
@@ -383,6 +580,7 @@ def _check_writable_dir(path: Path, option: Option) -> None:
 
 
 def _value(config: pytest.Config, option: Option) -> Any:
+    assert option.parse is not None
     given = config.getoption(option.dest) if option.cli else None
     if given is not None:
         return given

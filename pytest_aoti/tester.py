@@ -1,8 +1,10 @@
 """The object behind the ``aoti`` fixture: ``compile()`` and ``check()``.
 
 Orchestration only: exporting and compiling live in :mod:`pytest_aoti.compiling.pipeline` and
-:mod:`pytest_aoti.compiling.registry`, judging numbers in :mod:`pytest_aoti.compare`, running one
-input set in :mod:`pytest_aoti.checks.parity`.
+:mod:`pytest_aoti.compiling.registry`; ``check()`` resolves its arguments and options into a
+:class:`~pytest_aoti.checks.base.CheckPlan` and runs the checks of
+:data:`pytest_aoti.checks.catalog.CHECKS` in order; a failure is explained by
+:mod:`pytest_aoti.triage.attribution`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti.checks.base import CheckPlan, CheckResult
+from pytest_aoti.checks.declared import names
+from pytest_aoti.checks.defaults import CheckDefaults
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
@@ -23,160 +28,21 @@ from pytest_aoti.errors import (
     user_facing,
     warn_at_caller,
 )
-from pytest_aoti.settings import DEFAULT_EXAMPLES, DEFAULT_MAX_DIM
+from pytest_aoti.settings import keyword_options, option_problem
 
 if TYPE_CHECKING:
     import torch
-    from torch.export import ExportedProgram
 
-    from pytest_aoti.checks.memory import PeakMemory
-    from pytest_aoti.checks.parity import Localizer
-    from pytest_aoti.checks.probes import ProbeReport
-    from pytest_aoti.compare import LeafStats, Tolerance, ToleranceHook
+    from pytest_aoti.compare import LeafStats
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
 
 
-@dataclass(frozen=True)
-class CheckDefaults:
-    """Defaults a check falls back to: the options (command line, ini file), the hooks and
-    the marker. Every field but ``base_*``, ``tolerance_hook`` and ``export_options`` is
-    also a ``@pytest.mark.aoti`` option (see :data:`MARKER_OPTIONS`)."""
+__all__ = ["AotiTester", "CheckDefaults", "CheckEvents", "CheckResult"]
 
-    rtol: float | None = None
-    """Set by the marker; final (above the tolerance hook and ``--aoti-rtol``)."""
-    atol: float | None = None
-    strict: bool | None = None
-    inductor_configs: Mapping[str, Any] = field(default_factory=dict)
-    examples: int = DEFAULT_EXAMPLES
-    max_dim: int = DEFAULT_MAX_DIM
-    localize: bool = True
-    """Name the first diverging node when the AOTI compile broke a check (one extra compile)."""
-    probes: str = "report"
-    """Deployment probes after a passing check: ``off``, ``report`` or ``fail``."""
-    probes_skip: Any = None
-    """Probe variants a model does not support: ``{"channels_last"}`` or ``{"x": {"size"}}``."""
-    base_rtol: float | None = None
-    """``--aoti-rtol`` / ini: below the marker, the call and the tolerance hook."""
-    base_atol: float | None = None
-    tolerance_hook: ToleranceHook | None = field(default=None, compare=False)
-    """The ``pytest_aoti_tolerance`` hook, asked per compared leaf."""
-    export_options: Mapping[str, Any] = field(default_factory=dict)
-    """``torch.export.export`` keyword arguments from the ``pytest_aoti_export_options``
-    hook and the ``--aoti-export`` variant, below the marker's and the call's ``strict``."""
-
-    def overridden(self, **values: Any) -> CheckDefaults:
-        """A copy with every non-None value of ``values`` applied (configs are merged)."""
-        values = {name: value for name, value in values.items() if value is not None}
-        for name in ("inductor_configs", "export_options"):
-            if name in values:
-                values[name] = {**getattr(self, name), **values[name]}
-        return replace(self, **values)
-
-    def tolerance(self, rtol: float | None, atol: float | None) -> Tolerance:
-        """The layered tolerance of a check whose call passed ``rtol`` / ``atol``."""
-        from pytest_aoti.compare import Tolerance
-
-        return Tolerance(
-            rtol=self.rtol if rtol is None else rtol,
-            atol=self.atol if atol is None else atol,
-            hook=self.tolerance_hook,
-            base_rtol=self.base_rtol,
-            base_atol=self.base_atol,
-        )
-
-    def export_kwargs(self, strict: bool | None) -> dict[str, Any]:
-        """Export options: the hook's and the variant's, then the marker's and the call's
-        ``strict``."""
-        options = dict(self.export_options)
-        chosen = strict if strict is not None else self.strict
-        if chosen is not None:
-            options["strict"] = chosen
-        return options
-
-
-MARKER_OPTIONS = (
-    "rtol",
-    "atol",
-    "strict",
-    "inductor_configs",
-    "examples",
-    "max_dim",
-    "localize",
-    "probes",
-    "probes_skip",
-)
-"""Options of ``@pytest.mark.aoti``: the ``CheckDefaults`` fields a marker may set."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """What :meth:`AotiTester.check` compared, with the largest errors it measured."""
-
-    program: AotiProgram
-    stats: tuple[tuple[str, LeafStats], ...]
-    """``(context, stats)`` for every compared output and input leaf, e.g.
-    ``("call 2, sample 1", LeafStats(location="output[0]", ...))``."""
-    dynamic_shapes: Any = None
-    """The ``dynamic_shapes`` spec the program was exported with (inferred for ``"auto"``)."""
-    examples: int = 0
-    """How many generated input sets were checked."""
-    input_sets: int = 1
-    """How many input sets were checked in all: the example, samples, distinct copies of
-    aliased inputs, boundary and generated shapes."""
-    extra_bytes: int | None = None
-    """With ``max_extra_bytes``: the most device memory one engine call allocated beyond
-    what was allocated before it; None where it is not measured (the CPU)."""
-    probes: ProbeReport | None = None
-    """The deployment probes of the program (None with ``probes="off"``)."""
-
-    @property
-    def max_errors(self) -> dict[str, tuple[float, float]]:
-        """Largest ``(max_abs, max_rel)`` per output or input location over all calls."""
-        worst: dict[str, tuple[float, float]] = {}
-        for _, leaf in self.stats:
-            abs_err, rel_err = worst.get(leaf.location, (0.0, 0.0))
-            worst[leaf.location] = (max(abs_err, leaf.max_abs), max(rel_err, leaf.max_rel))
-        return worst
-
-    @property
-    def max_abs(self) -> float:
-        return max((leaf.max_abs for _, leaf in self.stats), default=0.0)
-
-    @property
-    def max_rel(self) -> float:
-        return max((leaf.max_rel for _, leaf in self.stats), default=0.0)
-
+_NO_DEFAULTS = CheckDefaults()
 
 Expected = Any  # a tensor, nested list or number; or a callable of the original inputs
-
-
-@dataclass
-class _CheckPlan:
-    """What one ``check`` call runs, once its arguments are resolved."""
-
-    module: torch.nn.Module
-    """The module on the tester's device."""
-    input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]]
-    """The example and the samples, on the tester's device."""
-    mutates: Mapping[str, Any] | None
-    calls: int
-    expect_at: int
-    """The call after which ``mutates`` values are checked."""
-    tolerance: Tolerance
-    examples: int
-    """Generated input sets (0 without dynamic dims)."""
-    max_dim: int
-    threads: int = 1
-    """Threads one engine serves at once in the thread-safety check (1: no such check)."""
-    max_extra_bytes: int | None = None
-    inductor_configs: Mapping[str, Any] = field(default_factory=dict)
-    """The configs the program was compiled with, for the localizer's compile."""
-    engine: Any = None
-    """The engine of the first input set's run, kept for timing: loading another one for a
-    program with buffer state would map the package again, for good."""
-    probes: ProbeReport | None = None
-    """The deployment probes run after the check passed."""
 
 
 class CheckEvents(Protocol):
@@ -193,10 +59,13 @@ class CheckEvents(Protocol):
         program: AotiProgram,
         result: CheckResult | None,
         error: AotiCheckError | None,
-        plan: _CheckPlan,
+        plan: CheckPlan,
         seconds: float,
     ) -> None:
         """A check ended: passed with ``result``, or failed with ``error``."""
+
+    def profile_path(self) -> Path | None:
+        """Where the next Chrome trace of the engine's calls goes; None: no trace."""
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         """A check failed; the returned line (where its repro bundle is) joins the report."""
@@ -218,7 +87,7 @@ class AotiTester:
         self,
         device: torch.device,
         registry: ProgramRegistry,
-        defaults: CheckDefaults = CheckDefaults(),
+        defaults: CheckDefaults = _NO_DEFAULTS,
         *,
         events: CheckEvents | None = None,
         hypothesis_database: Path | None = None,
@@ -328,6 +197,7 @@ class AotiTester:
         max_extra_bytes: int | None = None,
         probes: str | None = None,
         probes_skip: Any = None,
+        **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
@@ -356,11 +226,13 @@ class AotiTester:
           measured (``CheckResult.extra_bytes`` is None, the terminal summary says so);
         - ``probes="report"`` (the default, or ``--aoti-probes``): once the check passed, the
           raw engine is called with variants of the example (other layouts, sizes, dtypes,
-          devices, scalar values, aliased inputs) and the hazards are reported;
-          ``probes="fail"`` fails the check where the engine silently differs from eager on
-          a variant the exported program accepts; ``probes="off"`` runs none.
-          ``probes_skip={"x": {"channels_last"}}`` (or a set for every input) leaves out
-          variants the model deliberately does not support.
+          devices, scalar values, aliased inputs) and the hazards are reported
+          (``CheckResult.probes``); ``probes="fail"`` fails the check where the engine
+          silently differs from eager on a variant the exported program accepts;
+          ``probes="off"`` runs none. ``probes_skip={"x": {"channels_last"}}`` (or a set for
+          every input) leaves out variants the model deliberately does not support;
+        - ``**options``: any other per-check option of :data:`pytest_aoti.settings.OPTIONS`
+          (a row with ``keyword=True``), by name.
 
         Tensors passed in are never modified: eager and engine each run on their own clones.
         Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
@@ -377,26 +249,19 @@ class AotiTester:
             not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
         ):
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
-        if threads is not None and (
-            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-        ):
-            raise AotiUsageError(f"threads must be a positive int, got {threads!r}")
-        if max_extra_bytes is not None and (
-            not isinstance(max_extra_bytes, int)
-            or isinstance(max_extra_bytes, bool)
-            or max_extra_bytes < 0
-        ):
-            raise AotiUsageError(
-                f"max_extra_bytes must be a number of bytes (an int >= 0), got {max_extra_bytes!r}"
+        settings = self.defaults.overridden(
+            **_keyword_options(
+                {
+                    "examples": examples,
+                    "threads": threads,
+                    "max_extra_bytes": max_extra_bytes,
+                    "probes": probes,
+                    "probes_skip": probes_skip,
+                },
+                options,
             )
-        settings = self.defaults.overridden(examples=examples)
-        tolerance = self.defaults.tolerance(rtol, atol)
-        from pytest_aoti.checks.probes import check_policy, check_skip
-
-        probe_policy = check_policy(probes if probes is not None else self.defaults.probes)
-        probe_skip = check_skip(
-            probes_skip if probes_skip is not None else self.defaults.probes_skip
         )
+        tolerance = self.defaults.tolerance(rtol, atol)
 
         if isinstance(dynamic_shapes, str):
             dynamic_shapes = self._infer_dynamic_shapes(
@@ -412,26 +277,22 @@ class AotiTester:
         # a program with buffer state is wrong only from its second call on when the
         # engine drops that state (pytorch/pytorch#165444): check two calls by default
         run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
-        plan = _CheckPlan(
+        plan = CheckPlan(
             module=self._module_on_device(module),
             input_sets=[self._inputs_on_device(set_args, kwargs) for set_args in (args, *samples)],
-            mutates=mutates,
-            calls=run_calls,
-            expect_at=calls if calls is not None else 1,
             tolerance=tolerance,
-            examples=settings.examples if dynamic_shapes is not None else 0,
-            max_dim=settings.max_dim,
-            threads=threads or 1,
-            max_extra_bytes=max_extra_bytes,
+            calls=run_calls,
+            mutates=mutates,
+            mutated_buffers=mutated_buffers,
+            expect_at=calls if calls is not None else 1,
+            dynamic_shapes=dynamic_shapes,
             inductor_configs=self.defaults.overridden(
                 inductor_configs=inductor_configs
             ).inductor_configs,
+            options=settings.option_values(),
         )
         try:
-            _assert_signature(program, mutates, mutated_buffers)
-            result = self._run_plan(program, plan, dynamic_shapes)
-            if probe_policy != "off":
-                result = self._probe(program, plan, result, probe_policy, probe_skip)
+            result = self._run_checks(program, plan)
         except AotiCheckError as error:
             failure = self._failed(program, error, plan)
             if self._events is not None:
@@ -441,211 +302,69 @@ class AotiTester:
             self._events.checked(program, result, None, plan, time.perf_counter() - started)
         return result
 
-    def _run_plan(self, program: AotiProgram, plan: _CheckPlan, dynamic_shapes: Any) -> CheckResult:
-        """Every input set of the plan, distinct copies of aliased ones, generated shapes."""
+    def _run_checks(self, program: AotiProgram, plan: CheckPlan) -> CheckResult:
+        """Every check of :data:`~pytest_aoti.checks.catalog.CHECKS` that applies, in order."""
         __tracebackhide__ = True
-        from pytest_aoti.checks.memory import PeakMemory
-        from pytest_aoti.checks.parity import InputRun
+        from pytest_aoti.checks import catalog
+        from pytest_aoti.checks.base import CheckContext
+        from pytest_aoti.triage.attribution import Attribution, compiling_localizer
 
-        localizer = self._localizer(program, plan.tolerance, plan.inductor_configs)
-        memory = PeakMemory(self.device) if plan.max_extra_bytes is not None else None
+        localizer = None
+        if plan.localize:
+            localizer = compiling_localizer(
+                program,
+                self._registry,
+                device=self.device,
+                tolerance=plan.tolerance,
+                configs=plan.inductor_configs,
+                label=self._label,
+            )
+        events = self._events
+        context = CheckContext(
+            device=self.device,
+            triage=Attribution(localizer),
+            hypothesis_database=self._hypothesis_database,
+            label=self._label,
+            profile_path=events.profile_path if events is not None else lambda: None,
+            sidecars=self._registry,
+        )
         stats: list[tuple[str, LeafStats]] = []
         input_sets = 0
-        for index, (device_args, device_kwargs) in enumerate(plan.input_sets):
-            label = f"sample {index}" if len(plan.input_sets) > 1 else ""
-            run = InputRun(
-                program,
-                plan.module,
-                device_args,
-                device_kwargs,
-                tolerance=plan.tolerance,
-                label=label,
-                localizer=localizer,
-                memory=memory if index == 0 else None,
-            )
-            stats += run.check(
-                plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at
-            )
-            if index == 0 and memory is not None:
-                _assert_extra_bytes(memory, plan, program)
-            plan.engine = plan.engine or run.engine
-            distinct = self._check_distinct(
-                program, plan, device_args, device_kwargs, label, localizer
-            )
-            input_sets += 1 + bool(distinct)
-            stats += distinct
-
-        if plan.threads > 1:
-            from pytest_aoti.checks.threads import check_threads
-
-            stats += check_threads(
-                program,
-                plan.module,
-                *plan.input_sets[0],
-                threads=plan.threads,
-                calls=plan.calls,
-                tolerance=plan.tolerance,
-            )
-
-        generated = 0
-        if plan.examples:
-            from pytest_aoti.checks.generated import Generation, check_generated
-
-            generated, generated_stats = check_generated(
-                program,
-                plan.module,
-                plan.input_sets[0],
-                calls=plan.calls,
-                mutates=plan.mutates,
-                tolerance=plan.tolerance,
-                generation=Generation(
-                    examples=plan.examples,
-                    max_dim=plan.max_dim,
-                    database=self._hypothesis_database,
-                    label=self._label,
-                ),
-                localizer=localizer,
-            )
-            stats += generated_stats
+        figures: dict[str, Any] = {}
+        ran: list[str] = []
+        for check in catalog.CHECKS:
+            if not check.applies(plan):
+                continue
+            outcome = check.run(program, plan, context)
+            ran.append(check.name)
+            stats += outcome.stats
+            input_sets += outcome.input_sets
+            figures.update(outcome.figures)
         return CheckResult(
             program=program,
             stats=tuple(stats),
-            dynamic_shapes=dynamic_shapes,
-            examples=generated,
-            input_sets=input_sets + generated,
-            extra_bytes=memory.peak_bytes if memory is not None and memory.measured else None,
+            dynamic_shapes=plan.dynamic_shapes,
+            input_sets=input_sets,
+            figures=figures,
+            checks=tuple(ran),
         )
-
-    def _probe(
-        self,
-        program: AotiProgram,
-        plan: _CheckPlan,
-        result: CheckResult,
-        policy: str,
-        skip: Mapping[str, frozenset[str]],
-    ) -> CheckResult:
-        """Deployment probes of a passed check; under ``fail`` a wrong variant raises."""
-        __tracebackhide__ = True
-        from pytest_aoti.checks.probes import probe_failure, run_probes
-
-        report, variants = run_probes(
-            program,
-            plan.module,
-            *plan.input_sets[0],
-            tolerance=plan.tolerance,
-            skip=skip,
-            cache=self._registry,
-        )
-        plan.probes = report
-        if policy == "fail" and report.wrong:
-            raise probe_failure(report, variants, plan.module)
-        return replace(result, probes=report)
 
     def _failed(
-        self, program: AotiProgram, error: AotiCheckError, plan: _CheckPlan
+        self, program: AotiProgram, error: AotiCheckError, plan: CheckPlan
     ) -> AotiCheckError:
         """Hand a failure to the session (which may keep a repro bundle), then return it,
         with a line saying where the bundle is."""
         if self._events is None:
             return error
         if error.replay is None:  # not about one input set: replay the first one
-            from pytest_aoti.checks.parity import Replay
+            from pytest_aoti.triage.attribution import Replay
 
             error.replay = Replay(plan.module, *plan.input_sets[0], plan.calls)
         line = self._events.failed(program, error)
         if not line:
             return error
-        from dataclasses import replace as replace_fields
-
         finding = error.finding
-        return error.amended(replace_fields(finding, footer=(*finding.footer, line)))
-
-    def _check_distinct(
-        self,
-        program: AotiProgram,
-        plan: _CheckPlan,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        label: str,
-        localizer: Localizer | None,
-    ) -> list[tuple[str, LeafStats]]:
-        """Check again on distinct inputs where example inputs share storage.
-
-        Expected ``mutates`` values describe the given inputs, so only parity is checked.
-        """
-        __tracebackhide__ = True
-        from dataclasses import replace as replace_fields
-
-        from pytest_aoti.checks.aliasing import aliased_inputs, distinct_inputs
-        from pytest_aoti.checks.parity import InputRun
-
-        aliased = aliased_inputs(program.exported, args, kwargs)
-        if not aliased:
-            return []
-        described = "; ".join(", ".join(group) for group in aliased)
-        run = InputRun(
-            program,
-            plan.module,
-            *distinct_inputs(program.exported, args, kwargs, aliased),
-            tolerance=plan.tolerance,
-            label=", ".join(filter(None, [label, "distinct copies of the aliased inputs"])),
-            localizer=localizer,
-        )
-        try:
-            return run.check(plan.calls, None, values_too=False)
-        except AotiCheckError as error:
-            finding = error.finding
-            raise error.amended(
-                replace_fields(
-                    finding,
-                    kind="aliasing",
-                    lead=f"aliased example inputs ({described} share storage)",
-                    notes=(
-                        *finding.notes,
-                        "torch.export specializes a program on aliasing among its example "
-                        "inputs, without a guard (pytorch/pytorch#139805; a mutated input that "
-                        "aliases another: #139789): the program is right only for callers "
-                        "that pass the same aliasing",
-                        "export with distinct example tensors (e.g. y=x.clone()) unless every "
-                        "caller passes these inputs aliased",
-                    ),
-                    extra={**finding.extra, "aliased": aliased},
-                )
-            ) from None
-
-    def _localizer(
-        self,
-        program: AotiProgram,
-        tolerance: Tolerance,
-        configs: Mapping[str, Any],
-    ) -> Localizer | None:
-        """What names the first diverging node of a check the AOTI compile broke: one
-        instrumented compile, through the registry like any program."""
-        if not self.defaults.localize:
-            return None
-
-        def localize_failure(args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any:
-            from pytest_aoti.triage.localize import localize
-
-            def compile_engine(exported: ExportedProgram) -> Any:
-                instrumented = self._registry.program_for(
-                    exported,
-                    device=self.device,
-                    inductor_configs=configs,
-                    label=f"{self._label} (instrumented to find the diverging node)",
-                )
-                return instrumented.engine_in_exported_state()
-
-            return localize(
-                program.decomposed,
-                args,
-                kwargs,
-                compile_engine=compile_engine,
-                tolerance=tolerance,
-                calls=calls,
-            )
-
-        return localize_failure
+        return error.amended(replace(finding, footer=(*finding.footer, line)))
 
     def _infer_dynamic_shapes(
         self,
@@ -747,81 +466,28 @@ def _checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]
     return list(samples)
 
 
-def _assert_signature(
-    program: AotiProgram,
-    mutates: Mapping[str, Any] | None,
-    mutated_buffers: Iterable[str] | None,
-) -> None:
+def _keyword_options(explicit: Mapping[str, Any], others: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-check options a call passed (explicit keywords and ``**options``), checked
+    against their rows: an unknown name or a bad value is a usage error."""
     __tracebackhide__ = True
-    if mutates is not None:
-        if not isinstance(mutates, Mapping):
-            raise AotiUsageError(
-                f"mutates must be a dict of input name to expected value, got {type(mutates).__name__}"
-            )
-        expected = set(mutates)
-        actual = program.mutated_inputs
-        if expected != actual:
-            inputs = ", ".join(program.signature.user_inputs) or "none"
-            raise AotiCheckError(
-                f"mutated inputs differ: expected {_names(expected)}, "
-                f"the program mutates {_names(actual)}\n"
-                f"inputs of the program: {inputs}"
-            )
-    if mutated_buffers is not None:
-        if isinstance(mutated_buffers, str):
-            raise AotiUsageError(
-                f'mutated_buffers must be a set of buffer names, e.g. {{"{mutated_buffers}"}}'
-            )
-        expected = set(mutated_buffers)
-        actual = program.mutated_buffers
-        if expected != actual:
-            raise AotiCheckError(
-                f"mutated buffers differ: expected {_names(expected)}, "
-                f"the program mutates {_names(actual)}"
-            )
-
-
-def _assert_extra_bytes(memory: PeakMemory, plan: _CheckPlan, program: AotiProgram) -> None:
-    __tracebackhide__ = True
-    from pytest_aoti.findings import Finding
-
-    limit = plan.max_extra_bytes
-    if limit is None or not memory.measured or memory.peak_bytes <= limit:
-        return
-    mutated = sorted(program.mutated_inputs)
-    raise AotiCheckError(
-        Finding(
-            kind="memory",
-            location="the engine call",
-            phrase=f"allocated {memory.peak_bytes:,} bytes of {memory.device} memory",
-            summary=f"more than max_extra_bytes={limit:,}",
-            details=(
-                "measured as the peak allocated during the call minus what was allocated "
-                "before it (outputs included), over the example's calls",
-                *(
-                    [
-                        "the program mutates "
-                        + ", ".join(repr(name) for name in mutated)
-                        + ": an engine that copies a mutated input instead of writing into "
-                        "it costs that input's size per call"
-                    ]
-                    if mutated
-                    else []
-                ),
-            ),
-            extra={"extra_bytes": memory.peak_bytes, "max_extra_bytes": limit},
+    allowed = keyword_options()
+    unknown = sorted(set(others) - set(allowed))
+    if unknown:
+        raise AotiUsageError(
+            f"aoti.check() got unknown option(s) {', '.join(unknown)}; "
+            f"per-check options: {', '.join(allowed)}"
         )
-    )
-
-
-def _names(names: Iterable[str]) -> str:
-    ordered = sorted(names)
-    return "{" + ", ".join(repr(name) for name in ordered) + "}" if ordered else "none"
+    values = {**explicit, **others}
+    for name, value in values.items():
+        problem = option_problem(name, value)
+        if problem:
+            raise AotiUsageError(problem)
+    return values
 
 
 def _buffer_warning(program: AotiProgram) -> AotiBufferMutationWarning:
     return AotiBufferMutationWarning(
-        f"the program mutates registered buffers {_names(program.mutated_buffers)}: one engine "
+        f"the program mutates registered buffers {names(program.mutated_buffers)}: one engine "
         "shared by several threads shares this state and is not thread-safe; pass the state "
         "as an input the program mutates instead"
     )

@@ -17,14 +17,13 @@ import torch
 from torch.export import Dim, ExportedProgram
 
 from pytest_aoti.checks.generated import Generation, _Failure, _report
+from pytest_aoti.compiling.explain import source_frame, torch_reason
 from pytest_aoti.compiling.pipeline import (
     check_constant_outputs,
     compile_package,
     decompose,
     export_module,
     load_engine,
-    source_frame,
-    torch_reason,
 )
 from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact
 from pytest_aoti.compiling.signature import named_user_inputs, read_signature

@@ -8,9 +8,8 @@ import types
 import pytest
 import torch
 
-from pytest_aoti.checks.memory import PeakMemory
+from pytest_aoti.checks.memory import PeakMemory, _assert_extra_bytes
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.tester import _assert_extra_bytes
 
 
 class FakeCudaMemory:
@@ -88,4 +87,59 @@ def test_cpu_check_says_it_did_not_measure(run_aoti) -> None:
             "aoti: max_extra_bytes was not measured in 1 check(s) on cpu: device memory is "
             "measured on CUDA only"
         ]
+    )
+
+
+def test_memory_check_measures_the_example_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_aoti.checks.base import CheckContext, CheckPlan
+    from pytest_aoti.checks.memory import MemoryCheck
+
+    fake = FakeCudaMemory(monkeypatch, step=2048)
+    steps = iter([2048, 512, 4096])
+    seen: list[torch.Tensor] = []
+
+    def engine(cache: torch.Tensor) -> torch.Tensor:
+        fake.step = next(steps)
+        fake.engine_call()
+        seen.append(cache)
+        return cache
+
+    program = types.SimpleNamespace(
+        mutated_inputs={"k_cache"}, engine_in_exported_state=lambda: engine
+    )
+    example = torch.zeros(4)
+    plan = CheckPlan(
+        module=torch.nn.Identity(),
+        input_sets=[((example,), {})],
+        tolerance=None,  # no comparison here
+        calls=3,
+        options={"max_extra_bytes": 4096},
+    )
+    check = MemoryCheck()
+    assert check.applies(plan)
+    outcome = check.run(program, plan, CheckContext(device=torch.device("cuda", 0)))
+    assert outcome.figures == {"extra_bytes": 4096}  # the largest of the three calls
+    assert len(seen) == 3 and all(tensor is not example for tensor in seen)  # clones
+
+    steps = iter([4097])
+    plan.calls = 1
+    with pytest.raises(AotiCheckError, match="allocated 4,097 bytes of cuda:0 memory"):
+        check.run(program, plan, CheckContext(device=torch.device("cuda", 0)))
+    # the engine parity ran, where there is one: no second load of the package
+    steps = iter([100])
+    parity_engine_calls: list[int] = []
+    context = CheckContext(
+        device=torch.device("cuda", 0),
+        engine=lambda cache: parity_engine_calls.append(1) or engine(cache),
+    )
+    assert check.run(program, plan, context).figures == {"extra_bytes": 100}
+    assert parity_engine_calls == [1]
+    # on the CPU nothing is measured, and nothing runs
+    plan.options = {"max_extra_bytes": 0}
+    cpu = check.run(program, plan, CheckContext(device=torch.device("cpu")))
+    assert cpu.figures == {"extra_bytes": None}
+    assert not MemoryCheck().applies(
+        CheckPlan(torch.nn.Identity(), [], None, 1, options={"max_extra_bytes": None})
     )

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.reports.records import CheckRecord, durations_table, torch_build
+from pytest_aoti.reports.header import torch_build
+from pytest_aoti.reports.records import CheckRecord
+from pytest_aoti.reports.terminal import durations_table
 
 REPORTED = """
 def test_input_mutation(aoti):
@@ -44,7 +46,7 @@ def test_json_report_under_xdist_holds_one_record_per_check(run_aoti, tmp_path: 
     )
     result.assert_outcomes(passed=3, failed=1)
     document = _report(report)
-    assert document["version"] == 1
+    assert document["version"] == 2  # bumped once for stage, compiles, check_index, fp64_rescued
     assert document["torch"] and document["build"] == torch_build()
     assert document["devices"] == ["cpu"]
     checks = document["checks"]

@@ -12,12 +12,25 @@ from pathlib import Path
 import pytest
 
 TRIAGE_TESTS = """
-def swap_first_mul(graph):
-    # an Inductor pass that breaks the engine at one known node: a * 3 becomes a + 3
-    for node in graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
-            node.target = torch.ops.aten.add.Tensor
-            return
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+class SwapFirstMul(CustomGraphPass):
+    # an Inductor pass that breaks the engine at one known node: a * 3 becomes a + 3;
+    # its uuid() gives it an identity across processes, so the suite's shared cache
+    # serves the program it compiles to every inner session after the first
+
+    def __call__(self, graph):
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
+                node.target = torch.ops.aten.add.Tensor
+                return
+
+    def uuid(self):
+        return "test_triage.SwapFirstMul-1"
+
+
+swap_first_mul = SwapFirstMul()
 
 
 class SinTimesThree(torch.nn.Module):

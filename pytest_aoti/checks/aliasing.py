@@ -11,10 +11,75 @@ inputs with values of their own, where eager and the program must still agree.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats
+from pytest_aoti.checks.parity import InputRun, sample_label
+from pytest_aoti.errors import AotiCheckError
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+class AliasingCheck:
+    """Every input set whose inputs share storage, again on distinct copies of them.
+
+    Expected ``mutates`` values describe the given inputs, so only parity is checked.
+    """
+
+    name = "aliasing"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return True
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        stats: Stats = ()
+        checked = 0
+        for index, (args, kwargs) in enumerate(plan.input_sets):
+            aliased = aliased_inputs(program.exported, args, kwargs)
+            if not aliased:
+                continue
+            label = sample_label(index, len(plan.input_sets))
+            run = InputRun(
+                program,
+                plan.module,
+                *distinct_inputs(program.exported, args, kwargs, aliased),
+                tolerance=plan.tolerance,
+                label=", ".join(filter(None, [label, "distinct copies of the aliased inputs"])),
+                triage=context.triage,
+            )
+            try:
+                stats += tuple(run.check(plan.calls, None, values_too=False))
+            except AotiCheckError as error:
+                raise _specialized(error, aliased) from None
+            checked += 1
+        return Outcome(stats=stats, input_sets=checked)
+
+
+def _specialized(error: AotiCheckError, aliased: list[list[str]]) -> AotiCheckError:
+    described = "; ".join(", ".join(group) for group in aliased)
+    finding = error.finding
+    return error.amended(
+        replace(
+            finding,
+            kind="aliasing",
+            lead=f"aliased example inputs ({described} share storage)",
+            notes=(
+                *finding.notes,
+                "torch.export specializes a program on aliasing among its example "
+                "inputs, without a guard (pytorch/pytorch#139805; a mutated input that "
+                "aliases another: #139789): the program is right only for callers "
+                "that pass the same aliasing",
+                "export with distinct example tensors (e.g. y=x.clone()) unless every "
+                "caller passes these inputs aliased",
+            ),
+            extra={**finding.extra, "aliased": aliased},
+        )
+    )
 
 
 def aliased_inputs(
@@ -48,11 +113,11 @@ def distinct_inputs(
     from pytest_aoti.strategies import distinct_like
 
     names = read_signature_names(program)
-    replace = {name for group in aliased for name in group}
+    replaced = {name for group in aliased for name in group}
     ordered = _ordered_kwargs(program, kwargs)
     leaves, spec = pytree.tree_flatten((tuple(args), ordered))
     fresh = [
-        distinct_like(leaf, seed=index) if name in replace else leaf
+        distinct_like(leaf, seed=index) if name in replaced else leaf
         for index, (name, leaf) in enumerate(zip(names, leaves))
     ]
     new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)

@@ -12,17 +12,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Triage
 from pytest_aoti.errors import AotiCheckError
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.checks.parity import InputRun, Localizer
+    from pytest_aoti.checks.parity import InputRun
     from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.findings import Finding
     from pytest_aoti.shapes import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
+
+
+class GeneratedCheck:
+    """With dynamic dims: boundary shapes, then ``examples`` generated ones inside the
+    exported ranges, through the one compiled program."""
+
+    name = "generated"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return plan.dynamic_shapes is not None and bool(plan.examples)
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        count, stats = check_generated(
+            program,
+            plan.module,
+            plan.input_sets[0],
+            calls=plan.calls,
+            mutates=plan.mutates,
+            tolerance=plan.tolerance,
+            generation=Generation(
+                examples=plan.examples,
+                max_dim=plan.max_dim,
+                database=context.hypothesis_database,
+                label=context.label,
+            ),
+            triage=context.triage,
+        )
+        return Outcome(stats=tuple(stats), input_sets=count, figures={"examples": count})
 
 
 @dataclass(frozen=True)
@@ -57,7 +87,7 @@ def check_generated(
     mutates: Mapping[str, Any] | None,
     tolerance: Tolerance,
     generation: Generation,
-    localizer: Localizer | None = None,
+    triage: Triage | None = None,
 ) -> tuple[int, list[tuple[str, LeafStats]]]:
     """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones.
 
@@ -71,7 +101,7 @@ def check_generated(
     builder = InputBuilder(program, like=inputs[0], like_kwargs=inputs[1])
     if not builder.shapes.symbols:
         return 0, []
-    checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance)
+    checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage)
 
     boundary_failure: _Failure | None = None
     for values in boundary_assignments(builder.shapes, generation.max_dim):
@@ -86,7 +116,7 @@ def check_generated(
     if found is not None:
         # only the smallest failing shape is attributed to a stage (and localized): the
         # search itself runs many failing shapes
-        error = checker.attributed(found, localizer)
+        error = checker.attributed(found)
         # the program's shapes carry the user's Dim names (see AotiProgram.name_dims)
         reported = AotiCheckError(_report(found, error, program.shapes, generation))
         reported.replay = error.replay if isinstance(error, AotiCheckError) else None
@@ -105,9 +135,11 @@ class _ShapeChecker:
         calls: int,
         mutates: Mapping[str, Any] | None,
         tolerance: Tolerance,
+        triage: Triage | None,
     ) -> None:
         self.program = program
         self.module = module
+        self.triage = triage
         self.builder = builder
         self.calls = calls
         self.mutates = mutates
@@ -115,14 +147,7 @@ class _ShapeChecker:
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
 
-    def _input_run(
-        self,
-        values: dict[str, int],
-        seed: int,
-        *,
-        attribute: bool = False,
-        localizer: Localizer | None = None,
-    ) -> InputRun:
+    def _input_run(self, values: dict[str, int], seed: int, *, attribute: bool = False) -> InputRun:
         """The check of one generated input set; attributed to a stage (and localized)
         only once the search has found its smallest failing shape."""
         from pytest_aoti.checks.parity import InputRun
@@ -135,7 +160,7 @@ class _ShapeChecker:
             kwargs,
             tolerance=self.tolerance,
             label="generated " + _describe_shapes(self.builder.shapes, values),
-            localizer=localizer,
+            triage=self.triage,
             attribute=attribute,
         )
 
@@ -148,11 +173,11 @@ class _ShapeChecker:
         self.count += 1
         self.stats += stats
 
-    def attributed(self, failure: _Failure, localizer: Localizer | None) -> BaseException:
+    def attributed(self, failure: _Failure) -> BaseException:
         """The failure of ``failure``'s shape again, with its stage and node."""
         if not isinstance(failure.error, AotiCheckError):
             return failure.error
-        run = self._input_run(failure.values, failure.seed, attribute=True, localizer=localizer)
+        run = self._input_run(failure.values, failure.seed, attribute=True)
         try:
             run.check(self.calls, self.mutates, values_too=False)
         except AotiCheckError as error:

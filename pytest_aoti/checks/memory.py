@@ -11,10 +11,48 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import Finding
 
 if TYPE_CHECKING:
     import torch
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+class MemoryCheck:
+    """``max_extra_bytes=N``: no engine call of the example allocates more than N bytes of
+    device memory beyond what was allocated before it (outputs included)."""
+
+    name = "memory"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return plan.max_extra_bytes is not None
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        from pytest_aoti.trees import clone_tree
+
+        memory = PeakMemory(context.device)
+        if not memory.measured:
+            return Outcome(figures={"extra_bytes": None})
+        import torch
+
+        # the example's calls, only the engine's measured; on the engine parity ran where
+        # there is one (the values of its buffers do not change what a call allocates, and
+        # another load of a program with buffer state would map the package again, for good)
+        engine = context.engine or program.engine_in_exported_state()
+        args, kwargs = clone_tree(plan.input_sets[0])
+        with torch.no_grad():
+            for _ in range(plan.calls):
+                with memory.call():
+                    outputs = engine(*args, **kwargs)
+                del outputs
+        _assert_extra_bytes(memory, plan, program)
+        return Outcome(figures={"extra_bytes": memory.peak_bytes})
 
 
 class PeakMemory:
@@ -42,3 +80,35 @@ class PeakMemory:
         torch.cuda.synchronize(self.device)
         extra = torch.cuda.max_memory_allocated(self.device) - before
         self.peak_bytes = max(self.peak_bytes, extra)
+
+
+def _assert_extra_bytes(memory: PeakMemory, plan: Any, program: Any) -> None:
+    """Fail when ``memory``'s measured peak is above ``plan.max_extra_bytes``."""
+    __tracebackhide__ = True
+    limit = plan.max_extra_bytes
+    if limit is None or not memory.measured or memory.peak_bytes <= limit:
+        return
+    mutated = sorted(program.mutated_inputs)
+    raise AotiCheckError(
+        Finding(
+            kind="memory",
+            location="the engine call",
+            phrase=f"allocated {memory.peak_bytes:,} bytes of {memory.device} memory",
+            summary=f"more than max_extra_bytes={limit:,}",
+            details=(
+                "measured as the peak allocated during the call minus what was allocated "
+                "before it (outputs included), over the example's calls",
+                *(
+                    [
+                        "the program mutates "
+                        + ", ".join(repr(name) for name in mutated)
+                        + ": an engine that copies a mutated input instead of writing into "
+                        "it costs that input's size per call"
+                    ]
+                    if mutated
+                    else []
+                ),
+            ),
+            extra={"extra_bytes": memory.peak_bytes, "max_extra_bytes": limit},
+        )
+    )

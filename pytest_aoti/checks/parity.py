@@ -1,12 +1,19 @@
-"""One input set run through eager PyTorch and a fresh AOTI engine, compared call by call."""
+"""Parity per input set: eager PyTorch and a fresh AOTI engine, compared call by call.
+
+:class:`ParityCheck` runs the example and every sample; :class:`InputRun` is one input set's
+run, which the other checks (aliasing, generated shapes) reuse. A failed run is handed to
+the check's :class:`~pytest_aoti.checks.base.Triage` (stage attribution, replay), which lives
+in :mod:`pytest_aoti.triage.attribution`.
+"""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats, Triage
 from pytest_aoti.compare import (
     LeafStats,
     Tolerance,
@@ -18,13 +25,46 @@ from pytest_aoti.compare import (
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
-    from torch.export import ExportedProgram
 
-    from pytest_aoti.checks.memory import PeakMemory
     from pytest_aoti.compiling.program import AotiProgram
+
+
+class ParityCheck:
+    """Every output and every input the program mutates, after each call, on the example
+    and each sample; inputs the program does not mutate stay untouched."""
+
+    name = "parity"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return True
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        stats: Stats = ()
+        for index, (args, kwargs) in enumerate(plan.input_sets):
+            run = InputRun(
+                program,
+                plan.module,
+                args,
+                kwargs,
+                tolerance=plan.tolerance,
+                label=sample_label(index, len(plan.input_sets)),
+                triage=context.triage,
+            )
+            stats += tuple(
+                run.check(plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at)
+            )
+            context.engine = context.engine or run.engine
+        return Outcome(stats=stats, input_sets=len(plan.input_sets))
+
+
+def sample_label(index: int, count: int) -> str:
+    """``sample 1``: which input set, where the check has more than one."""
+    return f"sample {index}" if count > 1 else ""
 
 
 class InputRun:
@@ -43,19 +83,17 @@ class InputRun:
         *,
         tolerance: Tolerance,
         label: str = "",
-        localizer: Localizer | None = None,
+        triage: Triage | None = None,
         attribute: bool = True,
-        memory: PeakMemory | None = None,
     ) -> None:
         self.program = program
+        self.module = module
         self._attribute = attribute
-        self._memory = memory
         self.tolerance = tolerance
         self.label = label
-        self._module = module
         self._originals = clone_tree((tuple(args), dict(kwargs)))
         self._reference = Float64Reference(program, module, *self._originals)
-        self._localizer = localizer
+        self._triage = triage
         self.engine: Any = None
         """The engine the check ran (its state is past the check's calls)."""
 
@@ -73,8 +111,9 @@ class InputRun:
         ``values_too``: check plain (non-callable) ``mutates`` values, which describe the
         first input set only; callables are evaluated on every input set.
 
-        A difference between eager and the engine is attributed to the stage that
-        introduced it (see :meth:`_attributed`) before it is raised.
+        A difference between eager and the engine goes to the triage (the stage that
+        introduced it, the replay) before it is raised; ``attribute=False`` at construction
+        gives it only the replay.
         """
         __tracebackhide__ = True
         self.program.validate(*self._originals[0], **self._originals[1])
@@ -84,11 +123,22 @@ class InputRun:
                 engine, calls, mutates, values_too=values_too, expect_at=expect_at or calls
             )
         except AotiCheckError as error:
-            finding = self._attributed(error.finding, calls) if self._attribute else error.finding
-            amended = error.amended(finding)
-            args, kwargs = clone_tree(self._originals)
-            amended.replay = Replay(self._module, args, kwargs, calls)
-            raise amended from None
+            if self._triage is None:
+                raise
+            raise self._triage.explain(error, self, calls, attribute=self._attribute) from None
+
+    def fresh_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """New clones of this run's input set, as the check received it."""
+        return clone_tree(self._originals)  # type: ignore[no-any-return]
+
+    def differs_with(self, replacement: Callable[..., Any], calls: int) -> bool:
+        """Whether ``replacement`` (an uncompiled program, in place of the engine) differs
+        from eager on this input set: outputs and inputs only, for stage attribution."""
+        try:
+            self._run(replacement, calls, None, engine_is_compiled=False)
+        except AotiCheckError:
+            return True
+        return False
 
     def _run(
         self,
@@ -103,13 +153,13 @@ class InputRun:
         """The check proper: ``engine`` against eager, call by call.
 
         ``engine_is_compiled`` False replays an uncompiled program (``exported.module()``)
-        in place of the engine, for stage attribution: only parity is compared then.
+        in place of the engine (see :meth:`differs_with`): only parity is compared then.
         """
         __tracebackhide__ = True
         import torch
 
         exported = self.program.exported
-        eager_module = copy.deepcopy(self._module)
+        eager_module = copy.deepcopy(self.module)
         eager_args, eager_kwargs = clone_tree(self._originals)
         engine_args, engine_kwargs = clone_tree(self._originals)
         eager_inputs = named_user_inputs(exported, eager_args, eager_kwargs)
@@ -129,11 +179,7 @@ class InputRun:
                 eager_out = clone_tree(eager_module(*eager_args, **eager_kwargs))
             try:
                 before.assert_recorded(self.program, context)
-                if engine_is_compiled and self._memory is not None:
-                    with self._memory.call():
-                        raw_out = engine(*engine_args, **engine_kwargs)
-                else:
-                    raw_out = engine(*engine_args, **engine_kwargs)
+                raw_out = engine(*engine_args, **engine_kwargs)
                 engine_out = clone_tree(raw_out)
                 del raw_out
                 stats += self._compare_call(
@@ -242,7 +288,7 @@ class InputRun:
         the engine carried into this call.
         """
         buffers = self.program.mutated_buffers
-        if call < 2 or not buffers or finding.kind not in _PARITY_KINDS:
+        if call < 2 or not buffers or finding.kind not in PARITY_KINDS:
             return finding
         names = ", ".join(repr(name) for name in sorted(buffers))
         return replace(
@@ -261,47 +307,6 @@ class InputRun:
             extra={**finding.extra, "buffers": sorted(buffers)},
         )
 
-    def _attributed(self, finding: Finding, calls: int) -> Finding:
-        """``finding`` with the stage that introduced the difference, and its node.
-
-        The same inputs run through the exported program and the decomposed program
-        (plain ATen, no compile): the first of them that differs from eager is the stage
-        at fault; when both match, the AOTI compile is.
-        """
-        # a "buffer" finding that comes here is a parity finding named after its buffers
-        if finding.stage is not None or finding.kind not in {*_PARITY_KINDS, "buffer"}:
-            return finding
-        try:
-            if self._replay_differs(self.program.exported, calls):
-                return replace(finding, stage="export")
-            if self._replay_differs(self.program.decomposed, calls):
-                return replace(finding, stage="decompose")
-        except Exception as error:  # attribution is a bonus: never mask the failure
-            reason = f"replaying the uncompiled programs raised {type(error).__name__}: {error}"
-            return replace(finding, stage_reason=reason.splitlines()[0])
-        finding = replace(finding, stage="compile")
-        if self._localizer is None:
-            return finding
-        args, kwargs = clone_tree(self._originals)
-        try:
-            localization = self._localizer(args, kwargs, calls)
-        except Exception as error:  # like the stage: a bonus that never masks the failure
-            reason = f"localizing raised {type(error).__name__}: {error}".splitlines()[0]
-            return replace(finding, node_reason=reason)
-        return replace(finding, node=localization.node, node_reason=localization.reason)
-
-    def _replay_differs(self, program: ExportedProgram, calls: int) -> bool:
-        from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-
-        with quiet_torch_deprecations():
-            # module() shares the program's own buffers: a copy keeps its state as exported
-            replayed = copy.deepcopy(program.module())
-        try:
-            self._run(replayed, calls, None, engine_is_compiled=False)
-        except AotiCheckError:
-            return True
-        return False
-
     def _context(self, call: int, calls: int, *, after: bool = False) -> str:
         parts = []
         if after:
@@ -311,20 +316,6 @@ class InputRun:
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class Replay:
-    """The input set and the number of calls a failure happened on."""
-
-    module: torch.nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    calls: int
-
-    def eager_results(self, program: AotiProgram) -> list[tuple[Any, dict[str, Any]]]:
-        """Per call, eager's outputs and every named input after the call."""
-        return eager_history(program, self.module, self.args, self.kwargs, self.calls)
 
 
 def eager_history(
@@ -350,13 +341,8 @@ def eager_history(
     return history
 
 
-_PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})
-
-
-class Localizer(Protocol):
-    """Names the first diverging node for failing inputs (see :mod:`pytest_aoti.triage.localize`)."""
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any: ...
+PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})
+"""Finding kinds of a parity difference: what stage attribution looks into."""
 
 
 class _EagerState:
@@ -532,16 +518,6 @@ def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context:
                 stage="compile",
             )
         )
-
-
-def clone_tree(tree: Any) -> Any:
-    """Clone every tensor of a pytree, keeping everything else as is."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map(
-        lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
-    )
 
 
 def to_float64(tree: Any) -> Any:

@@ -9,20 +9,21 @@ caller's tensors are never touched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.settings import PROBE_KINDS, PROBE_LAYOUT_KINDS, probes_skip_problem
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.compiling.program import AotiProgram
 
-LAYOUT_KINDS = ("channels_last", "channels_last_3d", "permuted", "strided_slice", "storage_offset")
-KINDS = (*LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
-"""Variant kinds; ``probes_skip`` names these."""
+LAYOUT_KINDS = PROBE_LAYOUT_KINDS
+KINDS = PROBE_KINDS
+"""Variant kinds; ``probes_skip`` names these (the option's row checks them)."""
 
 
 def check_skip(value: Any) -> dict[str, frozenset[str]]:
@@ -30,28 +31,21 @@ def check_skip(value: Any) -> dict[str, frozenset[str]]:
 
     Accepted: a set of kinds for every input (``{"channels_last"}``), or a dict of input
     name to a set of kinds (``{"x": {"channels_last", "size"}}``); ``"*"`` stands for all
-    kinds.
+    kinds. A bad value is a usage error (its row's check, :func:`probes_skip_problem`).
     """
+    problem = probes_skip_problem("probes_skip", value)
+    if problem:
+        raise AotiUsageError(problem)
     if value is None:
         return {}
 
-    def kinds(names: Any, where: str) -> frozenset[str]:
-        if isinstance(names, str):
-            names = {names}
-        if not isinstance(names, Iterable):
-            raise AotiUsageError(f"probes_skip{where} must be a set of variant kinds")
-        chosen = frozenset(str(name) for name in names)
-        unknown = sorted(chosen - set(KINDS) - {"*"})
-        if unknown:
-            raise AotiUsageError(
-                f"probes_skip{where} names unknown variant kind(s) {', '.join(unknown)}; "
-                f"known: {', '.join(KINDS)} (or * for all)"
-            )
+    def kinds(names: Any) -> frozenset[str]:
+        chosen = frozenset(str(name) for name in ({names} if isinstance(names, str) else names))
         return frozenset(KINDS) if "*" in chosen else chosen
 
     if isinstance(value, Mapping):
-        return {str(name): kinds(names, f"[{name!r}]") for name, names in value.items()}
-    return {"*": kinds(value, "")}
+        return {str(name): kinds(names) for name, names in value.items()}
+    return {"*": kinds(value)}
 
 
 # --- variants -----------------------------------------------------------------------------
@@ -91,7 +85,7 @@ def choose_variants(
     import torch.utils._pytree as pytree
 
     from pytest_aoti.checks.aliasing import _ordered_kwargs, aliased_inputs
-    from pytest_aoti.checks.parity import clone_tree
+    from pytest_aoti.trees import clone_tree
 
     exported = program.exported
     names = _user_input_names(exported)

@@ -34,8 +34,9 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Sidecars, Triage
 from pytest_aoti.checks.probe_runner import CHILD_TIMEOUT, run_child, with_tensors
 from pytest_aoti.checks.probe_variants import (
     KINDS,
@@ -57,6 +58,7 @@ __all__ = [
     "POLICIES",
     "ProbeOutcome",
     "ProbeReport",
+    "ProbesCheck",
     "Variant",
     "check_policy",
     "check_skip",
@@ -144,12 +146,8 @@ class ProbeReport:
         return [outcome.to_json() for outcome in self.outcomes]
 
 
-class ProbeCache(Protocol):
-    """Where outcomes are kept with the package: the registry's sidecar data."""
-
-    def sidecar(self, key: str, name: str) -> dict[str, Any] | None: ...
-
-    def keep_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> None: ...
+ProbeCache = Sidecars
+"""Where outcomes are kept with the package: the registry's sidecar data."""
 
 
 # --- options ------------------------------------------------------------------------------
@@ -160,6 +158,34 @@ def check_policy(value: Any, where: str = "probes") -> str:
     if not isinstance(value, str) or value.strip().lower() not in POLICIES:
         raise AotiUsageError(f"{where} must be one of {', '.join(POLICIES)}, got {value!r}")
     return value.strip().lower()
+
+
+# --- the check ---------------------------------------------------------------------------
+
+
+class ProbesCheck:
+    """Deployment probes of a program that passed every other check (``probes=`` off,
+    report or fail; ``probes_skip=``): the outcomes are the ``probes`` figure; under
+    ``fail`` a ``wrong`` variant fails the check."""
+
+    name = "probes"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return check_policy(plan.probes) != "off"
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        report, variants = run_probes(
+            program,
+            plan.module,
+            *plan.input_sets[0],
+            tolerance=plan.tolerance,
+            skip=check_skip(plan.probes_skip),
+            cache=context.sidecars,
+        )
+        if check_policy(plan.probes) == "fail" and report.wrong:
+            raise probe_failure(report, variants, plan.module, context.triage)
+        return Outcome(figures={"probes": report})
 
 
 # --- the entry point ---------------------------------------------------------------------
@@ -286,7 +312,7 @@ def _eager_and_guards(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
 ) -> tuple[list[_Judged], list[str]]:
     """Eager's result of each variant, and whether the exported program accepts it."""
-    from pytest_aoti.checks.parity import clone_tree
+    from pytest_aoti.trees import clone_tree
 
     guarded = program.exported.module()
     if program.mutated_buffers:
@@ -314,7 +340,7 @@ def _call(module: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tupl
     """Outputs and inputs after one call on clones (the variant itself stays as it is)."""
     import torch
 
-    from pytest_aoti.checks.parity import clone_tree
+    from pytest_aoti.trees import clone_tree
 
     call_args, call_kwargs = _clone_keeping_aliases((args, dict(kwargs)))
     with torch.no_grad():
@@ -439,11 +465,13 @@ def _with_remedy(outcome: ProbeOutcome) -> ProbeOutcome:
 
 
 def probe_failure(
-    report: ProbeReport, variants: list[Variant], module: torch.nn.Module
+    report: ProbeReport,
+    variants: list[Variant],
+    module: torch.nn.Module,
+    triage: Triage | None = None,
 ) -> AotiCheckError:
     """The ``fail`` policy's error: every ``wrong`` variant, the first one's input set in
-    the repro bundle."""
-    from pytest_aoti.checks.parity import Replay
+    the repro bundle (its replay, made by ``triage``)."""
     from pytest_aoti.findings import Finding
 
     wrong = report.wrong
@@ -483,6 +511,20 @@ def probe_failure(
     chosen = next(
         (v for v in variants if v.input == first.input and v.variant == first.variant), None
     )
-    if chosen is not None:
-        error.replay = Replay(module, chosen.args, chosen.kwargs, 1)
-    return error
+    if chosen is None or triage is None:
+        return error  # the tester replays the example instead
+    # the stage is known (the exported program accepts the input): no attribution
+    return triage.explain(error, _VariantRun(module, chosen), 1, attribute=False)
+
+
+@dataclass
+class _VariantRun:
+    """A variant as the triage replays it: its module and fresh copies of its inputs."""
+
+    module: torch.nn.Module
+    variant: Variant
+
+    def fresh_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # a deep copy keeps the variant's strides, offsets and aliasing: what the engine got
+        args, kwargs = _clone_keeping_aliases((self.variant.args, dict(self.variant.kwargs)))
+        return tuple(args), kwargs

@@ -12,11 +12,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.parity import clone_tree, eager_history
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.checks.parity import eager_history
 from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
@@ -25,6 +27,28 @@ if TYPE_CHECKING:
 
 JOIN_SECONDS = 300.0
 """How long the threads may take in all before the check gives up on them."""
+
+
+class ThreadsCheck:
+    """``threads=K``: one engine serves K threads at once, each on inputs of its own, and
+    every thread's results match eager; a program that mutates registered buffers fails."""
+
+    name = "threads"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return bool(plan.threads > 1)
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        stats = check_threads(
+            program,
+            plan.module,
+            *plan.input_sets[0],
+            threads=plan.threads,
+            calls=plan.calls,
+            tolerance=plan.tolerance,
+        )
+        return Outcome(stats=tuple(stats))
 
 
 def check_threads(

@@ -1,8 +1,8 @@
 """How fast the engine runs next to eager: median call times, and a profiler trace.
 
-Both run on fresh clones of the check's first input set, after the check passed, so
-inputs the program mutates never reach the caller; on CUDA every timed call is
-synchronized.
+Both run on fresh clones of the check's first input set, after the check passed (the
+last check of the list), so inputs the program mutates never reach the caller; on CUDA
+every timed call is synchronized.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.parity import clone_tree
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +33,35 @@ multiply that."""
 
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 5, "repeat": 1}
 """``torch.profiler.schedule`` of the traces: one call skipped, two warm-up, five recorded."""
+
+
+class TimingCheck:
+    """Engine and eager call times, and the profiler trace where one was asked for.
+
+    A measurement, not a verdict: it never fails a check. What went wrong measuring is the
+    figure ``measure_error``; the figures are ``engine_seconds``, ``eager_seconds`` and
+    ``profile`` (the trace's path).
+    """
+
+    name = "timing"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return True
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        args, kwargs = plan.input_sets[0]
+        figures: dict[str, Any] = {}
+        try:
+            engine = context.engine or program.engine_in_exported_state()
+            figures["engine_seconds"], figures["eager_seconds"] = call_times(
+                program, engine, plan.module, args, kwargs
+            )
+            path = context.profile_path()
+            if path is not None:
+                figures["profile"] = str(write_profile(path, program, engine, args, kwargs))
+        except Exception as problem:  # a measurement must never fail a passed check
+            figures["measure_error"] = f"{type(problem).__name__}: {problem}"
+        return Outcome(figures=figures)
 
 
 def call_times(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from pytest_aoti.compiling.key import ProgramKey
-    from pytest_aoti.shapes import ProgramShapes
+    from pytest_aoti.shapes.read import ProgramShapes
 
 
 DEFAULT_ENGINE_BUDGET = 128 * 2**20
@@ -209,7 +209,7 @@ class AotiProgram:
         Messages name a shape symbol by the user's ``Dim`` once :meth:`name_dims` was
         called, else by torch's symbol (``s77``).
         """
-        from pytest_aoti.shapes import read_program_shapes
+        from pytest_aoti.shapes.read import read_program_shapes
 
         return read_program_shapes(self.exported)
 
@@ -223,7 +223,7 @@ class AotiProgram:
         ``Dim("batch")`` on an axis, that axis's symbol is shown as ``batch`` instead of
         ``s77``. ``Dim.AUTO`` and other unnamed dims keep torch's symbol.
         """
-        from pytest_aoti.shapes import name_symbols
+        from pytest_aoti.shapes.spec import name_symbols
 
         named = name_symbols(self.exported, self.shapes, dynamic_shapes, args, kwargs or {})
         self.__dict__["shapes"] = named  # replaces the cached_property's value
@@ -248,7 +248,7 @@ class AotiProgram:
         """Raise :class:`~pytest_aoti.AotiInputError` if an input does not fit the program."""
         __tracebackhide__ = True
         from pytest_aoti.errors import AotiInputError
-        from pytest_aoti.shapes import validate_inputs
+        from pytest_aoti.shapes.validate import validate_inputs
 
         try:
             named = named_user_inputs(self.exported, args, kwargs)

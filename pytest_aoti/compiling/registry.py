@@ -13,9 +13,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.compiling.key import ProgramKey, program_key
 from pytest_aoti.compiling.pipeline import compile_package, decompose
@@ -34,12 +35,20 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from pytest_aoti.compiling.store import ArtifactStore, CacheEntry
-    from pytest_aoti.reports.records import CompileProgress
+
+
+class CompileWatcher(Protocol):
+    """Told about each compile the registry starts (the reports show long ones)."""
+
+    def compiling(self, test: str, program: str, device: str) -> AbstractContextManager[None]:
+        """A context that lasts as long as the compile of ``program`` for ``test``."""
+        ...
 
 
 @dataclass
 class CompileStats:
-    """What the session spent on programs; shown in the terminal summary."""
+    """What a session spent on programs; shown in the terminal summary. Workers' figures
+    are added with :meth:`merge`."""
 
     programs: set[str] = field(default_factory=set)
     compiled: int = 0
@@ -56,12 +65,28 @@ class CompileStats:
             "load_seconds": round(self.load_seconds, 3),
         }
 
-    def merge(self, other: Mapping[str, Any]) -> None:
-        """Add a worker's figures (as produced by :meth:`to_json`)."""
-        self.compiled += int(other["compiled"])
-        self.compile_seconds += float(other["compile_seconds"])
-        self.loaded += int(other["loaded"])
-        self.load_seconds += float(other["load_seconds"])
+    def payload(self) -> dict[str, Any]:
+        """What a worker sends: :meth:`to_json` with the program keys themselves (two
+        workers can use the same program: the controller counts it once)."""
+        return {**self.to_json(), "programs": sorted(self.programs)}
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> CompileStats:
+        return cls(
+            programs=set(data.get("programs", ())),
+            compiled=int(data.get("compiled", 0)),
+            compile_seconds=float(data.get("compile_seconds", 0.0)),
+            loaded=int(data.get("loaded", 0)),
+            load_seconds=float(data.get("load_seconds", 0.0)),
+        )
+
+    def merge(self, other: CompileStats) -> None:
+        """Add another process's figures."""
+        self.programs |= other.programs
+        self.compiled += other.compiled
+        self.compile_seconds += other.compile_seconds
+        self.loaded += other.loaded
+        self.load_seconds += other.load_seconds
 
 
 class ProgramRegistry:
@@ -79,7 +104,7 @@ class ProgramRegistry:
         workdir: Path,
         store: ArtifactStore | None = None,
         on_compiled: Callable[[AotiProgram], None] | None = None,
-        progress: CompileProgress | None = None,
+        progress: CompileWatcher | None = None,
         *,
         engine_budget: int = DEFAULT_ENGINE_BUDGET,
     ) -> None:

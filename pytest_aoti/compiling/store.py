@@ -36,11 +36,8 @@ import re
 import secrets
 import shutil
 import stat
-import sys
 import tempfile
 import time
-import types
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +45,7 @@ from typing import Any, BinaryIO, Literal
 
 from filelock import FileLock, Timeout
 
-from pytest_aoti.errors import AotiCacheWarning
+from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
 
 __all__ = [
     "FORMAT_VERSION",
@@ -81,7 +78,6 @@ _TOUCH_INTERVAL = 60.0
 # O_NONBLOCK keeps a FIFO planted in an entry from hanging the open.
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _EXISTS_ERRNOS = frozenset({errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR})
-_INTERNAL_FILES = frozenset({__file__, contextlib.__file__})
 
 
 def _now() -> float:
@@ -831,12 +827,7 @@ class ArtifactStore:
             # under filterwarnings = error, for a problem that was already repaired
             self._on_problem(message)
             return
-        # Point the warning at the first caller outside this module (and its ``with``).
-        level = 1
-        frame_or_none: types.FrameType | None = sys._getframe(0)
-        while frame_or_none is not None and frame_or_none.f_code.co_filename in _INTERNAL_FILES:
-            frame_or_none, level = frame_or_none.f_back, level + 1
-        warnings.warn(message, AotiCacheWarning, stacklevel=level)
+        warn_at_caller(AotiCacheWarning(message))
 
 
 def _read_last_used(meta_path: Path) -> float:

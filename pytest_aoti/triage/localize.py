@@ -17,17 +17,17 @@ import copy
 import linecache
 import math
 import operator
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_aoti.compare import Tolerance, compare_leaf
+from pytest_aoti.compare import Tolerance, compare_leaf, mismatch_counts
+from pytest_aoti.compiling.explain import quoted_frames
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -40,7 +40,6 @@ _NO_DIVERGENCE = (
     "the instrumented program matches eager: the extra outputs changed fusion, so no node "
     "can be named"
 )
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _REASON_LIMIT = 300
 
 
@@ -241,7 +240,7 @@ def _flat_inputs(
     from torch.fx._pytree import tree_flatten_spec
 
     flat = tree_flatten_spec((tuple(args), dict(kwargs)), decomposed.call_spec.in_spec)
-    return [_clone(leaf) for leaf in flat]
+    return list(clone_tree(list(flat)))
 
 
 def _candidate_names(decomposed: ExportedProgram) -> list[str]:
@@ -375,7 +374,7 @@ class _Round:
                 eager_module = copy.deepcopy(instrumented)
                 step = "exporting the instrumented graph"
                 exported = torch.export.export(
-                    instrumented, tuple(_clone(leaf) for leaf in flat), strict=False
+                    instrumented, tuple(clone_tree(list(flat))), strict=False
                 ).run_decompositions()
                 step = "compiling the instrumented program"
                 engine = compile_engine(exported)
@@ -415,7 +414,11 @@ class _Round:
         node = self.nodes[position]
         want, got = self.eager[position], self.engine[position]
         detail = self._detail(position, tolerance) or ""
-        mismatched, max_abs, max_rel = _figures(want, got, tolerance)
+        if _same_layout(want, got):
+            location = f"node {node.name}"
+            mismatched, max_abs, max_rel = mismatch_counts(want, got, tolerance, location)
+        else:  # nothing to compare element by element
+            mismatched, max_abs, max_rel = want.numel(), math.inf, math.inf
         return NodeFinding(
             name=node.name,
             op=_op_name(node.target),
@@ -486,11 +489,11 @@ def _run(function: Callable[..., Any], flat: list[Any], calls: int) -> tuple[lis
 
     The same clones serve every call, as in a test's calls: mutations carry over.
     """
-    inputs = [_clone(leaf) for leaf in flat]
+    inputs: list[Any] = clone_tree(list(flat))
     values: list[Any] = []
     for _ in range(calls):
         with torch.no_grad():
-            values = [_clone(value) for value in function(*inputs)]
+            values = clone_tree(list(function(*inputs)))
     return values, inputs
 
 
@@ -545,29 +548,11 @@ def source_line(node: Node) -> SourceLine | None:
     trace = node.meta.get("stack_trace")
     if not isinstance(trace, str):
         return None
-    found = None
-    for line in trace.splitlines():
-        frame = _FRAME.match(line)
-        if frame and _is_user_file(frame["file"]):
-            found = frame
-    if found is None:
+    frames = quoted_frames(trace)
+    if not frames:
         return None
-    number = int(found["line"])
-    text = linecache.getline(found["file"], number).strip()
-    return SourceLine(found["file"], number, text, found["func"])
-
-
-def _is_user_file(file: str) -> bool:
-    if file.startswith("<"):
-        return False
-    path = Path(file)
-    return not any(path.is_relative_to(root) for root in _library_roots())
-
-
-def _library_roots() -> list[Path]:
-    packages = Path(torch.__file__).parent.parent
-    roots = [packages / name for name in ("torch", "functorch", "torchgen")]
-    return [*roots, Path(__file__).parent.parent]  # pytest_aoti/
+    file, number, function = frames[-1]
+    return SourceLine(file, number, linecache.getline(file, number).strip(), function)
 
 
 def _op_name(target: Any) -> str:
@@ -596,30 +581,6 @@ def _same_layout(want: torch.Tensor, got: Any) -> bool:
     )
 
 
-def _figures(want: torch.Tensor, got: Any, tolerance: Tolerance) -> tuple[int, float, float]:
-    """(elements beyond tolerance, max abs error, max rel error), as compare judges them."""
-    if not _same_layout(want, got):
-        return want.numel(), math.inf, math.inf
-    inexact = want.is_floating_point() or want.is_complex()
-    wide = torch.complex128 if want.is_complex() else torch.float64
-    expected, actual = want.detach().to(wide), got.detach().to(wide)
-    agree = (expected == actual) | (expected.isnan() & actual.isnan())
-    diff = torch.where(agree, 0.0, (actual - expected).abs())
-    if inexact:
-        rtol, atol = tolerance.resolve(want.dtype)
-        finite = expected.isfinite() & actual.isfinite()
-        close = agree | (finite & (diff <= atol + rtol * expected.abs()))
-    else:
-        close = agree
-    mismatched = int((~close).sum())
-    if diff.numel() == 0:
-        return mismatched, 0.0, 0.0
-    magnitude = expected.abs()
-    measurable = (magnitude != 0) & magnitude.isfinite()
-    relative = torch.where(measurable, diff / torch.where(measurable, magnitude, 1.0), 0.0)
-    return mismatched, float(diff.max()), float(relative.max())
-
-
 def _failure(error: BaseException, step: str) -> str:
     """``Type: first line of the message (while <step>)``, one line."""
     lines = str(error).strip().splitlines()
@@ -628,10 +589,6 @@ def _failure(error: BaseException, step: str) -> str:
         message = message[: _REASON_LIMIT - 3] + "..."
     head = f"{type(error).__name__}: {message}" if message else type(error).__name__
     return f"{head} (while {step})"
-
-
-def _clone(leaf: Any) -> Any:
-    return leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf
 
 
 def _to_float64(leaf: Any) -> Any:

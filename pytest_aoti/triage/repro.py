@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +94,7 @@ def write_bundle(
 
     # clones: a view of a large tensor would otherwise save the whole storage, and the
     # check ran on clones too, so no input aliases another
-    inputs = _clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
+    inputs = clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
     where = torch.device(device) if device is not None else _device_of(exported, inputs)
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
     _write_json(directory / "finding.json", finding_json)
@@ -108,7 +109,7 @@ def write_bundle(
         },
     )
     torch.save(inputs, directory / "inputs.pt")
-    torch.save(_clone_tree(list(eager_results)), directory / "eager.pt")
+    torch.save(clone_tree(list(eager_results)), directory / "eager.pt")
     shutil.copyfile(package_path, directory / "package.pt2")
     with quiet_torch_deprecations():
         torch.export.save(exported, directory / "exported.pt2")
@@ -120,15 +121,6 @@ def write_bundle(
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     # default=str: a finding may carry a dtype or a device; the file is for reading
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-def _clone_tree(tree: Any) -> Any:
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map(
-        lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
-    )
 
 
 def _device_of(exported: ExportedProgram, inputs: Any) -> torch.device:

@@ -1,0 +1,75 @@
+"""The declared signature: the inputs and buffers the test says the program mutates.
+
+``mutates={"x": ...}`` and ``mutated_buffers={"counter"}`` declare exactly which inputs and
+registered buffers the program mutates; the program's graph signature must agree before
+any engine runs. A disagreement is finding kind ``"signature"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.findings import plain_finding
+
+if TYPE_CHECKING:
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+class SignatureCheck:
+    """The program mutates exactly the declared inputs and buffers."""
+
+    name = "signature"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return plan.mutates is not None or plan.mutated_buffers is not None
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        mutates, mutated_buffers = plan.mutates, plan.mutated_buffers
+        if mutates is not None:
+            if not isinstance(mutates, Mapping):
+                raise AotiUsageError(
+                    "mutates must be a dict of input name to expected value, "
+                    f"got {type(mutates).__name__}"
+                )
+            expected = set(mutates)
+            actual = program.mutated_inputs
+            if expected != actual:
+                inputs = ", ".join(program.signature.user_inputs) or "none"
+                raise AotiCheckError(
+                    plain_finding(
+                        "signature",
+                        f"mutated inputs differ: expected {names(expected)}, "
+                        f"the program mutates {names(actual)}\n"
+                        f"inputs of the program: {inputs}",
+                        location="mutated inputs",
+                        extra={"expected": sorted(expected), "actual": sorted(actual)},
+                    )
+                )
+        if mutated_buffers is not None:
+            if isinstance(mutated_buffers, str):
+                raise AotiUsageError(
+                    f'mutated_buffers must be a set of buffer names, e.g. {{"{mutated_buffers}"}}'
+                )
+            expected = set(mutated_buffers)
+            actual = program.mutated_buffers
+            if expected != actual:
+                raise AotiCheckError(
+                    plain_finding(
+                        "signature",
+                        f"mutated buffers differ: expected {names(expected)}, "
+                        f"the program mutates {names(actual)}",
+                        location="mutated buffers",
+                        extra={"expected": sorted(expected), "actual": sorted(actual)},
+                    )
+                )
+        return Outcome()
+
+
+def names(names: Iterable[str]) -> str:
+    """``{'x', 'y'}`` in sorted order, or ``none``."""
+    ordered = sorted(names)
+    return "{" + ", ".join(repr(name) for name in ordered) + "}" if ordered else "none"

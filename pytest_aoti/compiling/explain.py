@@ -1,0 +1,331 @@
+"""torch's errors explained: what failed, at which line of the user's code, and what to try.
+
+Export, decomposition, compilation and loading each raise torch errors that are long and
+mostly about torch itself. Each step's message is built here in one shape: a first line
+``{step} failed: {reason}``; below it the innermost source line outside torch where it
+happened (the model's own, or its library's), the rest of torch's reason (its suggested
+fixes, constraint details and hints, without its logging boilerplate) and what to try for
+that kind of failure. :mod:`pytest_aoti.compiling.pipeline` runs the torch steps and
+raises its errors with these messages.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.frames import is_user_file, user_traceback
+
+if TYPE_CHECKING:
+    import torch
+
+EXPORT_HINT = (
+    "What to try: strict=False (or strict=True), a dynamic_shapes spec that matches the "
+    "model, or torch.export.draft_export(module, args) to list every problem at once."
+)
+DATA_DEPENDENT_HINT = (
+    "What to try: the model branches on (or sizes by) a tensor's values, which export "
+    "cannot trace. Write the branch as torch.cond(pred, true_fn, false_fn, operands), or "
+    "compute both sides and pick with torch.where; where the value only decides a size or "
+    "an assert, export with strict=False and state the fact with torch._check(...). "
+    "torch.export.draft_export(module, args) lists every such place at once."
+)
+DECOMPOSE_HINT = (
+    "What to try: the module exported, so this is torch's decomposition of the program: "
+    "strict=True (or strict=False) traces it differently; "
+    "torch.export.export(module, args).run_decompositions() reproduces it for a PyTorch "
+    "bug report."
+)
+VIEW_HINT = (
+    "What to try: the decomposed program lays this tensor out differently from eager, so "
+    ".view() cannot reinterpret it: use .reshape() (or .contiguous().view()) at the line "
+    "above; in a library model, choose another implementation of the layer (for Hugging "
+    'Face models, attn_implementation="eager" instead of "sdpa").'
+)
+COMPILE_HINT = (
+    "What to try: the program exported and decomposed, so Inductor failed on it: other "
+    "inductor_configs (without custom passes), or report it to PyTorch with the program "
+    "saved by torch.export.save(torch.export.export(module, args), 'repro.pt2')."
+)
+COMPILER_HINT = (
+    "What to try: install a C++ compiler (g++), or name a working one with "
+    "inductor_configs={'cpp.cxx': (None, 'g++')}."
+)
+_RANGE_HINT = (
+    "What to try: pass an example whose sizes lie inside the declared ranges, "
+    "or widen the Dim's min/max."
+)
+
+
+# --------------------------------------------------------------------------- per step
+
+
+def export_failure(
+    error: BaseException,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: Any,
+) -> str:
+    """The message of a failed ``torch.export.export`` of ``module`` on ``args``/``kwargs``."""
+    headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
+    return summarize_torch_error(
+        error, "torch.export.export", headline=headline, details=details, hint=hint
+    )
+
+
+def decompose_failure(error: BaseException) -> str:
+    """The message of a failed ``run_decompositions()``."""
+    if is_data_dependent(error):
+        hint = DATA_DEPENDENT_HINT
+    elif re.search(r"Cannot view a tensor|view size is not compatible", str(error)):
+        hint = VIEW_HINT
+    else:
+        hint = DECOMPOSE_HINT
+    return summarize_torch_error(error, "run_decompositions", hint=hint)
+
+
+def compile_failure(error: BaseException) -> str:
+    """The message of a failed ``aoti_compile_and_package``."""
+    text = str(error)
+    no_compiler = "InvalidCxxCompiler" in text or "No working C++ compiler" in text
+    return summarize_torch_error(
+        error, "AOTI compile", hint=COMPILER_HINT if no_compiler else COMPILE_HINT
+    )
+
+
+def load_failure(error: BaseException, package_path: Path) -> str:
+    """The message of a failed ``aoti_load_package``."""
+    return summarize_torch_error(error, f"loading the AOTI package {package_path}")
+
+
+def _export_advice(
+    error: BaseException,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: Any,
+) -> tuple[str | None, list[str], str]:
+    """The headline (when better than torch's first line), detail lines and the hint that
+    fit why export failed."""
+    from pytest_aoti.shapes.spec import sizes_export_specializes, sizes_outside_spec
+
+    text = str(error)
+    if is_data_dependent(error):
+        return None, [], DATA_DEPENDENT_HINT
+    if "not in range" in text and dynamic_shapes is not None:
+        outside = sizes_outside_spec(module, args, kwargs, dynamic_shapes)
+        if outside:
+            return outside[0], [f"  {line}" for line in outside[1:]], _RANGE_HINT
+    fixes = suggested_fixes(text)
+    if fixes or re.search(r"Constraints violated|specialized", text):
+        small = []
+        if dynamic_shapes is not None:
+            small = sizes_export_specializes(module, args, kwargs, dynamic_shapes)
+        return None, [], constraint_hint(fixes, small)
+    return None, [], EXPORT_HINT
+
+
+def is_data_dependent(error: BaseException) -> bool:
+    """Whether torch failed on a branch or size decided by a tensor's values."""
+    names = {type(error).__name__, type(error.__cause__).__name__}
+    if "GuardOnDataDependentSymNode" in names:
+        return True
+    return bool(
+        re.search(
+            r"data-dependent|Could not guard on data-dependent expression|"
+            r"Data-dependent branching",
+            str(error),
+            re.IGNORECASE,
+        )
+    )
+
+
+def suggested_fixes(text: str) -> list[str]:
+    """torch's ``Suggested fixes:`` lines, e.g. ``b = 4`` or ``c = b``."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().rstrip(":") in ("Suggested fixes", "Suggested fix"):
+            fixes = []
+            for fix in lines[index + 1 :]:
+                if not fix.startswith((" ", "\t")) or not fix.strip():
+                    break
+                fixes.append(fix.strip())
+            return fixes
+    return []
+
+
+def constraint_hint(fixes: list[str], small: list[str]) -> str:
+    """The suggested fixes, repeated, with what each kind means for ``dynamic_shapes``."""
+    if small:
+        quoted = "; ".join(f"`{fix}`" for fix in fixes)
+        because = f" (torch's suggested {quoted} follows from that example)" if fixes else ""
+        return "What to try: " + ". ".join(small) + because + "."
+    sentences = []
+    if fixes:
+        plural = "es" if len(fixes) > 1 else ""
+        sentences.append(
+            f"apply torch's suggested fix{plural} to dynamic_shapes: "
+            + "; ".join(f"`{fix}`" for fix in fixes)
+        )
+        if any(re.fullmatch(r"\w+ = -?\d+", fix) for fix in fixes):
+            sentences.append(
+                "A fix `name = <int>` means the model needs that size: declare the dim "
+                "Dim.STATIC (or leave it out of dynamic_shapes), or change the model"
+            )
+        if any(re.fullmatch(r"\w+ = .*[A-Za-z_].*", fix) for fix in fixes):
+            sentences.append(
+                "A fix `c = b` (or `c = 2*b`) ties two dims: use one Dim for both (or the "
+                "derived dim it gives)"
+            )
+    else:
+        sentences.append(
+            "the model fixes a dim declared dynamic: use Dim.STATIC or Dim.AUTO for it"
+        )
+    return "What to try: " + ". ".join(sentences) + "."
+
+
+# --------------------------------------------------------------------------- summarizing
+
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s,]+)')
+_REASON_LINE = re.compile(
+    r"^\s*(Explanation|Hint|Suggested fix)\b:?|:\d+(:\d+)?: (fatal )?error:|^\s*error:",
+    re.IGNORECASE,
+)
+# torch's logging and debugging boilerplate, dropped from the reason
+_NOISE = re.compile(
+    r"^\s*(For more information, run with TORCH_LOGS|For extended logs when we create"
+    r"|If you suspect the guard was triggered from C\+\+|For more debugging help, see"
+    r"|For C\+\+ stack trace, run with|Set TORCHDYNAMO_VERBOSE=1|Use tlparse to see"
+    r"|Developer debug context:|The error above occurred when calling torch\.export)"
+)
+# where torch lists source frames; the innermost is shown on its own "at" line
+_FRAME_BLOCK = re.compile(
+    r"^\s*(Original traceback:|The following call raised this error:|from user code:)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class SourceFrame:
+    """A source line outside torch: the model's own, or its library's."""
+
+    file: str
+    line: int
+    function: str
+    text: str
+    """The line's source text (via ``linecache``), stripped; empty when unreadable."""
+    callers: tuple[str, ...] = ()
+    """``file:line in function`` of the frames outside torch that led to it, innermost
+    first."""
+
+    def describe(self, indent: str = "  ") -> list[str]:
+        """``at file:line in function``, the source line and the callers, indented."""
+        lines = [f"{indent}at {self.file}:{self.line} in {self.function}"]
+        if self.text:
+            lines.append(f"{indent}    {self.text}")
+        if self.callers:
+            more = ", ..." if len(self.callers) > 3 else ""
+            lines.append(f"{indent}called from {', '.join(self.callers[:3])}{more}")
+        return lines
+
+
+def source_frame(error: BaseException) -> SourceFrame | None:
+    """The innermost frame outside torch and pytest-aoti where ``error`` arose.
+
+    Taken from the exception's traceback when it passes through the model (non-strict
+    export runs the forward in Python), else from the frames torch quotes in its message
+    ("Original traceback" of run_decompositions, "from user code" of strict export, "The
+    following call raised this error"): innermost, not outermost, so that a failing
+    ``.view`` inside a library layer names that line rather than the model's forward.
+    """
+    found = [
+        (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        for tb in user_traceback(error)
+    ]
+    if not found:
+        found = quoted_frames(str(error))
+    if not found:
+        return None
+    *outer, (file, line, function) = found
+    callers = tuple(f"{os.path.basename(f)}:{n} in {name}" for f, n, name in reversed(outer))
+    return SourceFrame(file, line, function, linecache.getline(file, line).strip(), callers)
+
+
+def quoted_frames(
+    text: str, *, keep: Callable[[str], bool] = is_user_file
+) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of every ``File "...", line N, in f`` line of ``text``
+    whose file ``keep`` accepts (by default: the user's code), outermost first."""
+    frames = []
+    for line in text.splitlines():
+        match = _FILE_LINE.match(line)
+        if match and keep(match["file"]):
+            frames.append((match["file"], int(match["line"]), match["func"]))
+    return frames
+
+
+def torch_reason(error: BaseException, max_lines: int = 30) -> list[str]:
+    """torch's message without its logging boilerplate, quoted frames and blank lines.
+
+    Kept: the reason, constraint-violation details, suggested fixes, explanations and
+    hints, links to torch's docs. Beyond ``max_lines``, only lines that state an error
+    or a hint are kept, and a last line says how many were left out.
+    """
+    text = str(error).strip() or type(error).__name__
+    kept: list[str] = []
+    in_frames = False
+    for line in text.splitlines():
+        if _FRAME_BLOCK.match(line):
+            in_frames = True
+            continue
+        if in_frames:
+            if _FILE_LINE.match(line) or line.startswith((" ", "\t")):
+                continue
+            in_frames = False
+        if not line.strip() or _NOISE.match(line):
+            continue
+        kept.append(line.rstrip())
+    if len(kept) <= max_lines:
+        return kept
+    head = kept[: max_lines - 5]
+    tail = [line for line in kept[max_lines - 5 :] if _REASON_LINE.search(line)][:5]
+    left_out = len(kept) - len(head) - len(tail)
+    return [
+        *head,
+        *tail,
+        f"... {left_out} more lines of torch's error (chained as __cause__)",
+    ]
+
+
+def summarize_torch_error(
+    error: BaseException,
+    stage: str,
+    *,
+    headline: str | None = None,
+    details: list[str] | None = None,
+    hint: str | None = None,
+) -> str:
+    """``{stage} failed: {reason}`` and below it: the source line, torch's whole reason
+    and the hint.
+
+    The first line is ``headline`` when given (what pytest-aoti worked out, e.g. which
+    input is out of range), else torch's first line.
+    """
+    reason = torch_reason(error)
+    first = headline if headline is not None else reason.pop(0).strip()
+    lines = [f"{stage} failed: {first}", *(details or [])]
+    frame = source_frame(error)
+    if frame is not None:
+        lines += frame.describe()
+    if reason:
+        if headline is not None:
+            lines.append(f"  torch: {reason.pop(0).strip()}")
+        lines += [f"  {line}" for line in reason]
+    if hint:
+        lines.append(f"  {hint}")
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""Which code is the user's: source files, tracebacks and the caller of a warning.
+
+One answer for every part of the plugin: torch's error messages (:mod:`pytest_aoti.compiling.explain`),
+graph nodes' stack traces (:mod:`pytest_aoti.triage.localize`), tracebacks cut to the
+model's line (:func:`pin_to_source`) and warnings issued at the user's line
+(:func:`caller_stacklevel`). Imports nothing of pytest-aoti, and torch never.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import sysconfig
+import types
+from collections.abc import Callable
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+"""The ``pytest_aoti`` folder."""
+
+# torch and the packages it brings along, which no model is written in
+LIBRARY_PACKAGES = ("torch", "functorch", "torchgen", "sympy", "mpmath", "triton")
+
+_LIBRARY_PATH = re.compile(
+    r"[/\\](site|dist)-packages[/\\](" + "|".join(LIBRARY_PACKAGES) + r")[/\\]"
+)
+_CONTEXTLIB = os.path.abspath(contextlib.__file__)
+
+
+def is_own_file(file: str) -> bool:
+    """Whether ``file`` is a module of pytest-aoti."""
+    return os.path.abspath(file).startswith(PACKAGE_DIR + os.sep)
+
+
+def is_library_file(file: str) -> bool:
+    """Whether ``file`` belongs to torch, its own dependencies, pytest-aoti or Python.
+
+    Everything else is the user's: the model, the test, and the libraries the model is
+    written with (transformers, ...), whose lines say where a model went wrong.
+    """
+    if file.startswith("<") or _LIBRARY_PATH.search(file):
+        return True
+    path = os.path.abspath(file)
+    if path.startswith(PACKAGE_DIR + os.sep):
+        return True
+    for name in LIBRARY_PACKAGES:
+        location = getattr(sys.modules.get(name), "__file__", None)
+        if location and path.startswith(os.path.dirname(os.path.abspath(location)) + os.sep):
+            return True
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return path.startswith(stdlib + os.sep) and "site-packages" not in path
+
+
+def is_user_file(file: str) -> bool:
+    """Whether ``file`` is the user's code (see :func:`is_library_file`)."""
+    return not is_library_file(file)
+
+
+def user_traceback(error: BaseException) -> list[types.TracebackType]:
+    """The entries of ``error``'s traceback that run the user's code, outermost first."""
+    entries = []
+    tb = error.__traceback__
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            entries.append(tb)
+        tb = tb.tb_next
+    return entries
+
+
+def pin_to_source(error: BaseException) -> None:
+    """Cut the tracebacks of ``error`` and the exceptions chained to it down to the
+    innermost frame of user code (or to nothing where there is none).
+
+    What pytest then prints for a chained torch error is its type and whole message at
+    the model's line, instead of dozens of torch's internal frames, each shown with its
+    source.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        entries = user_traceback(current)
+        if entries:
+            tb = entries[-1]
+            current.__traceback__ = types.TracebackType(
+                None, tb.tb_frame, tb.tb_lasti, tb.tb_lineno
+            )
+        else:
+            current.__traceback__ = None
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+
+
+def caller_stacklevel(skip: Callable[[str], bool] = is_own_file) -> int:
+    """The ``stacklevel`` for ``warnings.warn`` that names the first frame, outward from
+    the caller of this function, whose file ``skip`` rejects: by default the first line
+    outside pytest-aoti (and the ``with`` machinery of :mod:`contextlib` in between)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not (skip(file) or os.path.abspath(file) == _CONTEXTLIB):
+            break
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

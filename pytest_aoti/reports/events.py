@@ -1,0 +1,152 @@
+"""The session's side of one test's tester (:class:`~pytest_aoti.tester.CheckEvents`):
+records, JUnit properties, repro bundles, the ``pytest_aoti_check_done`` hook."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from pytest_aoti.reports.junit import check_properties, compile_properties
+from pytest_aoti.reports.records import CheckRecord, CompileRecord
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+    import torch
+
+    from pytest_aoti.checks.base import CheckPlan, CheckResult
+    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.reports.collector import ReportCollector
+
+
+class EventsHost(Protocol):
+    """What :class:`ItemEvents` needs of the session."""
+
+    config: pytest.Config
+    collector: ReportCollector
+
+    @property
+    def worker(self) -> str: ...
+
+    def bundle_dir(self, item: pytest.Item) -> Path | None: ...
+
+    def profile_path(self, item: pytest.Item) -> Path | None: ...
+
+    def record_inferred(self, item: pytest.Item, spec_text: str) -> None: ...
+
+
+class ItemEvents:
+    """Records what one test's tester did: a record per check and per compile."""
+
+    def __init__(self, session: EventsHost, item: pytest.Item, device: torch.device) -> None:
+        self._session = session
+        self._item = item
+        self._device = device
+        self._checks = 0
+
+    def compiled(self, program: AotiProgram) -> None:
+        record = CompileRecord(
+            test=self._item.nodeid,
+            device=str(self._device),
+            program=program.key,
+            cache_hit=program.cache_hit,
+            compile_seconds=program.seconds_compiled_here,
+            original_compile_seconds=program.compile_seconds,
+            worker=self._session.worker,
+        )
+        self._session.collector.compiles.append(record)
+        self._item.user_properties.extend(compile_properties(record))
+
+    def not_compiled(self, error: Exception, seconds: float) -> None:
+        stage = getattr(error, "stage", None) or "compile"
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        self._add(
+            CheckRecord(
+                test=self._item.nodeid,
+                device=str(self._device),
+                program="",
+                cache_hit=False,
+                compile_seconds=0.0,
+                original_compile_seconds=0.0,
+                outcome="failed",
+                finding={"kind": stage, "message": first, "stage": stage},
+                check_seconds=seconds,
+            )
+        )
+
+    def checked(
+        self,
+        program: AotiProgram,
+        result: CheckResult | None,
+        error: AotiCheckError | None,
+        plan: CheckPlan,
+        seconds: float,
+    ) -> None:
+        record = CheckRecord(
+            test=self._item.nodeid,
+            device=str(self._device),
+            program=program.key,
+            cache_hit=program.cache_hit,
+            compile_seconds=program.seconds_compiled_here,
+            original_compile_seconds=program.compile_seconds,
+            outcome="passed" if error is None else "failed",
+            calls=plan.calls,
+            check_seconds=seconds,
+        )
+        if result is not None:
+            record.max_abs = result.max_abs
+            record.max_rel = result.max_rel
+            record.tolerance_used = max(
+                (leaf.tolerance_used for _, leaf in result.stats), default=0.0
+            )
+            record.fp64_rescued = any(leaf.rescued_by_fp64 for _, leaf in result.stats)
+            record.shapes_tried = result.input_sets
+            record.extra_bytes = result.extra_bytes
+            record.extra_bytes_unmeasured = (
+                plan.max_extra_bytes is not None and result.extra_bytes is None
+            )
+            # measured by the timing check (pytest_aoti.checks.timing), which never fails
+            record.engine_seconds = result.engine_seconds
+            record.eager_seconds = result.eager_seconds
+            record.profile = result.figures.get("profile")
+            problem = result.figures.get("measure_error")
+            if problem:
+                self._item.user_properties.append(("aoti_measure_error", problem))
+            probes = result.probes
+            if probes is not None:
+                record.probes = probes.to_json()
+                if probes.error:  # the probes could not run: a note, never a failure
+                    self._item.user_properties.append(("aoti_probes_error", probes.error))
+        if error is not None:
+            record.finding = error.finding.to_json()
+            if error.finding.kind == "probe":  # probes="fail": the outcomes that failed it
+                record.probes = list(error.finding.extra.get("probes", []))
+            figures = error.finding.figures
+            if figures is not None:
+                record.max_abs, record.max_rel = figures.max_abs, figures.max_rel
+        self._add(record)
+        if result is not None:
+            self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
+
+    def profile_path(self) -> Path | None:
+        """Where this test's next engine trace goes (``--aoti-profile``), or None."""
+        return self._session.profile_path(self._item)
+
+    def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
+        directory = None if error.replay is None else self._session.bundle_dir(self._item)
+        if directory is None:
+            return None
+        from pytest_aoti.triage.bundles import keep_bundle
+
+        return keep_bundle(directory, program, error)
+
+    def inferred(self, spec_text: str) -> None:
+        self._session.record_inferred(self._item, spec_text)
+
+    def _add(self, record: CheckRecord) -> None:
+        self._checks += 1
+        record.check_index = self._checks
+        record.worker = self._session.worker
+        self._session.collector.records.append(record)
+        self._item.user_properties.extend(check_properties(record))

@@ -1,0 +1,63 @@
+"""JUnit properties (``--junitxml``, through ``item.user_properties``) of each record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_aoti.reports.records import CheckRecord, CompileRecord
+
+
+def compile_properties(record: CompileRecord) -> list[tuple[str, Any]]:
+    """The properties of one ``aoti.compile`` call."""
+    return [
+        ("aoti_device", record.device),
+        ("aoti_program", record.program),
+        ("aoti_cache_hit", record.cache_hit),
+        ("aoti_compile_seconds", round(record.compile_seconds, 3)),
+    ]
+
+
+def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
+    """The properties of one ``aoti.check`` call: its figures, and a failure's finding.
+    A failure with no stage (a wrong expectation) has no ``aoti_failure_stage``."""
+    props: list[tuple[str, Any]] = [
+        ("aoti_device", record.device),
+        ("aoti_program", record.program),
+        ("aoti_cache_hit", record.cache_hit),
+        ("aoti_compile_seconds", round(record.compile_seconds, 3)),
+        ("aoti_original_compile_seconds", round(record.original_compile_seconds, 3)),
+        ("aoti_outcome", record.outcome),
+    ]
+    optional = {
+        "aoti_check_index": record.check_index if record.check_index > 1 else None,
+        "aoti_max_abs_error": record.max_abs,
+        "aoti_max_rel_error": record.max_rel,
+        "aoti_fp64_rescued": True if record.fp64_rescued else None,
+        "aoti_engine_seconds": record.engine_seconds,
+        "aoti_eager_seconds": record.eager_seconds,
+        "aoti_generated_examples": record.shapes_tried or None,
+        "aoti_extra_bytes": record.extra_bytes,
+    }
+    props += [(name, value) for name, value in optional.items() if value is not None]
+    if record.probes:
+        outcomes = [probe.get("outcome") for probe in record.probes]
+        props += [
+            ("aoti_probes", len(outcomes)),
+            ("aoti_probes_wrong", outcomes.count("wrong")),
+            ("aoti_probes_unguarded", outcomes.count("unguarded")),
+        ]
+    finding = record.finding
+    if finding is not None:
+        figures = finding.get("figures") or {}
+        props += [
+            ("aoti_failure", finding["message"]),
+            ("aoti_failure_kind", finding["kind"]),
+        ]
+        if record.stage is not None:
+            props.append(("aoti_failure_stage", record.stage))
+        for name in ("max_abs", "max_rel", "mismatched", "numel"):
+            if name in figures:
+                props.append((f"aoti_failure_{name}", figures[name]))
+        if finding.get("node"):
+            props.append(("aoti_failure_node", finding["node"].get("name")))
+    return props

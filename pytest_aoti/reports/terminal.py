@@ -1,0 +1,114 @@
+"""The terminal summary: inferred specs, the durations table, workers' compiles, deployment
+hazards, cache problems and the one-line compile figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_aoti.compiling.registry import CompileStats
+from pytest_aoti.reports.collector import ReportCollector
+from pytest_aoti.reports.hazards import write_hazards
+from pytest_aoti.reports.progress import worker_lines
+from pytest_aoti.reports.records import CheckRecord
+
+
+def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
+    """The slowest AOTI checks, like ``--durations``: ``limit`` rows, 0 for all."""
+    ordered = sorted(records, key=lambda record: record.check_seconds, reverse=True)
+    if limit:
+        ordered = ordered[:limit]
+    rows = [("seconds", "compile", "shapes", "err/tol", "engine/eager", "outcome", "test")]
+    for record in ordered:
+        compile_text = "cached" if record.cache_hit else f"{record.compile_seconds:.1f}"
+        if not record.program:
+            compile_text = "-"  # export or compile failed: there is no program
+        elif not record.cache_hit and record.compile_seconds == 0:
+            compile_text = "shared"
+        rows.append(
+            (
+                f"{record.check_seconds:.2f}",
+                compile_text,
+                str(record.shapes_tried),
+                _error_text(record),
+                _ratio_text(record),
+                record.outcome,
+                f"{record.label} ({record.device})",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    return [
+        "  ".join(cell.rjust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1]
+        for row in rows
+    ]
+
+
+def _error_text(record: CheckRecord) -> str:
+    if record.fp64_rescued and record.outcome == "passed":
+        return "fp64 ok"  # beyond the tolerance, accepted by the fp64 rule
+    return "-" if record.tolerance_used is None else f"{record.tolerance_used:.2g}"
+
+
+def _ratio_text(record: CheckRecord) -> str:
+    ratio = record.speed_ratio
+    if ratio is not None:
+        return f"{ratio:.2f}"
+    # timed, or a passed check whose timing gave no figure: too short to time
+    return "n/a" if record.timed or (record.outcome == "passed" and record.program) else "-"
+
+
+def summary_line(totals: CompileStats) -> str:
+    """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
+    count = len(totals.programs)
+    if not count:
+        return ""
+    return (
+        f"aoti: {count} program{'s' if count != 1 else ''}; "
+        f"{totals.compiled} compiled in {totals.compile_seconds:.1f} s; "
+        f"{totals.loaded} loaded from cache in {totals.load_seconds:.2f} s"
+    )
+
+
+def write_summary(
+    reporter: Any,
+    collector: ReportCollector,
+    totals: CompileStats,
+    *,
+    durations: int,
+    report: Path | None,
+) -> None:
+    """Everything pytest-aoti adds to pytest's terminal summary."""
+    if collector.inferred:
+        reporter.write_sep("-", "aoti: inferred dynamic_shapes")
+        for nodeid, text in sorted(collector.inferred):
+            reporter.write_line(f"{nodeid}:")
+            for line in text.splitlines():
+                reporter.write_line(f"    {line}")
+    records = collector.records
+    if records and durations >= 0:
+        title = "all AOTI checks" if durations == 0 else f"slowest {durations} AOTI checks"
+        reporter.write_sep("-", f"aoti: {title}")
+        for row in durations_table(records, durations):
+            reporter.write_line(row)
+    if collector.worker_events:
+        reporter.write_sep("-", "aoti: compiles on xdist workers")
+        for row in worker_lines(collector.worker_events):
+            reporter.write_line(row)
+    unmeasured = [record for record in records if record.extra_bytes_unmeasured]
+    if unmeasured:
+        devices = ", ".join(sorted({record.device for record in unmeasured}))
+        reporter.write_line(
+            f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
+            f"{devices}: device memory is measured on CUDA only"
+        )
+    write_hazards(reporter, records)
+    if collector.cache_problems:
+        reporter.write_sep("-", "aoti: cache problems (repaired; no test failed)")
+        for problem in collector.cache_problems:
+            reporter.write_line(problem)
+    line = summary_line(totals)
+    if line:
+        reporter.write_line(line)
+    if report is not None and (records or collector.compiles):
+        reporter.write_line(f"aoti: report written to {report}")

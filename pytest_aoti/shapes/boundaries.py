@@ -1,0 +1,68 @@
+"""Sizes at the edges of a program's exported ranges, and the input shapes they give."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pytest_aoti.shapes.read import InputSpec, ProgramShapes, SymbolRange, parse_size
+
+
+def cap_range(r: SymbolRange, max_dim: int) -> tuple[int, int]:
+    """``r`` as a finite range: maxima above ``max_dim`` become ``max_dim``, never below min."""
+    high = max_dim if r.max is None else min(r.max, max_dim)
+    return r.min, max(high, r.min)
+
+
+def boundary_assignments(shapes: ProgramShapes, max_dim: int) -> list[dict[str, int]]:
+    """Symbol assignments at the edges of the exported ranges.
+
+    A declared maximum is used as it is, however far above ``max_dim`` (the sizes where
+    engines go wrong include the largest); only an unbounded one is capped at ``max_dim``.
+    All symbols at their minimum, all at their maximum, then each symbol at its minimum
+    with the others at their maximum and at its maximum with the others at their
+    minimum; duplicates and assignments that put some input dim outside its range are
+    dropped.
+    """
+    ranges = {
+        name: (r.min, r.max) if r.max is not None else cap_range(r, max_dim)
+        for name, r in shapes.symbols.items()
+    }
+    lows = {name: low for name, (low, _) in ranges.items()}
+    highs = {name: high for name, (_, high) in ranges.items()}
+    candidates = [lows, highs]
+    for name in ranges:
+        candidates.append({**highs, name: lows[name]})
+        candidates.append({**lows, name: highs[name]})
+    result: list[dict[str, int]] = []
+    for candidate in candidates:
+        if candidate not in result and assignment_fits(shapes, candidate):
+            result.append(candidate)
+    return result
+
+
+def assignment_fits(shapes: ProgramShapes, values: Mapping[str, int]) -> bool:
+    """Whether every input dim, evaluated at ``values``, lies within its allowed range."""
+    for spec in shapes.inputs:
+        for axis, size in enumerate(_evaluate(spec, values)):
+            low, high = shapes.dim_range(spec.name, axis)
+            if size < low or (high is not None and size > high):
+                return False
+    return True
+
+
+def shapes_from_assignment(
+    shapes: ProgramShapes, values: Mapping[str, int]
+) -> dict[str, tuple[int, ...]]:
+    """Concrete shape of every tensor input for one symbol assignment."""
+    return {spec.name: _evaluate(spec, values) for spec in shapes.inputs}
+
+
+def _evaluate(spec: InputSpec, values: Mapping[str, int]) -> tuple[int, ...]:
+    sizes = []
+    for size in spec.shape:
+        if isinstance(size, int):
+            sizes.append(size)
+            continue
+        expr = parse_size(size)
+        sizes.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
+    return tuple(sizes)

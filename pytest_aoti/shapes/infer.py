@@ -1,0 +1,279 @@
+"""Inferring a ``torch.export`` ``dynamic_shapes`` spec from input samples of different sizes."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import keyword
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pytest_aoti.errors import AotiUsageError
+
+Sample = tuple[tuple[Any, ...], dict[str, Any]]
+
+# The smallest size an inferred Dim allows. Export traces with the sample's sizes as
+# hints and assumes a dynamic size is neither 0 nor 1 (broadcasting, ``if n == 1``
+# branches): a program exported with ``min=1`` accepts size 1 without having traced the
+# size-1 path, so it may compute the wrong thing. 2 is also what ``Dim.AUTO`` gets.
+MIN_DYNAMIC_SIZE = 2
+
+
+@dataclass(frozen=True)
+class _Axis:
+    leaf: int
+    axis: int
+
+
+@dataclass
+class _Cluster:
+    """Dynamic axes tied to one root: ``size = scale * root + offset`` in every sample."""
+
+    root: tuple[int, ...]
+    members: list[tuple[_Axis, int, int]]  # (axis, scale, offset)
+
+
+def infer_dynamic_shapes(
+    module: torch.nn.Module,
+    samples: Sequence[Sample],
+    *,
+    max_size: int | None = None,
+) -> Any:
+    """Infer a ``torch.export`` ``dynamic_shapes`` spec from two or more input samples.
+
+    ``samples`` holds ``(args, kwargs)`` pairs of the same structure and different sizes.
+    An axis whose size changes across samples is dynamic; axes with identical sizes in
+    every sample share one ``Dim``; an axis that is ``k`` times, or ``c`` more than,
+    another dynamic axis in every sample becomes the derived dim ``k * d`` or ``d + c``.
+    Axes that never change are ``Dim.STATIC``, non-tensor leaves ``None``.
+
+    Dims get ``min=2`` (see ``MIN_DYNAMIC_SIZE``) and no maximum unless ``max_size`` is
+    given. An axis that is 0 or 1 in some sample cannot be exported as a named Dim from
+    that sample (export specializes it), so it and the axes tied to it get ``Dim.AUTO``.
+
+    The spec is a tuple matching ``args`` when no sample has keyword arguments, else a
+    dict keyed by the parameter names of ``module.forward``.
+    """
+    if len(samples) < 2:
+        raise AotiUsageError(
+            f"infer_dynamic_shapes needs at least 2 samples of different sizes, got {len(samples)}"
+        )
+    signature = inspect.signature(module.forward)
+    split = [_split_sample(sample, index) for index, sample in enumerate(samples)]
+    keyed = any(kwargs for _, kwargs in split)
+    bound = [_bind_sample(signature, sample, index) for index, sample in enumerate(split)]
+    trees = bound if keyed else [args for args, _ in split]
+    names = _leaf_names(bound[0])
+    leaves, treespec = _flatten_samples(trees)
+    _check_leaves(names, leaves)
+
+    sizes = _axis_sizes(leaves)
+    clusters = _cluster_axes(sizes)
+    dims = _make_dims(clusters, names, max_size)
+
+    import torch.utils._pytree as pytree
+
+    leaf_specs: list[Any] = []
+    for leaf_index, leaf in enumerate(leaves[0]):
+        if not isinstance(leaf, torch.Tensor):
+            leaf_specs.append(None)
+            continue
+        leaf_specs.append(
+            {
+                axis: dims.get(_Axis(leaf_index, axis), torch.export.Dim.STATIC)
+                for axis in range(leaf.dim())
+            }
+        )
+    return pytree.tree_unflatten(leaf_specs, treespec)
+
+
+def _split_sample(sample: Any, index: int) -> Sample:
+    if (
+        not isinstance(sample, (tuple, list))
+        or len(sample) != 2
+        or not isinstance(sample[0], (tuple, list))
+        or not isinstance(sample[1], Mapping)
+    ):
+        raise AotiUsageError(f"sample {index} must be a pair (args tuple, kwargs dict)")
+    return tuple(sample[0]), dict(sample[1])
+
+
+def _bind_sample(signature: inspect.Signature, sample: Sample, index: int) -> dict[str, Any]:
+    """The sample keyed by parameter name, in signature order."""
+    args, kwargs = sample
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise AotiUsageError(f"sample {index} does not fit forward{signature}: {error}") from None
+    return dict(bound.arguments)
+
+
+def _leaf_names(arguments: dict[str, Any]) -> list[str]:
+    """Leaf names as torch.export gives user inputs: ``x``, ``xs_0``, ``d_key``."""
+    import torch.utils._pytree as pytree
+
+    paths_and_leaves, _ = pytree.tree_flatten_with_path(arguments)
+    return _unique([_path_name(path) for path, _ in paths_and_leaves])
+
+
+def _flatten_samples(trees: list[Any]) -> tuple[list[list[Any]], Any]:
+    """Each sample's leaves and the common tree structure."""
+    import torch.utils._pytree as pytree
+
+    first, treespec = pytree.tree_flatten(trees[0])
+    leaves = [first]
+    for index, tree in enumerate(trees[1:], start=1):
+        other_leaves, other_spec = pytree.tree_flatten(tree)
+        if other_spec != treespec:
+            raise AotiUsageError(
+                f"sample {index} has a different input structure (nesting, keys or number "
+                "of inputs) than sample 0"
+            )
+        leaves.append(other_leaves)
+    return leaves, treespec
+
+
+def _path_name(path: Sequence[Any]) -> str:
+    parts = []
+    for entry in path:
+        for attribute in ("key", "idx", "name"):
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    name = re.sub(r"\W", "_", "_".join(parts)) or "input"
+    return f"_{name}" if name[0].isdigit() else name
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    result = []
+    for name in names:
+        candidate = name
+        for suffix in itertools.count(2):
+            if candidate not in seen:
+                break
+            candidate = f"{name}_{suffix}"
+        seen.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def _check_leaves(names: list[str], leaves: list[list[Any]]) -> None:
+    """Every sample must hold tensors at the same places, of the same rank and dtype."""
+    first = leaves[0]
+    for index, sample in enumerate(leaves[1:], start=1):
+        for name, reference, leaf in zip(names, first, sample):
+            if isinstance(reference, torch.Tensor) != isinstance(leaf, torch.Tensor):
+                raise AotiUsageError(
+                    f"input '{name}' is a {type(reference).__name__} in sample 0 "
+                    f"but a {type(leaf).__name__} in sample {index}"
+                )
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            if leaf.dim() != reference.dim():
+                raise AotiUsageError(
+                    f"input '{name}' has rank {leaf.dim()} in sample {index} "
+                    f"but rank {reference.dim()} in sample 0"
+                )
+            if leaf.dtype != reference.dtype:
+                raise AotiUsageError(
+                    f"input '{name}' has dtype {leaf.dtype} in sample {index} "
+                    f"but {reference.dtype} in sample 0"
+                )
+
+
+def _axis_sizes(leaves: list[list[Any]]) -> dict[_Axis, tuple[int, ...]]:
+    """Size vector across samples of every tensor axis whose size changes."""
+    sizes = {}
+    for leaf_index, reference in enumerate(leaves[0]):
+        if not isinstance(reference, torch.Tensor):
+            continue
+        for axis in range(reference.dim()):
+            vector = tuple(int(sample[leaf_index].shape[axis]) for sample in leaves)
+            if len(set(vector)) > 1:
+                sizes[_Axis(leaf_index, axis)] = vector
+    return sizes
+
+
+def _cluster_axes(sizes: Mapping[_Axis, tuple[int, ...]]) -> list[_Cluster]:
+    """Group dynamic axes under roots, smallest sizes first, so that relations read
+    ``k * d`` and ``d + c`` with positive ``k`` and ``c`` as Dim requires."""
+    vectors = list(dict.fromkeys(sizes.values()))  # first-appearance order
+    order = sorted(range(len(vectors)), key=lambda i: (min(vectors[i]), i))
+    clusters: list[_Cluster] = []
+    relation: dict[tuple[int, ...], tuple[_Cluster, int, int]] = {}
+    for index in order:
+        vector = vectors[index]
+        for cluster in clusters:
+            found = _relation(cluster.root, vector)
+            if found is not None:
+                relation[vector] = (cluster, *found)
+                break
+        else:
+            cluster = _Cluster(root=vector, members=[])
+            clusters.append(cluster)
+            relation[vector] = (cluster, 1, 0)
+    for axis, vector in sizes.items():
+        cluster, scale, offset = relation[vector]
+        cluster.members.append((axis, scale, offset))
+    return clusters
+
+
+def _relation(root: tuple[int, ...], vector: tuple[int, ...]) -> tuple[int, int] | None:
+    """``(k, 0)`` if ``vector == k * root``, ``(1, c)`` if ``vector == root + c``, else None."""
+    if all(r > 0 for r in root) and vector[0] % root[0] == 0:
+        scale = vector[0] // root[0]
+        if scale > 1 and all(v == scale * r for r, v in zip(root, vector)):
+            return scale, 0
+    offset = vector[0] - root[0]
+    if offset > 0 and all(v == r + offset for r, v in zip(root, vector)):
+        return 1, offset
+    return None
+
+
+def _make_dims(
+    clusters: list[_Cluster], names: list[str], max_size: int | None
+) -> dict[_Axis, Any]:
+    from torch.export import Dim
+
+    dims: dict[_Axis, Any] = {}
+    used: set[str] = set()
+    for cluster in clusters:
+        if min(cluster.root) < MIN_DYNAMIC_SIZE:
+            # Exporting from the sample where this axis is 0 or 1 specializes it, which a
+            # named Dim turns into an error; AUTO lets export decide.
+            for axis, _, _ in cluster.members:
+                dims[axis] = Dim.AUTO
+            continue
+        largest = max(cluster.root)
+        if max_size is not None and max_size < largest:
+            raise AotiUsageError(f"max_size={max_size} is below a sample size of {largest}")
+        name = _dim_name(cluster, names, used)
+        used.add(name)
+        root = Dim(name, min=MIN_DYNAMIC_SIZE, max=max_size)
+        for axis, scale, offset in cluster.members:
+            dims[axis] = root if scale == 1 and offset == 0 else root * scale + offset
+    return dims
+
+
+def _dim_name(cluster: _Cluster, names: list[str], used: set[str]) -> str:
+    roots = [axis for axis, scale, offset in cluster.members if scale == 1 and offset == 0]
+    first_axes = {axis.leaf for axis in roots if axis.axis == 0}
+    if len(first_axes) > 1:
+        base = "batch"
+    else:
+        base = f"{names[roots[0].leaf]}_dim{roots[0].axis}"
+    if keyword.iskeyword(base) or base == "Dim":
+        base = f"{base}_"
+    name = base
+    for suffix in itertools.count(2):
+        if name not in used:
+            return name
+        name = f"{base}_{suffix}"
+    raise AssertionError("unreachable")

@@ -1,0 +1,193 @@
+"""The shapes an exported program accepts, read from its placeholders and
+``range_constraints``, as plain data.
+
+An AOTInductor engine does not check its inputs against the ranges it was exported for:
+one exported with ``max=512`` runs a sequence of 600, one with ``min=2`` runs a sequence
+of 1, and both return whatever the kernels compute. What the exported program itself
+records is therefore read here, for :mod:`pytest_aoti.shapes.validate` to check inputs
+against before an engine runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pytest_aoti.compiling.signature import read_signature_names
+
+if TYPE_CHECKING:
+    import sympy
+    from torch.export import ExportedProgram
+
+
+@dataclass(frozen=True)
+class SymbolRange:
+    """Exported range of one shape symbol; ``max`` None means unbounded."""
+
+    name: str
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One tensor user input: each size is an int (static) or a sympy expression's text."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: torch.dtype
+    device: torch.device
+    layout: str = "any"
+    """Memory layout the engine was compiled for: ``contiguous``, ``channels_last`` or
+    ``any`` (another layout, not checked). An AOTI engine reads its inputs with the
+    exported strides, so a tensor in another layout gives silently wrong results."""
+
+
+@dataclass(frozen=True)
+class ProgramShapes:
+    """The tensor inputs an exported program accepts, as plain data."""
+
+    inputs: tuple[InputSpec, ...]
+    """Tensor user inputs, in signature order."""
+    symbols: dict[str, SymbolRange]
+    """Free symbols of the input shapes, in order of first appearance, and their ranges."""
+    constants: dict[str, Any] = field(default_factory=dict)
+    """Non-tensor user inputs and the value they were exported with: the engine ignores
+    what a caller passes for them and uses that value."""
+    names: dict[str, str] = field(default_factory=dict)
+    """Display name of each symbol the user named: ``{"s77": "batch"}`` for a symbol that
+    comes from ``Dim("batch")`` (see :func:`name_symbols`). Symbols of ``Dim.AUTO`` and
+    other unnamed dims keep torch's name. Only messages use these names."""
+
+    def input(self, name: str) -> InputSpec:
+        """The input called ``name``."""
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def dim_range(self, input_name: str, axis: int) -> tuple[int, int | None]:
+        """Allowed size range of one dim; ``None`` as the maximum means unbounded."""
+        return _expr_range(self, self.input(input_name).shape[axis])
+
+    def display(self, size: Any) -> str:
+        """A size or expression as the user wrote it: ``2*batch`` for ``2*s77``."""
+        text = str(size)
+        if not self.names:
+            return text
+        return re.sub(r"[A-Za-z_]\w*", lambda word: self.names.get(word[0], word[0]), text)
+
+    def symbol_label(self, symbol: Any) -> str:
+        """``Dim batch`` for a symbol the user named, else ``symbol s77``."""
+        name = self.names.get(str(symbol))
+        return f"Dim {name}" if name is not None else f"symbol {symbol}"
+
+
+def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
+    """Read the shapes ``program`` accepts from its placeholders and ``range_constraints``.
+
+    Works on the program ``torch.export.export`` returns and on a decomposed one.
+    """
+    names = set(read_signature_names(program))
+    inputs: list[InputSpec] = []
+    free: dict[str, Any] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in names:
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            continue  # constant user inputs are read from the signature below
+        shape: list[int | str] = []
+        for size in value.shape:
+            if isinstance(size, int):
+                shape.append(size)
+                continue
+            expr = size.node.expr
+            if expr.is_number:
+                shape.append(int(expr))
+                continue
+            shape.append(str(expr))
+            for symbol in sorted(expr.free_symbols, key=str):
+                free.setdefault(str(symbol), symbol)
+        inputs.append(InputSpec(node.name, tuple(shape), value.dtype, value.device, _layout(value)))
+    ranges = {str(key): value for key, value in program.range_constraints.items()}
+    symbols = {name: _symbol_range(name, ranges.get(name)) for name in free}
+    return ProgramShapes(inputs=tuple(inputs), symbols=symbols, constants=_constants(program))
+
+
+def _layout(value: torch.Tensor) -> str:
+    try:
+        if value.is_contiguous():
+            return "contiguous"
+        if value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last):
+            return "channels_last"
+    except Exception:  # symbolic strides that cannot be decided here
+        pass
+    return "any"
+
+
+def _constants(program: ExportedProgram) -> dict[str, Any]:
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    return {
+        spec.arg.name: spec.arg.value
+        for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)
+    }
+
+
+def _symbol_range(name: str, value_range: Any) -> SymbolRange:
+    if value_range is None:
+        return SymbolRange(name, 0, None)
+    return SymbolRange(
+        name, max(0, finite_bound(value_range.lower) or 0), finite_bound(value_range.upper)
+    )
+
+
+def finite_bound(bound: Any) -> int | None:
+    """``bound`` as an int, or None for infinities (``int_oo`` claims ``is_finite``)."""
+    import sympy
+
+    if isinstance(bound, (int, sympy.Integer)):
+        return int(bound)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_size(text: str) -> sympy.Expr:
+    """The sympy expression of a size's text, over integer symbols."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    names = set(re.findall(r"[A-Za-z_]\w*", text))
+    local = {name: getattr(functions, name) for name in names if hasattr(functions, name)}
+    local.update(
+        {name: sympy.Symbol(name, integer=True, nonnegative=True) for name in names - set(local)}
+    )
+    return sympy.sympify(text, locals=local)
+
+
+def _expr_range(shapes: ProgramShapes, size: int | str) -> tuple[int, int | None]:
+    if isinstance(size, int):
+        return size, size
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    expr = parse_size(size)
+    ranges = {}
+    for symbol in expr.free_symbols:
+        symbol_range = shapes.symbols.get(str(symbol), SymbolRange(str(symbol), 0, None))
+        upper = int_oo if symbol_range.max is None else symbol_range.max
+        ranges[symbol] = ValueRanges(sympy.Integer(symbol_range.min), upper)
+    bounds = bound_sympy(expr, ranges)
+    return max(0, finite_bound(bounds.lower) or 0), finite_bound(bounds.upper)
+
+
+def format_range(low: int, high: int | None) -> str:
+    """``[low, high]``, or ``[low, inf)`` for an unbounded range."""
+    return f"[{low}, inf)" if high is None else f"[{low}, {high}]"

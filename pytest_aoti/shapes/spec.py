@@ -1,0 +1,253 @@
+"""The user's ``dynamic_shapes`` spec: the axes it names, the sizes it rules out, and the
+names its dims (``Dim("batch")``) give to a program's shape symbols."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.shapes.read import ProgramShapes, finite_bound, format_range, parse_size
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+@dataclass(frozen=True)
+class SpecAxis:
+    """One axis the user's ``dynamic_shapes`` spec says something about."""
+
+    path: str
+    """The input as the user wrote it: ``x``, ``xs[0]``, ``d['key']``."""
+    tensor: torch.Tensor
+    """The example tensor at that place."""
+    axis: int
+    """The dim the spec names (negative as written)."""
+    dim: Any
+    """The spec's entry: a ``Dim``, a derived dim, ``Dim.AUTO``/``STATIC``/``DYNAMIC``, an int."""
+
+
+def spec_axes(
+    dynamic_shapes: Any, arguments: Mapping[str, Any], *, strict: bool = False
+) -> list[SpecAxis]:
+    """The axes ``dynamic_shapes`` names, each with its example tensor.
+
+    ``arguments`` maps the forward's parameter names to the example values, in signature
+    order: what ``dynamic_shapes`` is keyed by (a dict) or ordered like (a tuple or list).
+    Parts of the spec that do not fit the example's structure are left to torch, which
+    reports them itself; with ``strict``, a dim beyond a tensor's rank raises
+    ``AotiUsageError`` here (torch says only "list assignment index out of range").
+    """
+    if isinstance(dynamic_shapes, Mapping):
+        tops = [
+            (str(name), arguments[name], spec)
+            for name, spec in dynamic_shapes.items()
+            if name in arguments
+        ]
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        tops = [
+            (name, value, spec) for (name, value), spec in zip(arguments.items(), dynamic_shapes)
+        ]
+    else:
+        return []
+    found: list[SpecAxis] = []
+    for name, value, spec in tops:
+        _walk_spec(name, value, spec, found, strict)
+    return found
+
+
+def _walk_spec(path: str, value: Any, spec: Any, found: list[SpecAxis], strict: bool) -> None:
+    if spec is None:
+        return
+    if isinstance(value, torch.Tensor):
+        if isinstance(spec, Mapping):
+            entries = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            entries = list(enumerate(spec))
+        else:
+            return
+        rank = value.dim()
+        for axis, dim in entries:
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                continue
+            if not -rank <= axis < rank:
+                if strict:
+                    dims = f"dims 0..{rank - 1}" if rank else "no dims"
+                    raise AotiUsageError(
+                        f"dynamic_shapes for input '{path}' names dim {axis}, but {path} has "
+                        f"rank {rank} ({dims})"
+                    )
+                continue
+            found.append(SpecAxis(path, value, axis, dim))
+    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        for index, (item, item_spec) in enumerate(zip(value, spec)):
+            _walk_spec(f"{path}[{index}]", item, item_spec, found, strict)
+    elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+        for key, item_spec in spec.items():
+            if key in value:
+                _walk_spec(f"{path}[{key!r}]", value[key], item_spec, found, strict)
+
+
+def forward_arguments(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The example inputs keyed by ``module.forward``'s parameter names, as torch.export
+    matches them with ``dynamic_shapes``; None when they do not bind."""
+    try:
+        return dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_dynamic_shapes(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> None:
+    """Raise ``AotiUsageError`` where ``dynamic_shapes`` names a dim an input does not have.
+
+    Run before ``torch.export.export``, which fails on that with an ``IndexError`` that
+    names neither the input nor the dim.
+    """
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is not None:
+        spec_axes(dynamic_shapes, arguments, strict=True)
+
+
+def dim_label(dim: Any) -> str | None:
+    """How the user wrote a spec entry that bounds a size: ``Dim('batch')``, ``2*d + 1``,
+    ``Dim.DYNAMIC``; None for static sizes and entries without bounds."""
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import _DerivedDim, _DimHint
+
+    if isinstance(dim, _DerivedDim):
+        return str(dim.__name__)
+    if isinstance(dim, Dim):
+        return f"Dim({dim.__name__!r})"
+    if isinstance(dim, _DimHint):
+        return f"Dim.{dim.type.name}"
+    return None
+
+
+def _dim_bounds(dim: Any) -> tuple[int, int | None] | None:
+    low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+    if low is None and high is None:
+        return None
+    return finite_bound(low) or 0, finite_bound(high)
+
+
+def sizes_outside_spec(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> list[str]:
+    """One line per example size outside the range its ``Dim`` declares, e.g.
+    ``input 'x' has size 100 at dim 0, outside Dim('batch') range [1, 64]``."""
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is None:
+        return []
+    found = []
+    for entry in spec_axes(dynamic_shapes, arguments):
+        label, bounds = dim_label(entry.dim), _dim_bounds(entry.dim)
+        if label is None or bounds is None:
+            continue
+        size = int(entry.tensor.shape[entry.axis])
+        low, high = bounds
+        if size < low or (high is not None and size > high):
+            found.append(
+                f"input '{entry.path}' has size {size} at dim {entry.axis}, outside {label} "
+                f"range {format_range(low, high)}"
+            )
+    return found
+
+
+def sizes_export_specializes(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> list[str]:
+    """Named dims whose example size is 0 or 1, which export always specializes."""
+    from torch.export.dynamic_shapes import _DimHint
+
+    arguments = forward_arguments(module, args, kwargs)
+    if arguments is None:
+        return []
+    axes = spec_axes(dynamic_shapes, arguments)
+    return [
+        f"input '{entry.path}' has size {int(entry.tensor.shape[entry.axis])} at dim "
+        f"{entry.axis}, which export specializes: pass an example of size >= 2 for "
+        f"{dim_label(entry.dim)}"
+        for entry in axes
+        if dim_label(entry.dim) is not None
+        and not isinstance(entry.dim, _DimHint)
+        and int(entry.tensor.shape[entry.axis]) in (0, 1)
+    ]
+
+
+def name_symbols(
+    program: ExportedProgram,
+    shapes: ProgramShapes,
+    dynamic_shapes: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> ProgramShapes:
+    """``shapes`` with each symbol the user named through a ``Dim`` shown by that name.
+
+    ``dynamic_shapes``, ``args`` and ``kwargs`` are what ``program`` was exported with.
+    The spec is walked alongside the inputs; where it puts ``Dim("batch")`` (or a dim
+    derived from it) on an axis whose exported size holds one symbol, that symbol is
+    named ``batch``. ``Dim.AUTO``, ``Dim.DYNAMIC`` and static entries name nothing.
+    """
+    from dataclasses import replace
+
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import _DerivedDim
+
+    from pytest_aoti.compiling.signature import named_user_inputs
+
+    if dynamic_shapes is None:
+        return shapes
+    try:
+        arguments = _exported_arguments(program, args, kwargs)
+        leaves = named_user_inputs(program, tuple(args), kwargs)
+        axes = spec_axes(dynamic_shapes, arguments)
+    except (TypeError, ValueError):
+        return shapes
+    input_of = {id(leaf): name for name, leaf in leaves.items()}
+    names: dict[str, str] = {}
+    for entry in axes:
+        if isinstance(entry.dim, _DerivedDim):
+            user_name = str(entry.dim.root.__name__)
+        elif isinstance(entry.dim, Dim):
+            user_name = str(entry.dim.__name__)
+        else:
+            continue
+        input_name = input_of.get(id(entry.tensor))
+        if input_name is None:
+            continue
+        try:
+            size = shapes.input(input_name).shape[entry.axis]
+        except (KeyError, IndexError):
+            continue
+        if not isinstance(size, str):
+            continue  # specialized by export
+        symbols = parse_size(size).free_symbols
+        if len(symbols) != 1 or (
+            not isinstance(entry.dim, _DerivedDim) and not size.isidentifier()
+        ):
+            continue
+        names.setdefault(str(next(iter(symbols))), user_name)
+    names = {symbol: name for symbol, name in names.items() if symbol in shapes.symbols}
+    return replace(shapes, names={**shapes.names, **names}) if names else shapes
+
+
+def _exported_arguments(
+    program: ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The inputs keyed by the forward's parameter names, as the program records them."""
+    signature = program.module_call_graph[0].signature if program.module_call_graph else None
+    names = getattr(signature, "forward_arg_names", None) or []
+    if len(names) < len(args):
+        raise ValueError("the program does not record its parameter names")
+    arguments = dict(zip(names, args))
+    arguments.update((name, kwargs[name]) for name in names[len(args) :] if name in kwargs)
+    arguments.update((name, value) for name, value in kwargs.items() if name not in arguments)
+    return arguments

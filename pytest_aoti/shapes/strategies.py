@@ -1,0 +1,223 @@
+"""Hypothesis strategies for inputs an exported program accepts.
+
+Use them in your own ``@given`` tests::
+
+    @given(inputs_for(program, like=(x, y)))
+    def test_matches_eager(inputs):
+        args, kwargs = inputs
+        ...
+
+Shapes are drawn one integer per shape symbol, so Hypothesis shrinks a failure toward
+the smallest shape the program allows. Tensor values come from a drawn seed rather than
+element by element: tensors may be large, and a seed shrinks as well as anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from hypothesis import strategies as st
+
+from pytest_aoti.compiling.signature import named_user_inputs
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.shapes.boundaries import assignment_fits, cap_range, shapes_from_assignment
+from pytest_aoti.shapes.read import ProgramShapes, read_program_shapes
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+    from torch.export import ExportedProgram
+
+
+def shapes_for(program: Any, *, max_dim: int = 64) -> SearchStrategy[dict[str, tuple[int, ...]]]:
+    """Shapes of the tensor inputs ``program`` accepts: input name -> shape.
+
+    ``program`` is an ``ExportedProgram`` or has one as ``.exported``. Each shape symbol
+    is drawn within its exported range, with unbounded or larger maxima capped at
+    ``max_dim``; shrinking goes toward every symbol's minimum.
+    """
+    shapes = read_program_shapes(_exported(program))
+    return assignments(shapes, max_dim).map(lambda values: shapes_from_assignment(shapes, values))
+
+
+def inputs_for(
+    program: Any,
+    *,
+    like: tuple[Any, ...],
+    like_kwargs: dict[str, Any] | None = None,
+    max_dim: int = 64,
+) -> SearchStrategy[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """``(args, kwargs)`` shaped like the example ``like``/``like_kwargs``, with new sizes.
+
+    Every tensor leaf is replaced by one of a drawn shape (see ``shapes_for``) with the
+    example's dtype and device, and values like the example's: floats uniform in the
+    example's [min, max] (or [-1, 1] when that is empty or not finite), integers in its
+    [min, max], bools at random. Non-tensor leaves are kept as they are.
+    """
+    builder = InputBuilder(program, like=like, like_kwargs=like_kwargs)
+    return st.builds(builder.build, assignments(builder.shapes, max_dim), st.integers(0, 2**32 - 1))
+
+
+class InputBuilder:
+    """Builds ``(args, kwargs)`` like an example, for a chosen size of every shape symbol.
+
+    The building block of :func:`inputs_for`, for callers that draw the sizes and the
+    value seed themselves (and report them when a check fails).
+    """
+
+    def __init__(
+        self, program: Any, *, like: tuple[Any, ...], like_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        import torch.utils._pytree as pytree
+
+        exported = _exported(program)
+        self.shapes: ProgramShapes = read_program_shapes(exported)
+        leaves, self._treespec = pytree.tree_flatten((tuple(like), dict(like_kwargs or {})))
+        self._leaves = leaves
+        self._names = _leaf_names(exported, leaves, self._treespec)
+        tensor_inputs = {spec.name for spec in self.shapes.inputs}
+        self._makers = {
+            index: _TensorMaker.like(leaf)
+            for index, leaf in enumerate(leaves)
+            if isinstance(leaf, torch.Tensor) and self._names[index] in tensor_inputs
+        }
+
+    def build(self, values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Inputs whose shape symbols take ``values``, tensor values drawn from ``seed``."""
+        import torch.utils._pytree as pytree
+
+        sizes = shapes_from_assignment(self.shapes, values)
+        generator = torch.Generator().manual_seed(seed)
+        new_leaves = [
+            self._makers[index].make(sizes[self._names[index]], generator)
+            if index in self._makers
+            else leaf
+            for index, leaf in enumerate(self._leaves)
+        ]
+        args, kwargs = pytree.tree_unflatten(new_leaves, self._treespec)
+        return tuple(args), dict(kwargs)
+
+
+def _exported(program: Any) -> ExportedProgram:
+    from torch.export import ExportedProgram
+
+    exported = getattr(program, "exported", program)
+    if not isinstance(exported, ExportedProgram):
+        raise AotiUsageError(
+            f"expected an ExportedProgram or an object with .exported, got {type(program).__name__}"
+        )
+    return exported
+
+
+def assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
+    """One integer per shape symbol within its capped range, shrinking to the minimum."""
+    symbols = {
+        name: st.integers(*cap_range(symbol_range, max_dim))
+        for name, symbol_range in shapes.symbols.items()
+    }
+    # Drawing each symbol in its range already keeps plain and linear dims in range;
+    # the filter only rejects anything for dims with unusual expressions.
+    return st.fixed_dictionaries(symbols).filter(lambda values: assignment_fits(shapes, values))
+
+
+def _leaf_names(program: ExportedProgram, leaves: list[Any], treespec: Any) -> list[str]:
+    """The program's user-input name of each of the caller's leaves.
+
+    The program may order keyword arguments differently from the caller, so the leaves
+    are numbered and the numbers named through the program's own input order.
+    """
+    import torch.utils._pytree as pytree
+
+    args, kwargs = pytree.tree_unflatten(list(range(len(leaves))), treespec)
+    try:
+        index_by_name = named_user_inputs(program, args, kwargs)
+    except ValueError as error:
+        raise AotiUsageError(f"the example does not fit the program: {error}") from None
+    name_by_index = {index: name for name, index in index_by_name.items()}
+    return [name_by_index[index] for index in range(len(leaves))]
+
+
+@dataclass(frozen=True)
+class _TensorMaker:
+    """Makes tensors with the dtype, device and value range of one example tensor."""
+
+    dtype: torch.dtype
+    device: torch.device
+    low: float
+    high: float  # ints for integer dtypes, exact even beyond 2**53
+    dim_order: tuple[int, ...]
+    """Dims from outermost to innermost in memory: the example's layout, which the
+    engine was compiled for (``channels_last`` is ``(0, 2, 3, 1)``)."""
+
+    @classmethod
+    def like(cls, example: torch.Tensor) -> _TensorMaker:
+        low, high = _value_range(example)
+        strides = example.stride()
+        order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
+        return cls(example.dtype, example.device, low, high, order)
+
+    def make(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """A tensor of ``shape`` laid out in memory like the example."""
+        in_memory_order = tuple(shape[dim] for dim in self.dim_order)
+        values = self._values(in_memory_order, generator)
+        return values.permute(*sorted(range(len(shape)), key=self.dim_order.__getitem__))
+
+    def _values(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        # Drawn on the CPU so that one seed gives the same values on every device.
+        if self.dtype == torch.bool:
+            values = torch.randint(0, 2, shape, generator=generator).bool()
+        elif self.dtype.is_floating_point or self.dtype.is_complex:
+            wide = self.dtype in (torch.float64, torch.complex128)
+            work = torch.float64 if wide else torch.float32
+            values = _uniform(shape, self.low, self.high, work, generator)
+            if self.dtype.is_complex:
+                imaginary = _uniform(shape, self.low, self.high, work, generator)
+                values = torch.complex(values, imaginary)
+        else:
+            values = _integers(shape, int(self.low), int(self.high), generator)
+        return values.to(dtype=self.dtype, device=self.device)
+
+
+def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
+    """A new tensor with the example's shape, dtype, device, layout and value range, and
+    values of its own (drawn from ``seed``): for inputs that must not share storage or
+    values with any other."""
+    generator = torch.Generator().manual_seed(seed)
+    return _TensorMaker.like(example).make(tuple(example.shape), generator)
+
+
+def _value_range(example: torch.Tensor) -> tuple[float, float]:
+    """The example's [min, max], or a default where it says nothing usable."""
+    floating = example.dtype.is_floating_point or example.dtype.is_complex
+    if example.dtype == torch.bool:
+        return 0, 1
+    if example.numel() == 0:
+        return (-1.0, 1.0) if floating else (0, 0)
+    data = example.detach()
+    if example.dtype.is_complex:
+        data = torch.view_as_real(data)
+    if floating:
+        data = data.to(torch.float64)
+        low, high = float(data.min()), float(data.max())
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            return -1.0, 1.0
+        return low, high
+    return int(data.min()), int(data.max())
+
+
+def _uniform(
+    shape: tuple[int, ...], low: float, high: float, dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    values = torch.rand(shape, generator=generator, dtype=dtype)
+    # Clamp: rounding in low + (high - low) * u can land just outside [low, high].
+    return (low + (high - low) * values).clamp(low, high)
+
+
+def _integers(
+    shape: tuple[int, ...], low: int, high: int, generator: torch.Generator
+) -> torch.Tensor:
+    # randint's upper bound is exclusive and must fit in int64.
+    upper = min(high + 1, torch.iinfo(torch.int64).max)
+    return torch.randint(low, upper, shape, generator=generator, dtype=torch.int64)

@@ -1,0 +1,42 @@
+"""Keeping a repro bundle of a failed check (``--aoti-keep-failed``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.errors import AotiCheckError
+
+
+def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) -> str | None:
+    """Write the bundle of ``error`` into ``directory``; return the line the failure shows
+    about it (None where the failure has no input set to replay). Never raises: the bundle
+    is a bonus, the failure is what matters."""
+    replay = error.replay
+    if replay is None:
+        return None
+    from pytest_aoti.triage.repro import write_bundle
+
+    tolerance = error.finding.tolerance or {}
+    # only a tolerance the test set goes into the bundle: the others are torch's defaults
+    explicit = bool(tolerance.get("explicit"))
+    try:
+        script = write_bundle(
+            directory,
+            exported=program.exported,
+            package_path=program.package_path,
+            args=replay.args,
+            kwargs=replay.kwargs,
+            calls=replay.calls,
+            eager_results=replay.eager_results(program),
+            rtol=tolerance.get("rtol") if explicit else None,
+            atol=tolerance.get("atol") if explicit else None,
+            finding_text=error.finding.render(),
+            finding_json=error.finding.to_json(),
+            device=program.device,
+        )
+    except Exception as problem:  # the bundle is a bonus: never mask the failure
+        return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
+    return f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces)"

@@ -1,0 +1,288 @@
+"""The import contract: which part of pytest_aoti may import which, checked on the source.
+
+Every import counts, wherever it is written: at the top of a module, inside a function
+(the lazy imports that keep torch out of plugin loading) and under ``TYPE_CHECKING``. A
+module may import modules on its own floor or below, never above, and no chain of imports
+may lead back to where it started. The floors are the parts of the package, by folder:
+a new module in ``checks/`` or ``reports/`` gets its folder's floor without an edit here.
+docs/how-it-is-built.md describes the same floors.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "pytest_aoti"
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
+
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # data and helpers every part uses: which code is the user's, pytree clones,
+    # findings, errors
+    ("base", ("frames", "trees", "findings", "errors")),
+    # rules and tables shared by all: judging numbers, devices, the option table
+    ("rules", ("compare", "devices", "settings")),
+    # dynamic shapes, and their public Hypothesis strategies
+    ("shapes", ("shapes", "strategies")),
+    # export, decompose, compile, load, explain torch's errors; key, store, registry
+    ("compiling", ("compiling",)),
+    # one module per check
+    ("checks", ("checks",)),
+    # stage attribution, diverging node, repro bundle
+    ("triage", ("triage",)),
+    # records and every view of them
+    ("reports", ("reports",)),
+    # the `aoti` fixture's object
+    ("tester", ("tester",)),
+    # session state and the hooks' extension points
+    ("session", ("session", "hookspecs")),
+    # pytest's entry point and the package's public names ("" is pytest_aoti itself)
+    ("plugin", ("plugin", "")),
+)
+"""Floors from the bottom up, each with the top-level names (folders or modules) on it."""
+
+MODULE_FLOORS = {
+    # reads an exported program's user inputs, which shapes/ builds on
+    "compiling.signature": "shapes",
+}
+"""Modules whose floor is not their folder's."""
+
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
+"""Imports that point up today, each with what replaces it. An entry whose import is gone
+fails the test, so that the list only shrinks."""
+
+
+def module_name(path: Path) -> str:
+    """``checks.parity`` for ``pytest_aoti/checks/parity.py``; ``""`` for the package."""
+    parts = list(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def imported_names(source: str, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """Every ``pytest_aoti`` name ``source`` imports, relative to the package, with its line:
+    module-level, deferred (inside functions) and ``TYPE_CHECKING`` imports alike, and
+    ``importlib.import_module`` of a literal name."""
+    found: list[tuple[str, int]] = []
+    here = [PACKAGE, *module.split(".")] if module else [PACKAGE]
+    if not is_package:
+        here = here[:-1]
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            # `from pytest_aoti.shapes import read` may name a submodule
+            names = [origin, *(f"{origin}.{alias.name}" for alias in node.names)]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        for name in names:
+            if name == PACKAGE or name.startswith(PACKAGE + "."):
+                found.append((name.removeprefix(PACKAGE).removeprefix("."), node.lineno))
+    return found
+
+
+def resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` loads: itself, or the module that defines the attribute."""
+    while name not in modules:
+        if not name:
+            return None
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line}, over every module of the package."""
+    modules = package_modules()
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        edges: dict[str, int] = {}
+        source = path.read_text(encoding="utf-8")
+        for name, line in imported_names(source, module, path.name == "__init__.py"):
+            target = resolve(name, modules)
+            if target is not None and target != module:
+                edges.setdefault(target, line)
+        graph[module] = edges
+    return graph
+
+
+def floor_of(module: str) -> int | None:
+    """The index of ``module``'s floor in FLOORS; None when no floor names it."""
+    wanted = MODULE_FLOORS.get(module)
+    top = module.partition(".")[0]
+    for index, (floor, names) in enumerate(FLOORS):
+        if floor == wanted or (wanted is None and top in names):
+            return index
+    return None
+
+
+def describe(module: str) -> str:
+    return PACKAGE + (f".{module}" if module else "")
+
+
+def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One import circle of ``graph`` as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, {})):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return None
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def test_every_module_has_a_floor() -> None:
+    homeless = [describe(module) for module in package_modules() if floor_of(module) is None]
+    assert not homeless, (
+        f"no floor for {', '.join(homeless)}: put the module in a folder of FLOORS or add "
+        "it to FLOORS in tests/test_imports.py (and to docs/how-it-is-built.md)"
+    )
+
+
+def test_no_import_circle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(describe(m) for m in cycle or [])
+
+
+def test_imports_point_down_the_floors() -> None:
+    graph = import_graph()
+    upward = []
+    for module, edges in sorted(graph.items()):
+        for target, line in sorted(edges.items()):
+            low, high = floor_of(module), floor_of(target)
+            if low is None or high is None or high <= low:
+                continue
+            if (module, target) in KNOWN_UPWARD:
+                continue
+            upward.append(
+                f"{describe(module)} (floor {FLOORS[low][0]}, line {line}) imports "
+                f"{describe(target)} (floor {FLOORS[high][0]})"
+            )
+    assert not upward, "imports pointing up:\n" + "\n".join(upward)
+
+
+def test_known_upward_imports_still_exist() -> None:
+    graph = import_graph()
+    gone = [f"{a} -> {b}" for a, b in KNOWN_UPWARD if b not in graph.get(a, {})]
+    assert not gone, f"remove from KNOWN_UPWARD in tests/test_imports.py: {', '.join(gone)}"
+
+
+# --------------------------------------------------------------------------- the scanner
+
+
+def test_scanner_counts_deferred_and_type_checking_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import os\n"
+        "from pytest_aoti.errors import AotiError\n"
+        "if TYPE_CHECKING:\n"
+        "    from pytest_aoti.compiling.program import AotiProgram\n"
+        "def run():\n"
+        "    import pytest_aoti.checks.parity\n"
+        "    from pytest_aoti.shapes import read\n"
+        "    class Inner:\n"
+        "        def method(self):\n"
+        "            from . import trees\n"
+        "            from ..reports import records\n"
+        "    return importlib.import_module('pytest_aoti.tester')\n"
+    )
+    found = imported_names(source, "triage.localize", is_package=False)
+    modules = {
+        name: Path()
+        for name in (
+            "",
+            "errors",
+            "compiling",
+            "compiling.program",
+            "checks",
+            "checks.parity",
+            "shapes",
+            "shapes.read",
+            "triage",
+            "trees",
+            "triage.trees",
+            "reports",
+            "reports.records",
+            "tester",
+        )
+    }
+    resolved = {resolve(name, modules): line for name, line in found}
+    assert resolved == {
+        "errors": 3,
+        "compiling.program": 5,
+        "checks.parity": 7,
+        "shapes": 8,
+        "shapes.read": 8,
+        "triage": 11,
+        "triage.trees": 11,
+        "reports": 12,
+        "reports.records": 12,
+        "tester": 13,
+    }
+
+
+def test_cycle_finder_reports_the_circle() -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None
+
+
+@pytest.mark.parametrize(
+    ("module", "floor"),
+    [
+        ("errors", "base"),
+        ("checks.a_check_added_later", "checks"),
+        ("reports.terminal", "reports"),
+        ("compiling.signature", "shapes"),
+        ("", "plugin"),
+    ],
+)
+def test_floors_go_by_folder(module: str, floor: str) -> None:
+    index = floor_of(module)
+    assert index is not None and FLOORS[index][0] == floor
+
+
+def test_the_old_circle_would_be_caught() -> None:
+    """errors -> pipeline (a deferred import) -> shapes -> errors, as it was."""
+    graph = import_graph()
+    graph["errors"] = {**graph["errors"], "compiling.pipeline": 1}
+    cycle = find_cycle(graph)
+    assert cycle is not None and "errors" in cycle
