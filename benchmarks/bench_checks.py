@@ -37,6 +37,11 @@ scheduler tick, and model calls then dominate a check's time.
 it stubbed out, alternating with and without check by check in the same process.
 ``--profile PATH`` writes a cProfile of the timed checks.
 
+``--probes`` (new tree): the cost of deployment probes. Warm: each check timed with
+``probes="report"`` (outcomes cached with the package) and ``probes="off"``, alternating
+check by check; cold: ``run_probes`` without a cache (one child process calls the engine
+on every variant) against the program's compile time, as recorded with its package.
+
 Prints one JSON line on stdout; progress goes to stderr.
 """
 
@@ -178,7 +183,7 @@ TEST_FILE = textwrap.dedent(
         # only the tree's own module: an editable install's finder would supply a
         # submodule the tree lacks from the installed tree
         call_times = None
-        if os.path.exists(os.path.join(tree, "timing.py")):
+        if os.path.exists(os.path.join(tree, "checks", "timing.py")):
             from pytest_aoti.checks.timing import call_times
         if call_times is not None:
             for name in CONFIG["timing_models"]:
@@ -235,13 +240,56 @@ TEST_FILE = textwrap.dedent(
                     ),
                 }}
 
+        # deployment probes: warm (outcomes cached) against off, and cold against the compile
+        report["probes"] = {{}}
+        if CONFIG.get("probes"):
+            from pytest_aoti.checks.probes import run_probes
+            from pytest_aoti.compare import Tolerance
+
+            for label, module, args, options, _ in prepared:
+                samples = {{"report": [], "off": []}}
+                cpu = {{"report": [], "off": []}}
+                for rep in range(CONFIG["reps"]):
+                    order = ("report", "off") if rep % 2 == 0 else ("off", "report")
+                    for side in order:
+                        chosen = {{**options, "probes": side}}
+                        wall, cpu_s = _check_once(aoti, module, args, chosen)
+                        samples[side].append(wall)
+                        cpu[side].append(cpu_s)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    program = aoti.compile(
+                        module, args, dynamic_shapes=options.get("dynamic_shapes")
+                    )
+                    started = time.perf_counter()
+                    probed, _ = run_probes(program, module, args, {{}}, tolerance=Tolerance())
+                    cold = time.perf_counter() - started
+                report["probes"][label] = {{
+                    "warm_report_ms": statistics.median(samples["report"]) * 1e3,
+                    "warm_off_ms": statistics.median(samples["off"]) * 1e3,
+                    "warm_paired_ratio": statistics.median(
+                        r / o for r, o in zip(samples["report"], samples["off"])
+                    ),
+                    "warm_cpu_ratio": statistics.median(cpu["report"])
+                    / statistics.median(cpu["off"]),
+                    "warm_added_cpu_ms": (
+                        statistics.median(cpu["report"]) - statistics.median(cpu["off"])
+                    )
+                    * 1e3,
+                    "cold_probes_s": cold,
+                    "compile_s": program.compile_seconds,
+                    "cold_over_compile": cold / program.compile_seconds,
+                    "variants": len(probed.outcomes),
+                    "hazards": sum(o.outcome in ("wrong", "unguarded") for o in probed.outcomes),
+                }}
+
         # every pytest_aoti module this session ran must come from the measured tree
         report["foreign_modules"] = sorted(
             module.__file__
             for name, module in sys.modules.items()
             if (name == "pytest_aoti" or name.startswith("pytest_aoti."))
             and getattr(module, "__file__", None)
-            and os.path.dirname(os.path.realpath(module.__file__)) != tree
+            and not os.path.realpath(module.__file__).startswith(tree + os.sep)
         )
         with open(CONFIG["out"], "w") as out:
             json.dump(report, out)
@@ -291,6 +339,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
                 "warmup": options.warmup,
                 "reps_timing": options.reps_timing,
                 "ablate_timing": options.ablate_timing,
+                "probes": options.probes,
                 "profile": str(options.profile) if options.profile else None,
                 "lockstep": (
                     {"go": str(options.gate / "go"), "done": str(options.gate / "done")}
@@ -357,6 +406,10 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         "timing_ablation": {
             k: {name: round(value, 3) for name, value in v.items()}
             for k, v in report["timing_ablation"].items()
+        },
+        "probes": {
+            k: {name: round(value, 3) for name, value in v.items()}
+            for k, v in report.get("probes", {}).items()
         },
         "session_s": report["session_s"],
         "threads": report["threads"],
@@ -588,6 +641,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ablate-timing",
         action="store_true",
         help="new tree: also time each check with the engine/eager timing stubbed out",
+    )
+    parser.add_argument(
+        "--probes",
+        action="store_true",
+        help="new tree: also time deployment probes, warm (cached) against off, and cold",
     )
     parser.add_argument("--gate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help="cProfile stats of the timed checks")

@@ -27,6 +27,7 @@ KINDS = (
     "memory",  # an engine call allocated more device memory than max_extra_bytes
     "random",  # the program draws random numbers: eager and the engine cannot agree
     "eager",  # eager PyTorch itself fails on the example: nothing to compile
+    "probe",  # a deployment probe: the engine silently differs on an input the program accepts
     "check",  # a message without structure (AotiCheckError raised with a plain string)
 )
 

@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -146,6 +146,64 @@ def parse_export_modes(text: str) -> tuple[str, ...]:
     if len(set(modes)) != len(modes):
         raise argparse.ArgumentTypeError(f"export mode listed twice in {text!r}")
     return modes
+
+
+PROBE_POLICIES = ("off", "report", "fail")
+
+
+def parse_probe_policy(text: str) -> str:
+    """``off``, ``report`` or ``fail``: what deployment probes do after a passing check."""
+    policy = str(text).strip().lower()
+    if policy not in PROBE_POLICIES:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(PROBE_POLICIES)}, got {text!r}"
+        )
+    return policy
+
+
+def _probe_policy_problem(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in PROBE_POLICIES:
+        return ""
+    return f"{name} must be one of {', '.join(PROBE_POLICIES)}, got {value!r}"
+
+
+PROBE_LAYOUT_KINDS = (
+    "channels_last",
+    "channels_last_3d",
+    "permuted",
+    "strided_slice",
+    "storage_offset",
+)
+PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
+"""The kinds of deployment-probe variants; ``probes_skip`` names these."""
+
+
+def probes_skip_problem(name: str, value: Any) -> str:
+    """What is wrong with a ``probes_skip`` value: a set of kinds (``"*"``: all), or a
+    dict of input name to such a set."""
+    if value is None:
+        return ""
+
+    def kinds_problem(names: Any, where: str) -> str:
+        if isinstance(names, str):
+            names = {names}
+        if not isinstance(names, Iterable):
+            return f"{name}{where} must be a set of variant kinds"
+        unknown = sorted({str(item) for item in names} - set(PROBE_KINDS) - {"*"})
+        if unknown:
+            return (
+                f"{name}{where} names unknown variant kind(s) {', '.join(unknown)}; "
+                f"known: {', '.join(PROBE_KINDS)} (or * for all)"
+            )
+        return ""
+
+    if isinstance(value, Mapping):
+        for key, names in value.items():
+            problem = kinds_problem(names, f"[{key!r}]")
+            if problem:
+                return problem
+        return ""
+    return kinds_problem(value, "")
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -354,6 +412,29 @@ OPTIONS = (
         marker=True,
         keyword=True,
         problem=_random_problem,
+    ),
+    Option(
+        "aoti-probes",
+        parse_probe_policy,
+        "report",
+        "After a passing check, call the raw engine with variants of the example (other "
+        "layouts, sizes, dtypes, scalar values, aliased inputs) and compare with eager: off, "
+        "report (list hazards in the summary) or fail (a silently wrong variant fails the "
+        "check). Default: report.",
+        check="probes",
+        marker=True,
+        keyword=True,
+        problem=_probe_policy_problem,
+    ),
+    Option(
+        "probes_skip",
+        None,
+        None,
+        "Probe variants a model does not support: a set of variant kinds for every input "
+        '({"channels_last"}) or per input ({"x": {"size"}}); "*" for all kinds.',
+        marker=True,
+        keyword=True,
+        problem=probes_skip_problem,
     ),
     Option(
         "threads",

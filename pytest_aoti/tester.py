@@ -231,6 +231,8 @@ class AotiTester:
         threads: int | None = None,
         max_extra_bytes: int | None = None,
         random: str | None = None,
+        probes: str | None = None,
+        probes_skip: Any = None,
         **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
@@ -261,6 +263,13 @@ class AotiTester:
         - ``random="shapes"``: for a program that draws random numbers (which fails the
           check by default, as eager and the engine draw different ones), compare only the
           output structure, shapes and dtypes, and the values of outputs no random op feeds;
+        - ``probes="report"`` (the default, or ``--aoti-probes``): once the check passed, the
+          raw engine is called with variants of the example (other layouts, sizes, dtypes,
+          devices, scalar values, aliased inputs) and the hazards are reported
+          (``CheckResult.probes``); ``probes="fail"`` fails the check where the engine
+          silently differs from eager on a variant the exported program accepts;
+          ``probes="off"`` runs none. ``probes_skip={"x": {"channels_last"}}`` (or a set for
+          every input) leaves out variants the model deliberately does not support;
         - ``**options``: any other per-check option of :data:`pytest_aoti.settings.OPTIONS`
           (a row with ``keyword=True``), by name.
 
@@ -289,6 +298,8 @@ class AotiTester:
                     "threads": threads,
                     "max_extra_bytes": max_extra_bytes,
                     "random": random,
+                    "probes": probes,
+                    "probes_skip": probes_skip,
                 },
                 options,
             )
@@ -368,6 +379,7 @@ class AotiTester:
             hypothesis_database=self._hypothesis_database,
             label=self._label,
             profile_path=events.profile_path if events is not None else lambda: None,
+            sidecars=self._registry,
         )
         stats: list[tuple[str, LeafStats]] = []
         input_sets = 0

@@ -100,7 +100,7 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line is the one pytest showed before the rows drove it
     assert settings.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None, random=None): "
+        "max_dim=None, localize=None, random=None, probes=None, probes_skip=None): "
     )
 
 
@@ -109,7 +109,7 @@ def test_command_line_value(aoti):
     result = aoti.check(DoubleThenCos(), (example(),))
     assert result.figures["probe_level"] == 3
     # the checks that applied, in the catalog's order; timing's figures are on the result
-    assert result.checks == ("parity", "aliasing", "timing", "probe")
+    assert result.checks == ("parity", "aliasing", "probes", "timing", "probe")
     assert result.engine_seconds > 0 and result.eager_seconds > 0
 
 @pytest.mark.aoti(probe_level=5)
@@ -179,13 +179,14 @@ def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
         "memory",
         "threads",
         "generated",
+        "probes",
         "timing",
     ]
     plan = CheckPlan(module=None, input_sets=[], tolerance=None, calls=1)  # no module needed
     plan.options = {"threads": 1, "max_extra_bytes": None, "examples": 20}
     applying = [check.name for check in catalog.CHECKS if check.applies(plan)]
-    # no declaration, one thread, no memory limit, no dynamic dims
-    assert applying == ["parity", "aliasing", "timing"]
+    # no declaration, one thread, no memory limit, no dynamic dims; probes by default
+    assert applying == ["parity", "aliasing", "probes", "timing"]
     plan.options = {"threads": 4, "max_extra_bytes": 0, "examples": 20}
     plan.mutates, plan.dynamic_shapes = {}, {"x": {0: "batch"}}
     # the random check applies only to a program that draws random numbers

@@ -37,7 +37,7 @@ class CheckPlan:
 
     Every per-check option (a row of :data:`pytest_aoti.settings.OPTIONS`: ``examples``,
     ``max_dim``, ``threads``, ``max_extra_bytes``, ...) is in :attr:`options` and reads as
-    an attribute: ``plan.threads``.
+    an attribute: ``plan.threads``, its row's default where :attr:`options` lacks it.
     """
 
     module: torch.nn.Module
@@ -66,7 +66,12 @@ class CheckPlan:
         options = self.__dict__.get("options", {})
         if name in options:
             return options[name]
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+        from pytest_aoti.settings import check_option
+
+        option = None if name.startswith("_") else check_option(name)
+        if option is None:
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+        return option.default  # a plan made with some options only: the row's default
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,19 @@ class Triage(Protocol):
         ...
 
 
+class Sidecars(Protocol):
+    """Data kept with a program's package, beside it in the cache (e.g. probe outcomes):
+    the :class:`~pytest_aoti.compiling.registry.ProgramRegistry`."""
+
+    def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
+        """The data ``name`` kept with program ``key``; None when there is none."""
+        ...
+
+    def keep_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> None:
+        """Keep ``data`` as ``name`` with program ``key``, for this session and the cache."""
+        ...
+
+
 @dataclass
 class CheckContext:
     """What the checks of one ``aoti.check`` call share beyond the plan."""
@@ -109,6 +127,9 @@ class CheckContext:
     engine: Any = None
     """The engine of the first input set's parity run, kept for timing: loading another
     one for a program with buffer state would map the package again, for good."""
+    sidecars: Sidecars | None = None
+    """Where a check keeps what it learnt about a program's package (the probes' outcomes),
+    so that later checks and sessions sharing the program reuse it."""
 
 
 class Check(Protocol):
@@ -141,7 +162,8 @@ class CheckResult:
     aliased inputs, boundary and generated shapes."""
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Every check's named figures: ``examples``, ``extra_bytes``, ``engine_seconds``,
-    ``eager_seconds``, ``profile``, ``measure_error`` where measured."""
+    ``eager_seconds``, ``profile``, ``measure_error`` where measured; ``probes`` (a
+    :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
     """The checks that ran, in order (``signature``, ``parity``, ``timing``, ...)."""
 
@@ -168,6 +190,13 @@ class CheckResult:
         """Median seconds of one eager call on the example (None: not measured)."""
         value = self.figures.get("eager_seconds")
         return None if value is None else float(value)
+
+    @property
+    def probes(self) -> Any:
+        """The deployment probes of the program, a
+        :class:`~pytest_aoti.checks.probes.ProbeReport` (typed loosely: that module builds
+        on this one); None with ``probes="off"`` or where the check did not get that far."""
+        return self.figures.get("probes")
 
     @property
     def max_errors(self) -> dict[str, tuple[float, float]]:

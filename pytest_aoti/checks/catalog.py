@@ -1,8 +1,9 @@
 """The checks every ``aoti.check`` runs, in order: the first that fails ends the check.
 
 Adding a check: a module with one :class:`~pytest_aoti.checks.base.Check`, and its line
-here; its options are rows of :data:`pytest_aoti.settings.OPTIONS`. Timing stays last: it
-measures only a program that passed everything else.
+here; its options are rows of :data:`pytest_aoti.settings.OPTIONS`. Deployment probes come
+after every check of the example (they judge a program that passed them); timing stays
+last: it measures only a program that passed everything else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pytest_aoti.checks.declared import SignatureCheck
 from pytest_aoti.checks.generated import GeneratedCheck
 from pytest_aoti.checks.memory import MemoryCheck
 from pytest_aoti.checks.parity import ParityCheck
+from pytest_aoti.checks.probes import ProbesCheck
 from pytest_aoti.checks.randomness import RandomCheck
 from pytest_aoti.checks.threads import ThreadsCheck
 from pytest_aoti.checks.timing import TimingCheck
@@ -25,5 +27,6 @@ CHECKS: list[Check] = [
     MemoryCheck(),
     ThreadsCheck(),
     GeneratedCheck(),
+    ProbesCheck(),
     TimingCheck(),
 ]

@@ -120,6 +120,26 @@ class ProgramRegistry:
         self._lock = threading.Lock()
         self.engines = EnginePool(engine_budget)
         self.stats = CompileStats()
+        self._sidecars: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
+        """Data kept with a program's package (``name`` e.g. ``probes``): this session's,
+        else the store's; None when there is none."""
+        with self._lock:
+            data = self._sidecars.get((key, name))
+        if data is None and self._store is not None and self._store.readable:
+            data = self._store.read_sidecar(key, name)
+            if data is not None:
+                with self._lock:
+                    self._sidecars[(key, name)] = data
+        return data
+
+    def keep_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> None:
+        """Keep ``data`` with a program's package, for this session and in the store."""
+        with self._lock:
+            self._sidecars[(key, name)] = dict(data)
+        if self._store is not None and self._store.writable:
+            self._store.write_sidecar(key, name, data)
 
     def program_for(
         self,

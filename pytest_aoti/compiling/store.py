@@ -67,6 +67,7 @@ LOCK_TIMEOUT = 600.0
 
 _KEY_RE = re.compile(r"[0-9a-z][0-9a-z_-]{0,127}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_SIDECAR_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _META_LIMIT = 1 << 20
@@ -611,6 +612,53 @@ class ArtifactStore:
         if st.st_uid != os.getuid():
             raise _Refused(f"the existing entry is owned by uid {st.st_uid}, not you")
         self._discard(target)
+
+    # -- sidecar data ----------------------------------------------------------------
+
+    def read_sidecar(self, key: str, name: str) -> dict[str, Any] | None:
+        """The JSON object kept as ``<name>.json`` next to an entry's package (findings
+        about the package, such as probe outcomes); None when missing or unusable.
+        Advisory data: it is trust-checked like the entry, not checksummed."""
+        validate_key(key)
+        if not self._readable or not _SIDECAR_RE.fullmatch(name):
+            return None
+        entry_dir = self._entries / key
+        try:
+            ino = self._entry_dir_inode(entry_dir)
+            file = self._open_entry_file(entry_dir, f"{name}.json", ino)
+            if file is None:
+                return None
+            with file:
+                data = json.loads(file.read(_META_LIMIT + 1))
+        except (_Missing, _Refused, OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> bool:
+        """Write ``data`` as ``<name>.json`` into the entry of ``key``, atomically; False
+        when the store is not writable or the entry is gone."""
+        validate_key(key)
+        if not _SIDECAR_RE.fullmatch(name) or name == "meta":
+            raise ValueError(f"bad sidecar name {name!r}")
+        if not self._writable:
+            return False
+        entry_dir = self._entries / key
+        try:
+            ino = self._entry_dir_inode(entry_dir)
+            fd, temp = tempfile.mkstemp(prefix=f"{key}.", suffix=f".{name}", dir=self._tmp)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(json.dumps(_plain_json(data), sort_keys=True).encode())
+                if not _same_inode(entry_dir, ino):
+                    raise FileNotFoundError(entry_dir)
+                os.replace(temp, entry_dir / f"{name}.json")
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise
+        except (_Missing, _Refused, OSError):
+            return False
+        return True
 
     # -- locking ---------------------------------------------------------------------
 

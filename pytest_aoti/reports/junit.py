@@ -40,6 +40,13 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
         "aoti_extra_bytes": record.extra_bytes,
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
+    if record.probes:
+        outcomes = [probe.get("outcome") for probe in record.probes]
+        props += [
+            ("aoti_probes", len(outcomes)),
+            ("aoti_probes_wrong", outcomes.count("wrong")),
+            ("aoti_probes_unguarded", outcomes.count("unguarded")),
+        ]
     finding = record.finding
     if finding is not None:
         figures = finding.get("figures") or {}

@@ -68,6 +68,9 @@ class CheckRecord:
     notes: list[str] = field(default_factory=list)
     """What the check noted without failing: buffer state the program mutates, warnings
     torch raised from its own frames while exporting and compiling, skipped input sets."""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """Deployment probes of the program: ``input``, ``variant``, ``outcome``, ``max_abs``,
+    ``max_rel``, ``refused_with_checks``, ``remedy`` per variant."""
 
     @property
     def speed_ratio(self) -> float | None:

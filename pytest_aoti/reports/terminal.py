@@ -1,5 +1,5 @@
-"""The terminal summary: inferred specs, the durations table, workers' compiles, cache
-problems, notes and the one-line compile figures."""
+"""The terminal summary: inferred specs, the durations table, workers' compiles, deployment
+hazards, cache problems, notes and the one-line compile figures."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from pytest_aoti.compiling.history import SEED_ADVICE
 from pytest_aoti.compiling.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
+from pytest_aoti.reports.hazards import write_hazards
 from pytest_aoti.reports.progress import worker_lines
 from pytest_aoti.reports.records import CheckRecord
 
@@ -104,6 +105,7 @@ def write_summary(
             f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
             f"{devices}: device memory is measured on CUDA only"
         )
+    write_hazards(reporter, records)
     if collector.cache_problems:
         reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
         for problem in collector.cache_problems:

@@ -1,0 +1,300 @@
+"""The variants of an example that deployment probes call the engine with.
+
+Per input, by what it is: other memory layouts of the same values (by rank), other sizes
+(by the exported dims: static ones, and just outside a dynamic dim's range), other floating
+dtypes, another device where the program has one, another value of a Python scalar, and
+aliased inputs where the program mutates one. Every variant is built from copies: the
+caller's tensors are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.settings import PROBE_KINDS, PROBE_LAYOUT_KINDS, probes_skip_problem
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+LAYOUT_KINDS = PROBE_LAYOUT_KINDS
+KINDS = PROBE_KINDS
+"""Variant kinds; ``probes_skip`` names these (the option's row checks them)."""
+
+
+def check_skip(value: Any) -> dict[str, frozenset[str]]:
+    """``probes_skip`` as ``{input name or "*": kinds}``.
+
+    Accepted: a set of kinds for every input (``{"channels_last"}``), or a dict of input
+    name to a set of kinds (``{"x": {"channels_last", "size"}}``); ``"*"`` stands for all
+    kinds. A bad value is a usage error (its row's check, :func:`probes_skip_problem`).
+    """
+    problem = probes_skip_problem("probes_skip", value)
+    if problem:
+        raise AotiUsageError(problem)
+    if value is None:
+        return {}
+
+    def kinds(names: Any) -> frozenset[str]:
+        chosen = frozenset(str(name) for name in ({names} if isinstance(names, str) else names))
+        return frozenset(KINDS) if "*" in chosen else chosen
+
+    if isinstance(value, Mapping):
+        return {str(name): kinds(names) for name, names in value.items()}
+    return {"*": kinds(value)}
+
+
+# --- variants -----------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    """One probe input set: the example with one input changed."""
+
+    input: str
+    variant: str
+    kind: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outside_contract: bool = False
+    """The exported program declares something else (dtype, device) than this variant has,
+    whether or not ``exported.module()`` checks it."""
+    risky: bool = False
+    """The engine may read or write out of bounds (smaller size, narrower dtype, another
+    device)."""
+    eager_inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+    """What eager runs on instead of the variant: the example itself, for a device
+    variant (the caller means the same values; eager cannot mix devices)."""
+
+
+def choose_variants(
+    program: AotiProgram,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    skip: Mapping[str, frozenset[str]],
+) -> list[Variant]:
+    """The variants worth probing for this program and example: layouts by rank, sizes by
+    the exported dims, dtypes of floating inputs, devices where the program has one,
+    values of Python scalars, aliasing where an input is mutated. Inputs are copies;
+    the caller's tensors are never touched."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    from pytest_aoti.checks.aliasing import _ordered_kwargs, aliased_inputs
+    from pytest_aoti.trees import clone_tree
+
+    exported = program.exported
+    names = _user_input_names(exported)
+    leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), _ordered_kwargs(exported, kwargs))))
+    if len(leaves) != len(names):
+        return []
+    dims = _exported_dims(exported)
+
+    def skipped(name: str, kind: str) -> bool:
+        return kind in skip.get(name, frozenset()) or kind in skip.get("*", frozenset())
+
+    def make(changes: Mapping[int, Any], name: str, variant: str, kind: str, **extra: Any) -> None:
+        fresh = [changes.get(index, leaf) for index, leaf in enumerate(leaves)]
+        new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)
+        variants.append(Variant(name, variant, kind, tuple(new_args), dict(new_kwargs), **extra))
+
+    example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
+    example = (tuple(example_args), dict(example_kwargs))
+
+    variants: list[Variant] = []
+    for index, (name, leaf) in enumerate(zip(names, leaves)):
+        if isinstance(leaf, torch.Tensor):
+            if leaf.layout != torch.strided or leaf.numel() < 2:
+                continue
+            for kind, tensor in _layouts(leaf):
+                if not skipped(name, kind):
+                    make({index: tensor}, name, kind, kind)
+            if not skipped(name, "size"):
+                for label, tensor, risky in _sizes(leaf, dims.get(name, ())):
+                    make({index: tensor}, name, label, "size", risky=risky)
+            if not skipped(name, "dtype"):
+                for dtype, risky in _dtypes(leaf):
+                    label = f"dtype={str(dtype).removeprefix('torch.')}"
+                    make(
+                        {index: leaf.to(dtype)},
+                        name,
+                        label,
+                        "dtype",
+                        outside_contract=True,
+                        risky=risky,
+                    )
+            if not skipped(name, "device"):
+                for device in _devices(leaf):
+                    make(
+                        {index: leaf.to(device)},
+                        name,
+                        f"device={device}",
+                        "device",
+                        outside_contract=True,
+                        risky=True,
+                        eager_inputs=example,
+                    )
+        elif isinstance(leaf, (int, float)) and not skipped(name, "scalar"):
+            new = (not leaf) if isinstance(leaf, bool) else leaf + 1
+            make({index: new}, name, f"value={new!r}", "scalar")
+
+    mutated = program.mutated_inputs
+    # aliased *example* inputs are the aliasing check's: never both report an input set
+    if mutated and not aliased_inputs(exported, args, kwargs):
+        tensors = {
+            name: (index, leaf)
+            for index, (name, leaf) in enumerate(zip(names, leaves))
+            if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.dim()
+        }
+        for target in sorted(mutated & set(tensors)):
+            t_index, t_leaf = tensors[target]
+            for other, (o_index, o_leaf) in tensors.items():
+                if other == target or skipped(target, "aliased") or skipped(other, "aliased"):
+                    continue
+                if o_leaf.shape != t_leaf.shape or o_leaf.dtype != t_leaf.dtype:
+                    continue
+                label = f"{target}, {other}"
+                shared = t_leaf.clone()
+                make({t_index: shared, o_index: shared}, label, "same tensor", "aliased")
+                rows = t_leaf.shape[0]
+                if rows >= 2:
+                    shift = max(1, rows // 2)
+                    base = torch.cat([t_leaf, o_leaf[rows - shift :]])
+                    make(
+                        {t_index: base[:rows], o_index: base[shift : shift + rows]},
+                        label,
+                        "overlapping views",
+                        "aliased",
+                    )
+                break  # one partner per mutated input is enough
+    return variants
+
+
+def _layouts(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """Same shape and values in other memory layouts; none that equals the example's."""
+    import torch
+
+    found: list[tuple[str, torch.Tensor]] = []
+    if leaf.dim() == 4:
+        found.append(("channels_last", leaf.contiguous(memory_format=torch.channels_last)))
+    if leaf.dim() == 5:
+        found.append(("channels_last_3d", leaf.contiguous(memory_format=torch.channels_last_3d)))
+    if leaf.dim() >= 2:
+        order = list(reversed(range(leaf.dim())))
+        found.append(("permuted", leaf.permute(order).contiguous().permute(order)))
+    bigger = torch.zeros(
+        (*leaf.shape[:-1], 2 * leaf.shape[-1]), dtype=leaf.dtype, device=leaf.device
+    )
+    bigger[..., ::2] = leaf
+    found.append(("strided_slice", bigger[..., ::2]))
+    flat = torch.zeros(leaf.numel() + 1, dtype=leaf.dtype, device=leaf.device)
+    flat[1:] = leaf.reshape(-1)
+    found.append(("storage_offset", flat[1:].view(leaf.shape)))
+    return [
+        (kind, tensor)
+        for kind, tensor in found
+        if tensor.stride() != leaf.stride() or tensor.storage_offset() != leaf.storage_offset()
+    ]
+
+
+def _sizes(
+    leaf: torch.Tensor, dims: tuple[tuple[int, int] | None, ...]
+) -> list[tuple[str, torch.Tensor, bool]]:
+    """Another size of each static dim (one more; one less for dim 0), and sizes just
+    outside a dynamic dim's range. ``dims`` holds None for a static dim, else its range."""
+    import torch
+
+    found: list[tuple[str, torch.Tensor, bool]] = []
+
+    def resized(dim: int, size: int) -> torch.Tensor:
+        now = leaf.shape[dim]
+        if size <= now:
+            return leaf.narrow(dim, 0, size).contiguous()
+        reps = [leaf] * (size // now) + [leaf.narrow(dim, 0, size % now)]
+        return torch.cat(reps, dim).contiguous()
+
+    for dim, size in enumerate(leaf.shape):
+        bounds = dims[dim] if dim < len(dims) else None
+        if bounds is None:
+            found.append((f"size[{dim}]={size + 1}", resized(dim, size + 1), False))
+            if dim == 0 and size > 1:
+                found.append((f"size[{dim}]={size - 1}", resized(dim, size - 1), True))
+            continue
+        low, high = bounds
+        if high is not None and high + 1 <= max(4 * size, 64):
+            found.append((f"size[{dim}]={high + 1}", resized(dim, high + 1), False))
+        if low is not None and low >= 1 and size >= 1:
+            found.append((f"size[{dim}]={low - 1}", resized(dim, low - 1), True))
+    return found
+
+
+def _dtypes(leaf: torch.Tensor) -> list[tuple[torch.dtype, bool]]:
+    """A wider and a narrower floating dtype (the narrower one may read out of bounds)."""
+    import torch
+
+    if not leaf.is_floating_point():
+        return []
+    if leaf.dtype == torch.float32:
+        return [(torch.float64, False), (torch.float16, True)]
+    if leaf.dtype in (torch.float16, torch.bfloat16):
+        return [(torch.float32, False)]
+    if leaf.dtype == torch.float64:
+        return [(torch.float32, True)]
+    return []
+
+
+def _devices(leaf: torch.Tensor) -> list[str]:
+    """A CPU input to a CUDA engine; another CUDA index where there is one."""
+    import torch
+
+    if leaf.device.type != "cuda":
+        return []
+    found = ["cpu"]
+    count = torch.cuda.device_count()
+    if count > 1:
+        found.append(f"cuda:{((leaf.device.index or 0) + 1) % count}")
+    return found
+
+
+def _user_input_names(exported: Any) -> tuple[str, ...]:
+    from pytest_aoti.compiling.signature import read_signature_names
+
+    return read_signature_names(exported)
+
+
+def _exported_dims(exported: Any) -> dict[str, tuple[tuple[int, int] | None, ...]]:
+    """Per tensor input, per dim: None where static, else the ``(min, max)`` of its range
+    (None for an unbounded end)."""
+    names = set(_user_input_names(exported))
+    ranges = {str(symbol): value for symbol, value in exported.range_constraints.items()}
+    found: dict[str, tuple[tuple[int, int] | None, ...]] = {}
+    for node in exported.graph.nodes:
+        if node.op != "placeholder" or node.name not in names:
+            continue
+        value = node.meta.get("val")
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            continue
+        dims: list[tuple[int, int] | None] = []
+        for size in shape:
+            if isinstance(size, int):
+                dims.append(None)
+                continue
+            bound = ranges.get(str(size.node.expr))
+            low = _finite(getattr(bound, "lower", None))
+            high = _finite(getattr(bound, "upper", None))
+            dims.append((low if low is not None else 0, high))  # type: ignore[arg-type]
+        found[node.name] = tuple(dims)
+    return found
+
+
+def _finite(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if abs(number) < 2**62 else None

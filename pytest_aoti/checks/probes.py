@@ -1,0 +1,531 @@
+"""Deployment probes: call the raw engine the way deployed callers will, and judge it.
+
+A passing check certifies the engine on the test's own tensors. A deployed engine gets
+others: channels_last images, cropped views, another batch size, another value of a
+Python scalar, aliased tensors. An AOTInductor engine checks none of that unless the
+serving process sets ``AOTI_RUNTIME_CHECK_INPUTS=1``. Each probe calls the raw engine
+(without the plugin's guards) on a variant of the example, compares it with eager on the
+same variant, and judges it against the exported program's own contract (the guards of
+``exported.module()``, and the dtype and device every input was exported with):
+
+- ``ok``: the engine matches eager;
+- ``refused``: the engine raises an error;
+- ``wrong``: the exported program accepts the variant and the engine silently returns
+  something else than eager;
+- ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
+  returns something else (every engine without input checks shares this hazard).
+
+Variants are chosen in :mod:`probe_variants`. Every engine call runs in one child process
+per program (:mod:`probe_runner` starts :mod:`probe_child`): a variant
+may make the engine read out of bounds, and on CUDA an illegal access poisons the
+process. The same child loads the package a second time with the engine's input checks
+on, which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant.
+Outcomes are a property of the engine: they are kept with the package (see
+:class:`ProbeCache`), so a warm run probes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Sidecars, Triage
+from pytest_aoti.checks.probe_runner import CHILD_TIMEOUT, run_child, with_tensors
+from pytest_aoti.checks.probe_variants import (
+    KINDS,
+    Variant,
+    check_skip,
+    choose_variants,
+)
+from pytest_aoti.errors import AotiCheckError, AotiUsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compare import Tolerance
+    from pytest_aoti.compiling.program import AotiProgram
+
+__all__ = [
+    "KINDS",
+    "OUTCOMES",
+    "POLICIES",
+    "ProbeOutcome",
+    "ProbeReport",
+    "ProbesCheck",
+    "Variant",
+    "check_policy",
+    "check_skip",
+    "choose_variants",
+    "probe_failure",
+    "run_probes",
+]
+
+POLICIES = ("off", "report", "fail")
+OUTCOMES = ("ok", "refused", "wrong", "unguarded")
+HAZARDS = ("wrong", "unguarded")
+
+
+PROBE_FORMAT = 1
+"""Version of the cached outcomes: part of their key."""
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """How the raw engine handled one variant of the example."""
+
+    input: str
+    """The user input varied (``"x"``; ``"x, y"`` for aliasing)."""
+    variant: str
+    """``channels_last``, ``size[0]=7``, ``value=3.5``, ``same tensor`` ..."""
+    outcome: str
+    """One of :data:`OUTCOMES`."""
+    kind: str = ""
+    """One of :data:`KINDS`."""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    refused_with_checks: bool | None = None
+    """Whether the engine refuses the variant with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
+    remedy: str = ""
+    detail: str = ""
+    """The engine's error, a shape mismatch, a crash: what the figures do not say."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in ("max_abs", "max_rel"):  # JSON holds no inf or NaN
+            value = data[name]
+            if isinstance(value, float) and not math.isfinite(value):
+                data[name] = str(value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProbeOutcome:
+        names = set(cls.__dataclass_fields__)
+        values = {key: value for key, value in data.items() if key in names}
+        for name in ("max_abs", "max_rel"):
+            if isinstance(values.get(name), str):
+                values[name] = float(values[name])
+        return cls(**values)
+
+    def figures(self) -> str:
+        """``max abs error 5.37, max rel error 2.1`` or what stands in for figures."""
+        if self.max_abs is None:
+            return self.detail or "no figures"
+        rel = "" if self.max_rel is None else f", max rel error {self.max_rel:.3g}"
+        return f"max abs error {self.max_abs:.3g}{rel}"
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """The probes of one program."""
+
+    outcomes: tuple[ProbeOutcome, ...]
+    cached: bool = False
+    """True when the outcomes came from the cache: no engine was called."""
+    seconds: float = 0.0
+    skipped: tuple[str, ...] = ()
+    """Variants eager itself rejects: not probed."""
+    error: str = ""
+    """Why the probes could not run (a passed check never fails for it)."""
+
+    @property
+    def wrong(self) -> list[ProbeOutcome]:
+        return [outcome for outcome in self.outcomes if outcome.outcome == "wrong"]
+
+    @property
+    def unguarded(self) -> list[ProbeOutcome]:
+        return [outcome for outcome in self.outcomes if outcome.outcome == "unguarded"]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [outcome.to_json() for outcome in self.outcomes]
+
+
+ProbeCache = Sidecars
+"""Where outcomes are kept with the package: the registry's sidecar data."""
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+def check_policy(value: Any, where: str = "probes") -> str:
+    """``off``, ``report`` or ``fail``; anything else is a usage error."""
+    if not isinstance(value, str) or value.strip().lower() not in POLICIES:
+        raise AotiUsageError(f"{where} must be one of {', '.join(POLICIES)}, got {value!r}")
+    return value.strip().lower()
+
+
+# --- the check ---------------------------------------------------------------------------
+
+
+class ProbesCheck:
+    """Deployment probes of a program that passed every other check (``probes=`` off,
+    report or fail; ``probes_skip=``): the outcomes are the ``probes`` figure; under
+    ``fail`` a ``wrong`` variant fails the check."""
+
+    name = "probes"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        # a random program's values cannot match eager on any variant
+        return check_policy(plan.probes) != "off" and not plan.random_ops
+
+    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        report, variants = run_probes(
+            program,
+            plan.module,
+            *plan.input_sets[0],
+            tolerance=plan.tolerance,
+            skip=check_skip(plan.probes_skip),
+            cache=context.sidecars,
+        )
+        if check_policy(plan.probes) == "fail" and report.wrong:
+            raise probe_failure(report, variants, plan.module, context.triage)
+        return Outcome(figures={"probes": report})
+
+
+# --- the entry point ---------------------------------------------------------------------
+
+
+def run_probes(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    tolerance: Tolerance,
+    skip: Mapping[str, frozenset[str]] | None = None,
+    cache: ProbeCache | None = None,
+    timeout: float = CHILD_TIMEOUT,
+) -> tuple[ProbeReport, list[Variant]]:
+    """Probe ``program``'s engine with variants of the example ``(args, kwargs)``.
+
+    Returns the report and the variants (whose inputs a ``fail`` policy puts into the
+    repro bundle). Outcomes come from ``cache`` where this program was probed the same
+    way before; otherwise one child process calls the engine, and the outcomes are kept
+    in ``cache``. Never raises for what the engine does; ``args`` are not modified.
+    """
+    started = time.perf_counter()
+    skip = skip or {}
+    try:
+        variants = choose_variants(program, args, kwargs, skip)
+        key = _spec_digest(program, variants, skip, tolerance)
+    except Exception as error:  # inputs the probes cannot vary: say so, fail nothing
+        return ProbeReport((), error=f"{type(error).__name__}: {error}"), []
+    if cache is not None:
+        kept = (cache.sidecar(program.key, "probes") or {}).get(key)
+        if isinstance(kept, dict) and isinstance(kept.get("outcomes"), list):
+            try:
+                outcomes = tuple(ProbeOutcome.from_json(item) for item in kept["outcomes"])
+                skipped = tuple(str(item) for item in kept.get("skipped", []))
+            except (TypeError, ValueError):
+                outcomes = None
+            if outcomes is not None:
+                return ProbeReport(outcomes, cached=True, skipped=skipped), variants
+    try:
+        outcomes_list, skipped_list = _probe(program, module, variants, tolerance, timeout)
+    except Exception as error:  # a probe's own failure never fails a passed check
+        return ProbeReport((), error=f"{type(error).__name__}: {error}"), variants
+    report = ProbeReport(
+        tuple(outcomes_list),
+        seconds=time.perf_counter() - started,
+        skipped=tuple(skipped_list),
+    )
+    if cache is not None:
+        stored = dict(cache.sidecar(program.key, "probes") or {})
+        stored[key] = {"outcomes": report.to_json(), "skipped": list(report.skipped)}
+        try:
+            cache.keep_sidecar(program.key, "probes", stored)
+        except Exception:  # keeping outcomes is an economy: never fail a check for it
+            pass
+    return report, variants
+
+
+def _spec_digest(
+    program: AotiProgram,
+    variants: list[Variant],
+    skip: Mapping[str, frozenset[str]],
+    tolerance: Tolerance,
+) -> str:
+    """What the outcomes of a program depend on besides its package."""
+    import torch
+
+    def shape_of(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return [list(value.shape), str(value.dtype), list(value.stride())]
+        return repr(value)
+
+    described = {
+        "format": PROBE_FORMAT,
+        "variants": [
+            [v.input, v.variant, [shape_of(leaf) for leaf in _leaves((v.args, v.kwargs))]]
+            for v in variants
+        ],
+        "skip": {name: sorted(kinds) for name, kinds in sorted(skip.items())},
+        "tolerance": [tolerance.rtol, tolerance.atol, tolerance.base_rtol, tolerance.base_atol],
+    }
+    text = json.dumps(described, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import torch.utils._pytree as pytree
+
+    return list(pytree.tree_leaves(tree))
+
+
+@dataclass
+class _Judged:
+    variant: Variant
+    accepted: bool
+    eager: tuple[Any, Any] | None = None
+
+
+def _probe(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    variants: list[Variant],
+    tolerance: Tolerance,
+    timeout: float,
+) -> tuple[list[ProbeOutcome], list[str]]:
+    """Eager and the exported program's guards here, the engine in a child process."""
+    with warnings.catch_warnings():
+        # a variant's eager or guarded run may warn (under filterwarnings=error, raise):
+        # that says nothing about the engine
+        warnings.simplefilter("ignore")
+        judged, skipped = _eager_and_guards(program, module, variants)
+    if not judged:
+        return [], skipped
+    ran = run_child(program, [item.variant for item in judged], timeout)
+    outcomes = [
+        _judge(program, item, ran.get((index, False)), ran.get((index, True)), tolerance)
+        for index, item in enumerate(judged)
+    ]
+    return outcomes, skipped
+
+
+def _eager_and_guards(
+    program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
+) -> tuple[list[_Judged], list[str]]:
+    """Eager's result of each variant, and whether the exported program accepts it."""
+    from pytest_aoti.trees import clone_tree
+
+    guarded = program.exported.module()
+    if program.mutated_buffers:
+        guarded = copy.deepcopy(guarded)
+    judged: list[_Judged] = []
+    skipped: list[str] = []
+    for variant in variants:
+        eager_module = copy.deepcopy(module) if program.mutated_buffers else module
+        try:
+            eager = _call(eager_module, *(variant.eager_inputs or (variant.args, variant.kwargs)))
+        except Exception:  # eager itself rejects the variant: nothing a caller can do
+            skipped.append(f"{variant.input}: {variant.variant} (eager rejects it)")
+            continue
+        accepted = not variant.outside_contract
+        if accepted:
+            try:
+                _call(guarded, *clone_tree((variant.args, variant.kwargs)))
+            except Exception:
+                accepted = False
+        judged.append(_Judged(variant, accepted, eager))
+    return judged, skipped
+
+
+def _call(module: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Outputs and inputs after one call on clones (the variant itself stays as it is)."""
+    import torch
+
+    from pytest_aoti.trees import clone_tree
+
+    call_args, call_kwargs = _clone_keeping_aliases((args, dict(kwargs)))
+    with torch.no_grad():
+        outputs = module(*call_args, **call_kwargs)
+    return clone_tree(outputs), (call_args, call_kwargs)
+
+
+def _clone_keeping_aliases(tree: Any) -> Any:
+    """A deep copy that keeps the tensors' strides, offsets and sharing of storage."""
+    return copy.deepcopy(tree)
+
+
+def _judge(
+    program: AotiProgram,
+    item: _Judged,
+    unchecked: dict[str, Any] | None,
+    checked: dict[str, Any] | None,
+    tolerance: Tolerance,
+) -> ProbeOutcome:
+    variant = item.variant
+    refused_with_checks: bool | None = None
+    if checked is not None and "crashed" not in checked:
+        refused_with_checks = "error" in checked
+    hazard = "wrong" if item.accepted else "unguarded"
+
+    def outcome(
+        name: str, max_abs: float | None = None, max_rel: float | None = None, detail: str = ""
+    ) -> ProbeOutcome:
+        made = ProbeOutcome(
+            input=variant.input,
+            variant=variant.variant,
+            outcome=name,
+            kind=variant.kind,
+            max_abs=max_abs,
+            max_rel=max_rel,
+            refused_with_checks=refused_with_checks,
+            detail=detail,
+        )
+        return _with_remedy(made) if name in HAZARDS else made
+
+    if unchecked is None or "crashed" in unchecked:
+        return outcome(hazard, detail=str((unchecked or {}).get("crashed", "no result")))
+    if "error" in unchecked:
+        return outcome("refused", detail=str(unchecked["error"]))
+    assert item.eager is not None
+    engine_inputs = with_tensors(program, variant, unchecked["inputs"])
+    mismatch = _mismatch(program, item.eager, (unchecked["outputs"], engine_inputs), tolerance)
+    if mismatch is None:
+        return outcome("ok")
+    return outcome(hazard, *mismatch)
+
+
+def _mismatch(
+    program: AotiProgram, eager: tuple[Any, Any], engine: tuple[Any, Any], tolerance: Tolerance
+) -> tuple[float | None, float | None, str] | None:
+    """None when the engine's outputs and inputs after the call match eager's; else the
+    figures of the first leaf that differs (None where shapes differ) and what differed."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    from pytest_aoti.compare import compare_trees
+    from pytest_aoti.compiling.signature import named_user_inputs
+
+    def on_cpu(tree: Any) -> Any:
+        return pytree.tree_map(
+            lambda leaf: leaf.cpu() if isinstance(leaf, torch.Tensor) else leaf, tree
+        )
+
+    eager_out, (eager_args, eager_kwargs) = eager
+    engine_out, (engine_args, engine_kwargs) = engine
+    pairs = [("output", eager_out, engine_out)]
+    try:
+        eager_named = named_user_inputs(program.exported, eager_args, eager_kwargs)
+        engine_named = named_user_inputs(program.exported, engine_args, engine_kwargs)
+        for name in sorted(program.mutated_inputs):
+            pairs.append((f"input '{name}'", eager_named.get(name), engine_named.get(name)))
+    except (ValueError, KeyError, TypeError):
+        pass
+    for what, want, got in pairs:
+        try:
+            compare_trees(on_cpu(want), on_cpu(got), what=what, tolerance=tolerance)
+        except AotiCheckError as error:
+            finding = error.finding
+            figures = finding.figures
+            if figures is not None and figures.mismatched:
+                return figures.max_abs, figures.max_rel, f"{finding.location} differs"
+            return None, None, finding.headline(stage=False)
+    return None
+
+
+_CALL_SITE = {
+    "channels_last": "call it with {input}.contiguous(), or export with a channels_last "
+    "example if callers pass that layout",
+    "channels_last_3d": "call it with {input}.contiguous(), or export with a "
+    "channels_last_3d example if callers pass that layout",
+    "permuted": "call it with {input}.contiguous()",
+    "strided_slice": "call it with {input}.contiguous() (a view of a larger tensor is not)",
+    "storage_offset": "call it with {input}.clone() (a tensor at a storage offset)",
+    "size": "export that dim as dynamic (torch.export.Dim) if callers pass other sizes",
+    "dtype": "cast {input} to the exported dtype at the call site",
+    "device": "move {input} to the engine's device at the call site",
+    "scalar": "pass {input} as a tensor (torch.tensor(value)) so the program reads it when "
+    "called, not when exported",
+    "aliased": "pass distinct tensors (e.g. a .clone() of one of {input}); the engine's "
+    "input checks do not see aliasing",
+}
+
+
+def _with_remedy(outcome: ProbeOutcome) -> ProbeOutcome:
+    parts = []
+    if outcome.refused_with_checks:
+        parts.append(
+            "set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process (the engine then "
+            "refuses this input)"
+        )
+    template = _CALL_SITE.get(outcome.kind)
+    if template:
+        parts.append(template.format(input=outcome.input))
+    from dataclasses import replace
+
+    return replace(outcome, remedy="; or ".join(parts))
+
+
+def probe_failure(
+    report: ProbeReport,
+    variants: list[Variant],
+    module: torch.nn.Module,
+    triage: Triage | None = None,
+) -> AotiCheckError:
+    """The ``fail`` policy's error: every ``wrong`` variant, the first one's input set in
+    the repro bundle (its replay, made by ``triage``)."""
+    from pytest_aoti.findings import Finding
+
+    wrong = report.wrong
+    first = wrong[0]
+    lines = [
+        f"input '{item.input}' {item.variant}: {item.figures()}"
+        + (
+            ""
+            if item.refused_with_checks is None
+            else f"; with AOTI_RUNTIME_CHECK_INPUTS=1 the engine "
+            f"{'refuses it' if item.refused_with_checks else 'runs it too'}"
+        )
+        for item in wrong
+    ]
+    remedies = list(dict.fromkeys(f"remedy ({item.variant}): {item.remedy}" for item in wrong))
+    error = AotiCheckError(
+        Finding(
+            kind="probe",
+            location=f"input '{first.input}'",
+            message=(
+                f"deployment probe: the engine silently differs from eager on "
+                f"{len(wrong)} input variant(s) the exported program accepts "
+                f"(first: input '{first.input}' {first.variant}, {first.figures()})"
+            ),
+            summary="",
+            details=tuple(lines),
+            notes=(
+                *remedies,
+                "the repro bundle holds the first variant's input; "
+                'probes_skip={"' + first.input + '": {"' + first.kind + '"}} leaves out a '
+                "variant the model does not support",
+            ),
+            stage="compile",
+            extra={"probes": report.to_json()},
+        )
+    )
+    chosen = next(
+        (v for v in variants if v.input == first.input and v.variant == first.variant), None
+    )
+    if chosen is None or triage is None:
+        return error  # the tester replays the example instead
+    # the stage is known (the exported program accepts the input): no attribution
+    return triage.explain(error, _VariantRun(module, chosen), 1, attribute=False)
+
+
+@dataclass
+class _VariantRun:
+    """A variant as the triage replays it: its module and fresh copies of its inputs."""
+
+    module: torch.nn.Module
+    variant: Variant
+
+    def fresh_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # a deep copy keeps the variant's strides, offsets and aliasing: what the engine got
+        args, kwargs = _clone_keeping_aliases((self.variant.args, dict(self.variant.kwargs)))
+        return tuple(args), kwargs

@@ -1,0 +1,494 @@
+"""Deployment probes: the raw engine called with variants of the example, judged against
+eager and the exported program's guards, reported per check and failed under ``fail``.
+
+Four programs compile once for the whole file (the shared cache dir): the conv net of
+issue 17 (wrong in channels_last and on a strided slice), a static-batch MLP (another
+batch is unguarded, its transposed input is fine), a Python float argument (a new value
+is unguarded) and an input-mutating program (aliased inputs are wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_aoti.checks import probe_runner, probes
+from pytest_aoti.reports.hazards import hazard_lines
+from pytest_aoti.reports.records import CheckRecord
+
+PROBED = """
+import torch
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return (self.b(self.c(x)).relu() * x.mean(1, keepdim=True)).sum(dim=(2, 3))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.l(x).relu()
+
+
+class ScaledLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 4)
+
+    def forward(self, x, scale: float):
+        return self.l(x) * scale
+
+
+class MulAdd(torch.nn.Module):
+    def forward(self, x, y):
+        x.mul_(2)
+        return x + y
+
+
+def seeded(cls):
+    torch.manual_seed(0)
+    return cls().eval()
+
+
+def test_conv(aoti):
+    aoti.check(seeded(ConvNet), (torch.randn(2, 3, 8, 8),))
+
+
+def test_mlp(aoti):
+    aoti.check(seeded(MLP), (torch.randn(6, 8),))
+
+
+def test_scalar(aoti):
+    aoti.check(seeded(ScaledLinear), (torch.randn(6, 8), 2.0))
+
+
+def test_aliasing(aoti):
+    aoti.check(MulAdd(), (torch.rand(4) + 1, torch.rand(4) + 1))
+"""
+
+
+def _by_test(report: Path) -> dict[str, dict[str, Any]]:
+    checks = json.loads(report.read_text())["checks"]
+    return {check["test"].split("::")[1].split("[")[0]: check for check in checks}
+
+
+def _probe(check: dict[str, Any], variant: str, input: str = "x") -> dict[str, Any]:
+    found = [p for p in check["probes"] if p["variant"] == variant and p["input"] == input]
+    assert len(found) == 1, (variant, check["probes"])
+    return found[0]
+
+
+def test_probes_report_hazards_merged_under_xdist(run_aoti, pytester, tmp_path: Path) -> None:
+    report = tmp_path / "aoti.json"
+    junit = tmp_path / "junit.xml"
+    result = run_aoti(PROBED, "-n", "2", f"--aoti-report={report}", f"--junitxml={junit}")
+    result.assert_outcomes(passed=4)
+    checks = _by_test(report)
+    assert set(checks) == {"test_conv", "test_mlp", "test_scalar", "test_aliasing"}
+    assert {check["worker"] for check in checks.values()} == {"gw0", "gw1"}
+    for check in checks.values():
+        for probe in check["probes"]:
+            assert set(probe) >= {
+                "input",
+                "variant",
+                "outcome",
+                "max_abs",
+                "max_rel",
+                "refused_with_checks",
+                "remedy",
+            }
+            assert probe["outcome"] in probes.OUTCOMES
+            if probe["outcome"] in ("ok", "refused"):
+                assert probe["remedy"] == ""
+
+    conv = checks["test_conv"]
+    for variant in ("channels_last", "strided_slice"):
+        probe = _probe(conv, variant)
+        assert probe["outcome"] == "wrong"
+        assert probe["max_abs"] > 0.5
+        assert probe["refused_with_checks"] is True
+        assert "AOTI_RUNTIME_CHECK_INPUTS=1" in probe["remedy"]
+
+    mlp = checks["test_mlp"]
+    assert _probe(mlp, "size[0]=7")["outcome"] in ("unguarded", "refused")
+    for variant in ("permuted", "strided_slice"):
+        assert _probe(mlp, variant)["outcome"] == "ok"
+    assert not [p for p in mlp["probes"] if p["outcome"] == "wrong"]
+
+    scalar = checks["test_scalar"]
+    probe = _probe(scalar, "value=3.0", input="scale")
+    assert probe["outcome"] == "unguarded"
+    assert "as a tensor" in probe["remedy"]
+
+    aliasing = checks["test_aliasing"]
+    for variant in ("same tensor", "overlapping views"):
+        probe = _probe(aliasing, variant, input="x, y")
+        assert probe["outcome"] == "wrong"
+        assert probe["refused_with_checks"] is False
+
+    result.stdout.fnmatch_lines(
+        [
+            "*aoti: deployment hazards*",
+            "program * (cpu), *test_conv*",
+            "  wrong: input 'x' channels_last: max abs error *; refused with "
+            "AOTI_RUNTIME_CHECK_INPUTS=1",
+            "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*wrong: input 'x, y' same tensor: max abs error*"])
+    result.stdout.fnmatch_lines(["unguarded: * variant(s) in * program(s) (*scalar 1*size *"])
+    assert "test_mlp" not in "\n".join(
+        line for line in result.stdout.lines if line.startswith("program ")
+    )
+    cases = {
+        case.get("name"): {prop.get("name"): prop.get("value") for prop in case.iter("property")}
+        for case in ElementTree.parse(junit).getroot().iter("testcase")
+    }
+    assert int(cases["test_conv[cpu]"]["aoti_probes_wrong"]) >= 2
+    assert cases["test_mlp[cpu]"]["aoti_probes_wrong"] == "0"
+
+
+def test_probes_fail_policy_fails_wrong_variants_only(run_aoti, tmp_path: Path) -> None:
+    report = tmp_path / "aoti.json"
+    bundles = tmp_path / "bundles"
+    result = run_aoti(
+        PROBED,
+        "--aoti-probes=fail",
+        f"--aoti-report={report}",
+        f"--aoti-keep-failed={bundles}",
+        "-p",
+        "no:xdist",
+    )
+    result.assert_outcomes(passed=2, failed=2)
+    checks = _by_test(report)
+    for name in ("test_conv", "test_aliasing"):
+        assert checks[name]["outcome"] == "failed"
+        assert checks[name]["finding"]["kind"] == "probe"
+        assert checks[name]["finding"]["stage"] == "compile"
+        assert checks[name]["probes"]
+    assert checks["test_mlp"]["outcome"] == "passed"
+    assert checks["test_scalar"]["outcome"] == "passed"
+    result.stdout.fnmatch_lines(
+        [
+            "*the AOTI compile broke it: deployment probe: the engine silently differs from "
+            "eager on * input variant(s) the exported program accepts (first: input 'x' "
+            "channels_last, max abs error *)",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*input 'x, y' same tensor: max abs error*"])
+    import torch
+
+    conv_bundle = next(path for path in bundles.iterdir() if "test_conv" in path.name)
+    inputs = torch.load(conv_bundle / "inputs.pt")
+    (x,) = inputs["args"]
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
+def test_probes_off_runs_none(run_aoti, tmp_path: Path) -> None:
+    report = tmp_path / "aoti.json"
+    result = run_aoti(
+        PROBED,
+        "--aoti-probes=off",
+        f"--aoti-report={report}",
+        "-p",
+        "no:xdist",
+        "-k",
+        "conv or aliasing",
+    )
+    result.assert_outcomes(passed=2)
+    assert all(check["probes"] == [] for check in _by_test(report).values())
+    assert "deployment hazards" not in result.stdout.str()
+
+
+def test_marker_and_check_keyword_choose_policy_and_skip(run_aoti) -> None:
+    source = PROBED + textwrap.dedent(
+        """
+        import pytest
+
+        LAYOUTS = {"channels_last", "permuted", "strided_slice"}
+
+        @pytest.mark.aoti(probes="fail", probes_skip={"x": LAYOUTS})
+        def test_conv_without_layouts(aoti):
+            result = aoti.check(seeded(ConvNet), (torch.randn(2, 3, 8, 8),))
+            assert not {p.kind for p in result.probes.outcomes} & LAYOUTS
+
+        def test_conv_keyword(aoti):
+            aoti.check(seeded(ConvNet), (torch.randn(2, 3, 8, 8),), probes="fail")
+
+        def test_bad_skip(aoti):
+            aoti.check(seeded(MLP), (torch.randn(6, 8),), probes_skip={"x": {"sideways"}})
+        """
+    )
+    result = run_aoti(source, "-p", "no:xdist", "-k", "without_layouts or keyword or bad_skip")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*def test_conv_keyword(aoti):*",
+            "E       *AotiCheckError: the AOTI compile broke it: deployment probe: *",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*probes_skip?'x'? names unknown variant kind(s) sideways; known: channels_last*"]
+    )
+
+
+def test_bad_probes_option_is_a_usage_error(pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("--aoti-probes=sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*expected one of off, report, fail, got 'sometimes'*"])
+
+
+# --- pure logic, no compile ------------------------------------------------------------
+
+
+def test_check_skip_and_policy() -> None:
+    assert probes.check_skip(None) == {}
+    assert probes.check_skip({"channels_last"}) == {"*": frozenset({"channels_last"})}
+    assert probes.check_skip({"x": "size"}) == {"x": frozenset({"size"})}
+    assert probes.check_skip({"x": {"*"}})["x"] == frozenset(probes.KINDS)
+    with pytest.raises(probes.AotiUsageError, match="unknown variant kind"):
+        probes.check_skip({"diagonal"})
+    assert probes.check_policy("FAIL") == "fail"
+    with pytest.raises(probes.AotiUsageError, match="off, report, fail"):
+        probes.check_policy("loud")
+
+
+def _program_stub(module: Any, args: tuple[Any, ...], mutated: set[str]) -> Any:
+    import torch
+
+    exported = torch.export.export(module, args)
+    return SimpleNamespace(
+        exported=exported,
+        mutated_inputs=mutated,
+        mutated_buffers=set(),
+        device=torch.device("cpu"),
+        package_path=Path("/nonexistent/package.pt2"),
+        key="stub",
+    )
+
+
+class _MulAdd:
+    @staticmethod
+    def make() -> Any:
+        import torch
+
+        class MulAdd(torch.nn.Module):
+            def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                x.mul_(2)
+                return x + y
+
+        return MulAdd()
+
+
+def test_variants_follow_rank_and_leave_aliased_examples_to_the_aliasing_check() -> None:
+    import torch
+
+    x, y = torch.ones(4, 3), torch.ones(4, 3)
+    distinct = _program_stub(_MulAdd.make(), (x.clone(), y.clone()), {"x"})
+    variants = probes.choose_variants(distinct, (x, y), {}, {})
+    names = {(v.input, v.variant) for v in variants}
+    assert ("x, y", "same tensor") in names and ("x, y", "overlapping views") in names
+    assert ("x", "permuted") in names and ("x", "channels_last") not in names
+    same = variants[[v.variant for v in variants].index("same tensor")]
+    assert same.args[0] is same.args[1]
+    assert torch.equal(x, torch.ones(4, 3)), "the caller's tensor changed"
+
+    shared = torch.ones(4, 3)
+    aliased = _program_stub(_MulAdd.make(), (shared, shared), {"x"})
+    kinds = {v.kind for v in probes.choose_variants(aliased, (shared, shared), {}, {})}
+    assert "aliased" not in kinds
+
+    skipped = probes.choose_variants(distinct, (x, y), {}, probes.check_skip({"aliased", "size"}))
+    assert not {v.kind for v in skipped} & {"aliased", "size"}
+
+
+def test_variants_of_a_4d_input_and_a_python_scalar() -> None:
+    import torch
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor, s: float) -> torch.Tensor:
+            return x * s
+
+    x = torch.randn(2, 3, 4, 4)
+    program = _program_stub(Scale(), (x, 2.0), set())
+    variants = {v.variant: v for v in probes.choose_variants(program, (x, 2.0), {}, {})}
+    assert variants["channels_last"].args[0].is_contiguous(memory_format=torch.channels_last)
+    assert variants["strided_slice"].args[0].stride()[-1] == 2
+    assert variants["storage_offset"].args[0].storage_offset() == 1
+    assert variants["size[0]=3"].args[0].shape == (3, 3, 4, 4)
+    assert variants["size[0]=1"].risky
+    assert variants["dtype=float16"].risky and variants["dtype=float64"].outside_contract
+    assert variants["value=3.0"].args[1] == 3.0
+    for variant in ("channels_last", "strided_slice", "storage_offset"):
+        assert torch.equal(variants[variant].args[0], x)
+
+
+_FAKE_CHILD = """
+import os, signal, sys, time
+from pathlib import Path
+import torch
+
+request = torch.load(sys.argv[1], weights_only=False)
+out = Path(sys.argv[2])
+for position, (index, checked) in enumerate(request["jobs"]):
+    (out / f"started-{position}").write_text("")
+    if index == 0 and not checked:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if index == 2 and not checked:
+        time.sleep(600)
+    torch.save({"index": index, "checked": checked, "error": "refused"}, out / f"job-{position}.pt")
+"""
+
+
+def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    child = tmp_path / "child.py"
+    child.write_text(_FAKE_CHILD)
+    monkeypatch.setattr(probe_runner, "_CHILD", child)
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    variants = probes.choose_variants(program, (x,), {}, {})[:3]
+    results = probe_runner.run_child(program, variants, timeout=15)  # type: ignore[arg-type]
+    assert results[(0, False)]["crashed"] == (
+        f"the engine crashed the process (signal {signal.SIGSEGV.value})"
+    )
+    assert results[(1, False)] == {"index": 1, "checked": False, "error": "refused"}
+    assert results[(2, False)]["crashed"].startswith("the engine did not return within")
+    for index in range(3):
+        assert results[(index, True)] == {"crashed": "not run: the probes ran out of time"}
+
+
+def test_hazard_lines_list_wrong_variants_and_sum_up_unguarded() -> None:
+    def record(test: str, program: str, *items: dict[str, Any]) -> CheckRecord:
+        return CheckRecord(
+            test=test,
+            device="cpu",
+            program=program,
+            cache_hit=False,
+            compile_seconds=0.0,
+            original_compile_seconds=0.0,
+            probes=list(items),
+        )
+
+    wrong = {
+        "input": "x",
+        "variant": "channels_last",
+        "kind": "channels_last",
+        "outcome": "wrong",
+        "max_abs": 5.37,
+        "max_rel": 2.0,
+        "refused_with_checks": True,
+        "remedy": "set AOTI_RUNTIME_CHECK_INPUTS=1",
+    }
+    loose = {**wrong, "variant": "size[0]=3", "kind": "size", "outcome": "unguarded"}
+    fine = {**wrong, "variant": "permuted", "outcome": "ok", "remedy": ""}
+    lines = hazard_lines(
+        [
+            record("t.py::a", "p1" * 10, wrong, loose),
+            record("t.py::b", "p1" * 10, wrong, loose),  # same program: listed once
+            record("t.py::c", "p2" * 10, fine, loose),
+        ]
+    )
+    assert lines == [
+        "program p1p1p1p1p1p1 (cpu), t.py::a:",
+        "  wrong: input 'x' channels_last: max abs error 5.37, max rel error 2; refused with "
+        "AOTI_RUNTIME_CHECK_INPUTS=1",
+        "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1",
+        "unguarded: 2 variant(s) in 2 program(s) (size 2) that the exported program refuses "
+        "run on the engine without an error, with other results than eager",
+        "  AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process refuses 2 of them; the JSON "
+        "report (--aoti-report) lists each",
+    ]
+    assert hazard_lines([record("t.py::c", "p2", fine)]) == []
+
+
+def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:
+    from pytest_aoti.compiling.registry import ProgramRegistry
+    from pytest_aoti.compiling.store import ArtifactStore
+
+    package = tmp_path / "package.pt2"
+    package.write_bytes(b"not really a package")
+    store = ArtifactStore(tmp_path / "cache")
+    key = "a" * 40
+    assert store.store(key, package, {"caller": "test"}) is not None
+    assert store.read_sidecar(key, "probes") is None
+    data = {"spec": {"outcomes": [{"input": "x", "variant": "channels_last", "max_abs": "inf"}]}}
+    assert store.write_sidecar(key, "probes", data)
+    assert store.read_sidecar(key, "probes") == data
+    assert store.lookup(key) is not None, "the entry stays valid with a sidecar"
+    assert not store.write_sidecar("b" * 40, "probes", data), "no entry, no sidecar"
+    with pytest.raises(ValueError, match="bad sidecar name"):
+        store.write_sidecar(key, "../meta", data)
+
+    # a later session finds them through its registry; a corrupt file reads as none
+    registry = ProgramRegistry(tmp_path / "work", ArtifactStore(tmp_path / "cache"))
+    assert registry.sidecar(key, "probes") == data
+    (tmp_path / "cache" / "v1" / "entries" / key / "probes.json").write_text("{not json")
+    assert ArtifactStore(tmp_path / "cache").read_sidecar(key, "probes") is None
+    assert registry.sidecar(key, "probes") == data, "kept for the session once read"
+    registry.keep_sidecar(key, "probes", {"other": {}})
+    assert ArtifactStore(tmp_path / "cache").read_sidecar(key, "probes") == {"other": {}}
+
+
+def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    from pytest_aoti.compare import Tolerance
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    kept: dict[tuple[str, str], Any] = {}
+
+    class Cache:
+        def sidecar(self, key: str, name: str) -> Any:
+            return kept.get((key, name))
+
+        def keep_sidecar(self, key: str, name: str, data: Any) -> None:
+            kept[(key, name)] = json.loads(json.dumps(dict(data)))
+
+    calls = []
+
+    def fake_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
+        calls.append(len(variants))
+        return {
+            (index, checked): {"error": "refused"}
+            for index in range(len(variants))
+            for checked in (False, True)
+        }
+
+    monkeypatch.setattr(probes, "run_child", fake_child)
+    first, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    again, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    assert len(calls) == 1 and not first.cached and again.cached
+    assert again.outcomes == first.outcomes and {o.outcome for o in first.outcomes} == {"refused"}
+    other, _ = probes.run_probes(
+        program, Double(), (x,), {}, tolerance=Tolerance(atol=1.0), cache=Cache()
+    )
+    assert len(calls) == 2 and not other.cached, "another tolerance probes again"
