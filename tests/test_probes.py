@@ -10,7 +10,10 @@ is unguarded) and an input-mutating program (aliased inputs are wrong).
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -198,6 +201,18 @@ def test_probes_fail_policy_fails_wrong_variants_only(run_aoti, tmp_path: Path) 
     inputs = torch.load(conv_bundle / "inputs.pt")
     (x,) = inputs["args"]
     assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    # and it reproduces: the engine differs from eager on the variant, in a fresh process
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-I", str(conv_bundle / "repro.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "REPRODUCED" in run.stdout
 
 
 def test_probes_off_runs_none(run_aoti, tmp_path: Path) -> None:

@@ -192,7 +192,11 @@ def replay_bundle():
     print()
     wanted = (target.get("kind"), target.get("location"))
     what = f"{wanted[0]} at {wanted[1] or 'the output'}" if target else "the reported finding"
-    if not any((kind, location) == wanted for kind, location, _ in engine_mismatches):
+    # no location: any difference of that kind (a deployment probe names the input it varied)
+    if not any(
+        kind == wanted[0] and (not wanted[1] or location == wanted[1])
+        for kind, location, _ in engine_mismatches
+    ):
         if engine_mismatches:
             print(f"NOT REPRODUCED: the AOTI engine differs from eager, but not as reported ({what}).")
         else:

@@ -72,6 +72,7 @@ def reproduces(
     where it cannot reproduce that kind of failure (see ``REPRODUCIBLE_KINDS``).
 
     A failure found on a generated shape reproduces as the difference found on it; a
+    deployment probe's as a difference of any output on the variant input it holds; a
     stateful program's output or input that diverges after its first call (kind
     ``buffer``, located at the output or input) as that difference.
     """
@@ -79,6 +80,8 @@ def reproduces(
     location = str(finding_json.get("location") or "")
     if kind == "shape":
         kind = str((finding_json.get("extra") or {}).get("inner_kind", ""))
+    if kind == "probe":  # the bundle holds the variant input: some output differs on it
+        return {"kind": "output", "location": ""}
     if kind == "buffer" and location.startswith("output"):
         kind = "output"
     elif kind == "buffer" and location.startswith("input '"):
