@@ -33,10 +33,10 @@ from pytest_aoti.settings import keyword_options, option_problem
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.compare import LeafStats
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.randomness import RandomOp
     from pytest_aoti.compiling.registry import ProgramRegistry
+    from pytest_aoti.tolerance import LeafStats
 
 
 __all__ = ["AotiTester", "CheckDefaults", "CheckEvents", "CheckResult"]

@@ -22,8 +22,9 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # data and helpers every part uses: which code is the user's, pytree clones,
     # findings, errors
     ("base", ("frames", "trees", "findings", "errors")),
-    # rules and tables shared by all: judging numbers, devices, the option table
-    ("rules", ("compare", "devices", "settings")),
+    # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
+    # devices, the option values and the option table
+    ("rules", ("tolerance", "compare", "devices", "option_values", "settings")),
     # dynamic shapes, and their public Hypothesis strategies
     ("shapes", ("shapes", "strategies")),
     # export, decompose, compile, load, explain torch's errors; key, store, registry

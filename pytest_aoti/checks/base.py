@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.randomness import RandomOp
     from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.tolerance import LeafStats, Tolerance
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
 """``(args, kwargs)`` of one call."""

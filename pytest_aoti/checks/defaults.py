@@ -15,7 +15,7 @@ from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.settings import check_option, check_option_names
 
 if TYPE_CHECKING:
-    from pytest_aoti.compare import Tolerance, ToleranceHook
+    from pytest_aoti.tolerance import Tolerance, ToleranceHook
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class CheckDefaults:
 
     def tolerance(self, rtol: float | None, atol: float | None) -> Tolerance:
         """The layered tolerance of a check whose call passed ``rtol`` / ``atol``."""
-        from pytest_aoti.compare import Tolerance
+        from pytest_aoti.tolerance import Tolerance
 
         return Tolerance(
             rtol=self.rtol if rtol is None else rtol,

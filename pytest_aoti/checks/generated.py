@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.checks.parity import InputRun
-    from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.findings import Finding
     from pytest_aoti.shapes import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
+    from pytest_aoti.tolerance import LeafStats, Tolerance
 
 
 class GeneratedCheck:

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats, Triage
 from pytest_aoti.compare import (
-    LeafStats,
-    Tolerance,
     assert_unchanged,
     assert_values,
     compare_leaf,
@@ -25,6 +23,7 @@ from pytest_aoti.compare import (
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:

@@ -49,8 +49,8 @@ from pytest_aoti.errors import AotiCheckError, AotiUsageError
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.compare import Tolerance
     from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.tolerance import Tolerance
 
 __all__ = [
     "KINDS",

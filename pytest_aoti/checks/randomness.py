@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.compare import LeafStats, Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.randomness import RandomOp
+    from pytest_aoti.tolerance import LeafStats, Tolerance
 
 
 class RandomCheck:

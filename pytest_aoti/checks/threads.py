@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
 from pytest_aoti.checks.parity import eager_history
-from pytest_aoti.compare import LeafStats, Tolerance, compare_leaf, compare_trees
+from pytest_aoti.compare import compare_leaf, compare_trees
 from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:

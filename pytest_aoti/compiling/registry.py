@@ -28,7 +28,7 @@ from pytest_aoti.compiling.program import (
     EnginePool,
 )
 from pytest_aoti.compiling.signature import MutationSignature, read_signature
-from pytest_aoti.compiling.store import sha256_of
+from pytest_aoti.compiling.store_files import sha256_of
 from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
 
 if TYPE_CHECKING:

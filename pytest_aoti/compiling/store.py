@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -41,10 +40,40 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 from filelock import FileLock, Timeout
 
+from pytest_aoti.compiling.store_files import (
+    FILE_MODE,
+    FORMAT_VERSION,
+    KEY_RE,
+    META_LIMIT,
+    EntryDamaged,
+    EntryMissing,
+    EntryStale,
+    PathRefused,
+    StoreUnusable,
+    check_dir,
+    check_package,
+    encode_meta,
+    entry_dir_inode,
+    fsync_dir,
+    hash_and_sync,
+    make_private_dir,
+    open_entry_file,
+    parse_meta,
+    plain_json,
+    read_last_used,
+    remove_path,
+    same_inode,
+    trust_problem,
+    validate_key,
+    write_new_file,
+)
+from pytest_aoti.compiling.store_files import (
+    sha256_of as sha256_of,
+)
 from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
 
 __all__ = [
@@ -57,7 +86,6 @@ __all__ = [
     "validate_key",
 ]
 
-FORMAT_VERSION: int = 1
 CacheMode = Literal["off", "read", "readwrite"]
 
 PACKAGE_NAME = "package.pt2"
@@ -65,18 +93,10 @@ META_NAME = "meta.json"
 LOCK_TIMEOUT = 600.0
 """Seconds :meth:`ArtifactStore.locked` waits by default; far longer than one compile."""
 
-_KEY_RE = re.compile(r"[0-9a-z][0-9a-z_-]{0,127}")
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _SIDECAR_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_DIR_MODE = 0o700
-_FILE_MODE = 0o600
-_META_LIMIT = 1 << 20
-_CHUNK = 1 << 20
 _STALE_TMP_SECONDS = 3600.0
 # Rewriting meta.json on every hit of a hot entry buys no useful recency information.
 _TOUCH_INTERVAL = 60.0
-# O_NONBLOCK keeps a FIFO planted in an entry from hanging the open.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _EXISTS_ERRNOS = frozenset({errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR})
 
 
@@ -110,177 +130,6 @@ class _EntryInfo:
     path: Path
     size: int
     last_used: float
-
-
-class _Missing(Exception):
-    """The entry does not exist (or vanished while being read)."""
-
-
-class _Stale(Exception):
-    """The entry was written under another format version."""
-
-
-class _Damaged(Exception):
-    """The entry's files do not match its metadata; safe to discard."""
-
-
-class _Refused(Exception):
-    """A path fails the ownership or permission checks; it is left in place."""
-
-
-class _Unusable(Exception):
-    """The store directories cannot be created or written."""
-
-
-def validate_key(key: str) -> str:
-    """Return ``key`` if it is a valid store key, else raise ``ValueError``.
-
-    Keys are 1-128 characters of ``[0-9a-z_-]`` starting with a letter or digit, so a
-    key is always a single, plain path component.
-    """
-    if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:
-        raise ValueError(
-            f"invalid cache key {key!r}: expected 1-128 characters of [0-9a-z_-], "
-            "starting with a letter or digit"
-        )
-    return key
-
-
-def _trust_problem(st: os.stat_result, *, directory: bool) -> str | None:
-    """Why a path with this ``lstat``/``fstat`` result must not be trusted, if it must not."""
-    if stat.S_ISLNK(st.st_mode):
-        return "a symbolic link"
-    if directory and not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if not directory and not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
-    if st.st_uid != os.getuid():
-        return f"owned by uid {st.st_uid}, not you"
-    if st.st_mode & 0o022:
-        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
-    return None
-
-
-def _hash_stream(f: BinaryIO) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    while chunk := f.read(_CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def sha256_of(path: Path) -> str:
-    """sha256 of a file's content, as recorded in ``meta.json``."""
-    with open(path, "rb") as f:
-        return _hash_stream(f)[0]
-
-
-def _hash_and_sync(path: Path) -> tuple[str, int]:
-    """Hash the file as written, and flush it to disk before it can be published."""
-    with open(path, "rb") as f:
-        result = _hash_stream(f)
-        os.fsync(f.fileno())
-    return result
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync directories
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _remove_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _encode(meta: Mapping[str, Any]) -> bytes:
-    return json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode()
-
-
-def _plain_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """The caller's metadata as it will read back from ``meta.json``.
-
-    Raises ``TypeError``/``ValueError`` for metadata JSON cannot hold: that is a bug in
-    the caller, not a cache failure.
-    """
-    plain: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
-    return plain
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _meta_field_problem(meta: Mapping[str, Any], key: str) -> str | None:
-    if meta.get("key") != key:
-        return f"key is {meta.get('key')!r}"
-    sha = meta.get("sha256")
-    if not isinstance(sha, str) or _SHA256_RE.fullmatch(sha) is None:
-        return "bad 'sha256'"
-    size = meta.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        return "bad 'size'"
-    for name in ("created", "last_used"):
-        if not _is_number(meta.get(name)):
-            return f"bad {name!r}"
-    if not isinstance(meta.get("caller"), dict):
-        return "bad 'caller'"
-    return None
-
-
-def _parse_meta(raw: bytes, key: str) -> dict[str, Any]:
-    if len(raw) > _META_LIMIT:
-        raise _Damaged("corrupt meta.json: larger than 1 MiB")
-    try:
-        meta = json.loads(raw)
-    except ValueError as e:
-        raise _Damaged(f"corrupt meta.json: {e}") from None
-    if not isinstance(meta, dict):
-        raise _Damaged("corrupt meta.json: not a JSON object")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise _Damaged("corrupt meta.json: no format_version")
-    if version != FORMAT_VERSION:
-        raise _Stale(version)
-    problem = _meta_field_problem(meta, key)
-    if problem is not None:
-        raise _Damaged(f"corrupt meta.json: {problem}")
-    return meta
-
-
-def _check_package(f: BinaryIO, meta: Mapping[str, Any]) -> None:
-    expected = meta["size"]
-    actual = os.fstat(f.fileno()).st_size
-    if actual < expected:
-        raise _Damaged(f"truncated: {actual} of {expected} bytes")
-    if actual > expected:
-        raise _Damaged(f"size mismatch: {actual} bytes, expected {expected}")
-    digest, read = _hash_stream(f)
-    if read != expected or digest != meta["sha256"]:
-        raise _Damaged("checksum mismatch")
-
-
-def _same_inode(path: Path, ino: int) -> bool:
-    try:
-        return os.lstat(path).st_ino == ino
-    except OSError:
-        return False
 
 
 class ArtifactStore:
@@ -346,10 +195,10 @@ class ArtifactStore:
         try:
             self._make_dirs()
             self._probe_write()
-        except _Refused as e:
+        except PathRefused as e:
             self._warn(f"pytest-aoti cache refused, off for this run: {e}")
             return False, False
-        except _Unusable as e:
+        except StoreUnusable as e:
             if self._entries_readable():
                 self._warn(f"pytest-aoti cache {self.root} is read-only for this run: {e}")
                 return True, False
@@ -370,7 +219,7 @@ class ArtifactStore:
                 continue
             except OSError as e:
                 return f"cannot inspect {path}: {e.strerror}"
-            problem = _trust_problem(st, directory=True)
+            problem = trust_problem(st, directory=True)
             if problem is not None:
                 return f"{path} is {problem}"
         return None
@@ -382,33 +231,11 @@ class ArtifactStore:
             missing.append(path)
             path = path.parent
         for path in reversed(missing):
-            self._make_dir(path)
-        self._check_dir(self.root, follow=True)
+            make_private_dir(path)
+        check_dir(self.root, follow=True)
         for path in self._store_dirs():
-            self._make_dir(path)
-            self._check_dir(path, follow=False)
-
-    @staticmethod
-    def _make_dir(path: Path) -> None:
-        try:
-            os.mkdir(path, _DIR_MODE)
-        except FileExistsError:
-            return  # existing, or made by a concurrent process; checked by the caller
-        except OSError as e:
-            raise _Unusable(f"cannot create {path}: {e.strerror or e}") from None
-        # A restrictive umask may have dropped the owner's bits.
-        with contextlib.suppress(OSError):
-            os.chmod(path, _DIR_MODE)
-
-    @staticmethod
-    def _check_dir(path: Path, *, follow: bool) -> None:
-        try:
-            st = os.stat(path) if follow else os.lstat(path)
-        except OSError as e:
-            raise _Unusable(f"cannot inspect {path}: {e.strerror or e}") from None
-        problem = _trust_problem(st, directory=True)
-        if problem is not None:
-            raise _Refused(f"{path} is {problem}")
+            make_private_dir(path)
+            check_dir(path, follow=False)
 
     def _probe_write(self) -> None:
         try:
@@ -416,7 +243,7 @@ class ArtifactStore:
             os.close(fd)
             os.unlink(name)
         except OSError as e:
-            raise _Unusable(f"cannot write in {self._tmp}: {e.strerror or e}") from None
+            raise StoreUnusable(f"cannot write in {self._tmp}: {e.strerror or e}") from None
 
     def _entries_readable(self) -> bool:
         if self._existing_dirs_problem() is not None:
@@ -439,73 +266,40 @@ class ArtifactStore:
             return None
         entry_dir = self._entries / key
         try:
-            ino = self._entry_dir_inode(entry_dir)
+            ino = entry_dir_inode(entry_dir)
             meta = self._verify(key, entry_dir, ino)
-        except _Missing:
+        except EntryMissing:
             return None
-        except _Stale:
+        except EntryStale:
             if self._writable:
                 self._discard(entry_dir, ino)
             return None
-        except _Refused as e:
+        except PathRefused as e:
             self._warn_entry(key, str(e), "left it in place")
             return None
-        except _Damaged as e:
+        except EntryDamaged as e:
             removed = self._writable and self._discard(entry_dir, ino)
             self._warn_entry(key, str(e), "removed it" if removed else "not using it")
             return None
         meta = self._touch(key, entry_dir, meta, ino)
         return CacheEntry(key=key, package_path=entry_dir / PACKAGE_NAME, metadata=meta)
 
-    @staticmethod
-    def _entry_dir_inode(entry_dir: Path) -> int:
-        try:
-            st = os.lstat(entry_dir)
-        except FileNotFoundError:
-            raise _Missing from None
-        except OSError as e:
-            raise _Refused(f"entry directory is unreadable: {e.strerror or e}") from None
-        problem = _trust_problem(st, directory=True)
-        if problem is not None:
-            raise _Refused(f"entry directory is {problem}")
-        return st.st_ino
-
     def _verify(self, key: str, entry_dir: Path, ino: int) -> dict[str, Any]:
         with contextlib.ExitStack() as stack:
-            meta_file = self._open_entry_file(entry_dir, META_NAME, ino)
+            meta_file = open_entry_file(entry_dir, META_NAME, ino)
             if meta_file is None:
-                raise _Damaged(f"{META_NAME} missing")
+                raise EntryDamaged(f"{META_NAME} missing")
             stack.enter_context(meta_file)
             # Open (and ownership-check) the package before judging the metadata, so a
             # damaged entry is only discarded when everything in it is ours.
-            package = self._open_entry_file(entry_dir, PACKAGE_NAME, ino)
+            package = open_entry_file(entry_dir, PACKAGE_NAME, ino)
             if package is not None:
                 stack.enter_context(package)
-            meta = _parse_meta(meta_file.read(_META_LIMIT + 1), key)
+            meta = parse_meta(meta_file.read(META_LIMIT + 1), key)
             if package is None:
-                raise _Damaged(f"{PACKAGE_NAME} missing")
-            _check_package(package, meta)
+                raise EntryDamaged(f"{PACKAGE_NAME} missing")
+            check_package(package, meta)
         return meta
-
-    @staticmethod
-    def _open_entry_file(entry_dir: Path, name: str, dir_ino: int) -> BinaryIO | None:
-        """Open a file of a trusted entry dir; None if it is missing from that dir."""
-        try:
-            fd = os.open(entry_dir / name, _READ_FLAGS)
-        except FileNotFoundError:
-            if _same_inode(entry_dir, dir_ino):
-                return None
-            raise _Missing from None  # the entry was removed or replaced concurrently
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise _Refused(f"{name} is a symbolic link") from None
-            raise _Refused(f"{name} is unreadable: {e.strerror or e}") from None
-        f = os.fdopen(fd, "rb")
-        problem = _trust_problem(os.fstat(fd), directory=False)
-        if problem is not None:
-            f.close()
-            raise _Refused(f"{name} is {problem}")
-        return f
 
     def _touch(self, key: str, entry_dir: Path, meta: dict[str, Any], ino: int) -> dict[str, Any]:
         """Record a hit in ``last_used``; recency is advisory, so failures are ignored."""
@@ -517,9 +311,9 @@ class ArtifactStore:
             fd, name = tempfile.mkstemp(prefix=f"{key}.", suffix=".meta", dir=self._tmp)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(_encode(updated))
+                    f.write(encode_meta(updated))
                 # Never write this metadata over an entry published since verification.
-                if not _same_inode(entry_dir, ino):
+                if not same_inode(entry_dir, ino):
                     raise FileNotFoundError(entry_dir)
                 os.replace(name, entry_dir / META_NAME)
             except BaseException:
@@ -541,12 +335,12 @@ class ArtifactStore:
         nothing half-written is left behind.
         """
         validate_key(key)
-        caller = _plain_json(metadata)
+        caller = plain_json(metadata)
         if not self._writable:
             return None
         try:
             return self._publish(key, Path(package_file), caller)
-        except (OSError, _Refused) as e:
+        except (OSError, PathRefused) as e:
             self._warn(f"pytest-aoti could not store {key} in the cache: {e}")
             return None
 
@@ -570,8 +364,8 @@ class ArtifactStore:
     ) -> dict[str, Any]:
         package = staging / PACKAGE_NAME
         shutil.copyfile(package_file, package)
-        os.chmod(package, _FILE_MODE)  # copyfile creates it under the umask
-        digest, size = _hash_and_sync(package)
+        os.chmod(package, FILE_MODE)  # copyfile creates it under the umask
+        digest, size = hash_and_sync(package)
         now = _now()
         meta: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -582,8 +376,8 @@ class ArtifactStore:
             "last_used": now,
             "caller": caller,
         }
-        _write_new_file(staging / META_NAME, _encode(meta))
-        _fsync_dir(staging)
+        write_new_file(staging / META_NAME, encode_meta(meta))
+        fsync_dir(staging)
         return meta
 
     def _install(self, key: str, staging: Path) -> bool:
@@ -601,7 +395,7 @@ class ArtifactStore:
                 if e2.errno not in _EXISTS_ERRNOS:
                     raise
                 return False
-        _fsync_dir(self._entries)
+        fsync_dir(self._entries)
         return True
 
     def _clear_target(self, target: Path) -> None:
@@ -610,7 +404,7 @@ class ArtifactStore:
         except FileNotFoundError:
             return
         if st.st_uid != os.getuid():
-            raise _Refused(f"the existing entry is owned by uid {st.st_uid}, not you")
+            raise PathRefused(f"the existing entry is owned by uid {st.st_uid}, not you")
         self._discard(target)
 
     # -- sidecar data ----------------------------------------------------------------
@@ -624,13 +418,13 @@ class ArtifactStore:
             return None
         entry_dir = self._entries / key
         try:
-            ino = self._entry_dir_inode(entry_dir)
-            file = self._open_entry_file(entry_dir, f"{name}.json", ino)
+            ino = entry_dir_inode(entry_dir)
+            file = open_entry_file(entry_dir, f"{name}.json", ino)
             if file is None:
                 return None
             with file:
-                data = json.loads(file.read(_META_LIMIT + 1))
-        except (_Missing, _Refused, OSError, ValueError):
+                data = json.loads(file.read(META_LIMIT + 1))
+        except (EntryMissing, PathRefused, OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
 
@@ -644,19 +438,19 @@ class ArtifactStore:
             return False
         entry_dir = self._entries / key
         try:
-            ino = self._entry_dir_inode(entry_dir)
+            ino = entry_dir_inode(entry_dir)
             fd, temp = tempfile.mkstemp(prefix=f"{key}.", suffix=f".{name}", dir=self._tmp)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(json.dumps(_plain_json(data), sort_keys=True).encode())
-                if not _same_inode(entry_dir, ino):
+                    f.write(json.dumps(plain_json(data), sort_keys=True).encode())
+                if not same_inode(entry_dir, ino):
                     raise FileNotFoundError(entry_dir)
                 os.replace(temp, entry_dir / f"{name}.json")
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
                 raise
-        except (_Missing, _Refused, OSError):
+        except (EntryMissing, PathRefused, OSError):
             return False
         return True
 
@@ -681,7 +475,7 @@ class ArtifactStore:
 
     @contextlib.contextmanager
     def _hold_lock(self, key: str, timeout: float) -> Iterator[None]:
-        lock = FileLock(self._lock_path(key), timeout=timeout, mode=_FILE_MODE)
+        lock = FileLock(self._lock_path(key), timeout=timeout, mode=FILE_MODE)
         acquired = self._acquire(lock, key, timeout)
         try:
             yield
@@ -706,7 +500,7 @@ class ArtifactStore:
 
     def _is_locked(self, key: str) -> bool:
         """Whether some process (this one included) holds ``key``'s lock right now."""
-        probe = FileLock(self._lock_path(key), timeout=0, mode=_FILE_MODE)
+        probe = FileLock(self._lock_path(key), timeout=0, mode=FILE_MODE)
         try:
             probe.acquire()
         except (Timeout, OSError):
@@ -761,7 +555,7 @@ class ArtifactStore:
         infos: list[_EntryInfo] = []
         with listing:
             for item in listing:
-                if _KEY_RE.fullmatch(item.name) is None:
+                if KEY_RE.fullmatch(item.name) is None:
                     continue
                 info = self._entry_info(Path(item.path), item.name)
                 if info is not None:
@@ -779,7 +573,7 @@ class ArtifactStore:
                 size = sum(f.stat(follow_symlinks=False).st_size for f in files)
         except OSError:
             return None
-        return _EntryInfo(key, path, size, _read_last_used(path / META_NAME))
+        return _EntryInfo(key, path, size, read_last_used(path / META_NAME))
 
     def _sweep_tmp(self) -> None:
         """Remove staging leftovers of crashed processes (never fresh ones: they may be live)."""
@@ -795,18 +589,18 @@ class ArtifactStore:
                 except OSError:
                     continue
                 if st.st_uid == os.getuid() and st.st_mtime < cutoff:
-                    _remove_path(Path(item.path))
+                    remove_path(Path(item.path))
 
     def _discard(self, path: Path, ino: int | None = None) -> bool:
         """Unpublish an entry in one rename, then delete it; False if it was already gone."""
         grave = self._tmp / f"{path.name}.{secrets.token_hex(4)}.old"
         try:
-            if ino is not None and not _same_inode(path, ino):
+            if ino is not None and not same_inode(path, ino):
                 return False
             os.rename(path, grave)
         except OSError:
             return False
-        _remove_path(grave)
+        remove_path(grave)
         return True
 
     # -- warnings --------------------------------------------------------------------
@@ -828,15 +622,3 @@ class ArtifactStore:
             self._on_problem(message)
             return
         warn_at_caller(AotiCacheWarning(message))
-
-
-def _read_last_used(meta_path: Path) -> float:
-    """``last_used`` of an entry for eviction order; unreadable metadata sorts first."""
-    try:
-        fd = os.open(meta_path, _READ_FLAGS)
-        with os.fdopen(fd, "rb") as f:
-            meta = json.loads(f.read(_META_LIMIT))
-    except (OSError, ValueError):
-        return 0.0
-    value = meta.get("last_used") if isinstance(meta, dict) else None
-    return float(value) if isinstance(value, (int, float)) and _is_number(value) else 0.0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_aoti.models.spec import ModelSpec, make_importable, resolve_factory
-from pytest_aoti.settings import HF_PREFIX, parse_model_spec
+from pytest_aoti.option_values import HF_PREFIX, parse_model_spec
 
 if TYPE_CHECKING:
     from pytest_aoti.tester import AotiTester

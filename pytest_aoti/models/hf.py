@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pytest_aoti.models.spec import ModelSpec, clean_id, usage_error
-from pytest_aoti.settings import HF_PREFIX
+from pytest_aoti.option_values import HF_PREFIX
 
 INSTALL_HINT = "hf: specs need transformers: pip install 'pytest-aoti[hf]' (or transformers)"
 

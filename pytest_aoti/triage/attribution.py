@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from pytest_aoti.checks.parity import InputRun
-    from pytest_aoti.compare import Tolerance
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.findings import Finding
+    from pytest_aoti.tolerance import Tolerance
 
 
 class Localizer(Protocol):

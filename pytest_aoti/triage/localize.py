@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_aoti.compare import Tolerance, compare_leaf, mismatch_counts
+from pytest_aoti.compare import compare_leaf
 from pytest_aoti.compiling.explain import quoted_frames
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.tolerance import Tolerance, mismatch_counts
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:

@@ -1,0 +1,358 @@
+"""How close is close enough: tolerances, the fp64 rule, and the figures of a mismatch.
+
+:class:`Tolerance` layers what the test, the ``pytest_aoti_tolerance`` hook and
+``--aoti-rtol``/``--aoti-atol`` set over ``torch.testing.assert_close``'s dtype defaults.
+A floating leaf beyond a default tolerance can still pass the fp64 rule of torch's own
+accuracy benchmarks (``torch._dynamo.utils.same``). The figures (:class:`LeafStats`,
+:class:`~pytest_aoti.findings.Figures`, :func:`mismatch_counts`) describe how far apart two
+tensors are; :mod:`pytest_aoti.compare` walks the trees and judges each leaf with these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.findings import Figures
+
+# assert_close's defaults, for torch versions that move or drop the private helper.
+_FALLBACK_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+# same() uses tol=1e-4 and adds tol / 10 so that near-exact results are not judged by
+# the ratio of two tiny RMSEs.
+RESCUE_FLOOR = 1e-5
+
+
+ToleranceHook = Callable[[str, torch.dtype], "tuple[float, float] | None"]  # noqa: UP037
+"""``(location, dtype) -> (rtol, atol) or None``: a project's own tolerance per leaf."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Tolerance for floating and complex leaves, in layers: ``rtol`` / ``atol`` set by the
+    test (call or marker), then ``hook`` (the ``pytest_aoti_tolerance`` hook), then
+    ``base_rtol`` / ``base_atol`` (``--aoti-rtol`` / ``--aoti-atol``), then the dtype's
+    default. Any value not from the dtype default is final: no fp64 check relaxes it."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    hook: ToleranceHook | None = field(default=None, compare=False)
+    base_rtol: float | None = None
+    base_atol: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rtol", "atol", "base_rtol", "base_atol"):
+            value = getattr(self, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is not None and not (number and value >= 0):
+                raise AotiUsageError(f"{name} must be a non-negative number, got {value!r}")
+
+    @property
+    def explicit(self) -> bool:
+        """True when the test set rtol or atol; explicit tolerances are never relaxed."""
+        return self.rtol is not None or self.atol is not None
+
+    def resolve(self, dtype: torch.dtype, location: str = "") -> tuple[float, float]:
+        """Return ``(rtol, atol)`` for a leaf of ``dtype`` at ``location``."""
+        rtol, atol, _ = self._resolve(dtype, location)
+        return rtol, atol
+
+    def is_final(self, dtype: torch.dtype, location: str = "") -> bool:
+        """Whether anything but the dtype default set the tolerance of this leaf."""
+        return not self._resolve(dtype, location)[2].startswith("default")
+
+    def as_json(self, dtype: torch.dtype, location: str = "") -> dict[str, Any]:
+        """``{"rtol", "atol", "source"}``: the tolerance used for a leaf, as data."""
+        rtol, atol, source = self._resolve(dtype, location)
+        return {"rtol": rtol, "atol": atol, "source": source, "explicit": source == _SET_BY_TEST}
+
+    def describe(self, dtype: torch.dtype, location: str = "") -> str:
+        """One line naming the tolerance used for ``dtype`` and where it came from."""
+        rtol, atol, source = self._resolve(dtype, location)
+        return f"rtol={rtol:g}, atol={atol:g} ({source})"
+
+    def _resolve(self, dtype: torch.dtype, location: str) -> tuple[float, float, str]:
+        default_rtol, default_atol = default_tolerance(dtype)
+        layers: list[tuple[float | None, float | None, str]] = [
+            (self.rtol, self.atol, _SET_BY_TEST)
+        ]
+        if self.hook is not None and not (self.rtol is not None and self.atol is not None):
+            hooked = self.hook(location, dtype)
+            if hooked is not None:
+                layers.append((float(hooked[0]), float(hooked[1]), "pytest_aoti_tolerance hook"))
+        layers.append((self.base_rtol, self.base_atol, "--aoti-rtol/--aoti-atol"))
+        rtol = next((layer[0] for layer in layers if layer[0] is not None), None)
+        atol = next((layer[1] for layer in layers if layer[1] is not None), None)
+        sources = [name for r, a, name in layers if r is not None or a is not None]
+        source = sources[0] if sources else f"default for {dtype}"
+        return (
+            default_rtol if rtol is None else float(rtol),
+            default_atol if atol is None else float(atol),
+            source,
+        )
+
+
+_SET_BY_TEST = "set by the test"
+
+
+@dataclass(frozen=True)
+class LeafStats:
+    """Error figures of one compared leaf."""
+
+    location: str
+    max_abs: float
+    max_rel: float
+    tolerance_used: float = 0.0
+    """The largest error as a fraction of what the tolerance allows there (1: at the limit;
+    above 1 only where the fp64 check accepted it)."""
+    rescued_by_fp64: bool = False
+    """Beyond the tolerance, and passed by the fp64 rule."""
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``assert_close``'s ``(rtol, atol)`` for ``dtype``."""
+    try:
+        from torch.testing._comparison import default_tolerances
+    except ImportError:
+        return _FALLBACK_TOLERANCES.get(dtype, (0.0, 0.0))
+    rtol, atol = default_tolerances(dtype)
+    return float(rtol), float(atol)
+
+
+class NoReference(Exception):
+    """The fp64 reference is unavailable; the message says why."""
+
+
+def type_name(value: Any) -> str:
+    """How messages name a value's type: ``Tensor``, ``None``, ``int``, ..."""
+    if isinstance(value, torch.Tensor):
+        return "Tensor"
+    if value is None:
+        return "None"
+    return type(value).__name__
+
+
+# --- the fp64 rule ------------------------------------------------------------------
+
+
+def beyond_tolerance(
+    expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
+) -> torch.Tensor:
+    """Elementwise negation of assert_close's test, with NaN already known to line up."""
+    want, got = widened(expected), widened(actual)
+    equal = (want == got) | (want.isnan() & got.isnan())
+    # infinities pass only through `equal`: an infinite bound would let anything match
+    finite = want.isfinite() & got.isfinite()
+    close = equal | (finite & (diff <= atol + rtol * want.abs()))
+    return ~close
+
+
+def fp64_rescue(
+    expected: torch.Tensor, actual: torch.Tensor, reference: Callable[[], Any]
+) -> tuple[bool, str]:
+    """Apply ``same()``'s RMSE test against the float64 reference; return (passed, detail line)."""
+    # the RMSE only sees finite elements, so anything non-finite must already match
+    nonfinite = ~(expected.isfinite() & actual.isfinite())
+    if bool((nonfinite & (expected != actual) & ~expected.isnan()).any()):
+        return False, "fp64 check skipped: infinities differ"
+    try:
+        ref = reference()
+    except Exception as exc:  # a broken reference only means there is nothing to rescue with
+        reason = str(exc) if isinstance(exc, NoReference) else f"{type(exc).__name__}: {exc}"
+        return False, f"fp64 check unavailable: {reason}"
+    usable = isinstance(ref, torch.Tensor) and ref.dtype == torch.float64
+    if not usable or ref.shape != expected.shape:
+        found = type_name(ref)
+        if isinstance(ref, torch.Tensor):
+            found = f"{ref.dtype} {tuple(ref.shape)}"
+        wanted = f"float64 {tuple(expected.shape)}"
+        return False, f"fp64 check unavailable: reference leaf is {found}, not {wanted}"
+    ref = plain_tensor(ref).to(device=expected.device)
+    want, got = expected.to(torch.float64), actual.to(torch.float64)
+    finite = ref.isfinite() & want.isfinite() & got.isfinite()
+    eager_error = rmse(ref[finite], want[finite])
+    engine_error = rmse(ref[finite], got[finite])
+    multiplier = rescue_multiplier(expected.dtype, ref.numel())
+    bound = multiplier * eager_error + RESCUE_FLOOR
+    line = (
+        f"fp64 check: rmse(engine vs fp64)={engine_error:.3g} exceeds "
+        f"{multiplier:g} * rmse(eager vs fp64)={eager_error:.3g} + {RESCUE_FLOOR:g} = {bound:.3g}"
+    )
+    return engine_error <= bound, line
+
+
+def rescue_multiplier(dtype: torch.dtype, numel: int) -> float:
+    """same()'s multiplier with use_larger_multiplier_for_smaller_tensor.
+
+    Rounding noise dominates the RMSE of small tensors, so they get more slack.
+    """
+    if numel <= 10:
+        return 10.0
+    if numel <= 500:
+        return 8.0
+    if numel < 1000 or dtype in (torch.float16, torch.bfloat16):
+        return 3.0
+    return 2.0
+
+
+def rmse(ref: torch.Tensor, res: torch.Tensor) -> float:
+    if ref.numel() == 0:
+        return 0.0
+    return float(torch.sqrt(torch.mean(torch.square(ref - res))))
+
+
+# --- figures ------------------------------------------------------------------------
+
+
+def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """Detached, dense, with lazy conjugate/negative bits applied."""
+    plain = tensor.detach()
+    if plain.layout != torch.strided:
+        plain = plain.to_dense()
+    return plain.resolve_conj().resolve_neg()
+
+
+def widened(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.is_complex():
+        return tensor.to(torch.complex128)
+    return tensor.to(torch.float64)
+
+
+def abs_diff(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
+    """|actual - expected| in float64, 0 where both agree (equal infinities, both NaN)."""
+    want, got = widened(expected), widened(actual)
+    agree = (want == got) | (want.isnan() & got.isnan())
+    return torch.where(agree, 0.0, (got - want).abs())
+
+
+def rel_diff(expected: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
+    magnitude = widened(expected).abs()
+    measurable = (magnitude != 0) & magnitude.isfinite()
+    return torch.where(measurable, diff / torch.where(measurable, magnitude, 1.0), 0.0)
+
+
+def leaf_stats(
+    location: str,
+    expected: torch.Tensor,
+    diff: torch.Tensor,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> LeafStats:
+    if diff.numel() == 0:
+        return LeafStats(location, 0.0, 0.0)
+    used = 0.0
+    if rtol is not None and atol is not None:
+        allowed = atol + rtol * widened(expected).abs()
+        ratio = torch.where(diff == 0, 0.0, diff / torch.where(allowed > 0, allowed, 1.0))
+        ratio = torch.where((allowed == 0) & (diff > 0), torch.inf, ratio)
+        used = float(ratio.max())
+    return LeafStats(location, float(diff.max()), float(rel_diff(expected, diff).max()), used)
+
+
+def leaf_figures(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    mismatch: torch.Tensor,
+    diff: torch.Tensor,
+    location: str,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Figures:
+    # -1 keeps matching elements out of the argmax; every mismatch has diff > 0
+    worst = unravel(int(torch.where(mismatch, diff, -1.0).argmax()), expected.shape)
+    stats = leaf_stats(location, expected, diff)
+    finite_diff = diff[diff.isfinite()] if diff.is_floating_point() else diff
+    needed: tuple[float | None, float | None] = (None, None)
+    if rtol is not None and atol is not None:
+        needed = tolerances_needed(expected, actual, diff, rtol, atol)
+    floating = expected.is_floating_point() or expected.is_complex()
+    return Figures(
+        shape=tuple(expected.shape),
+        dtype=str(expected.dtype),
+        device=str(expected.device),
+        numel=expected.numel(),
+        mismatched=int(mismatch.sum()),
+        max_abs=stats.max_abs,
+        max_rel=stats.max_rel,
+        mean_abs=float(finite_diff.double().mean()) if finite_diff.numel() else 0.0,
+        worst_index=worst,
+        expected_value=format_element(expected[worst]),
+        actual_value=format_element(actual[worst]),
+        nan_expected=int(expected.isnan().sum()) if floating else 0,
+        nan_actual=int(actual.isnan().sum()) if floating else 0,
+        inf_expected=int(expected.isinf().sum()) if floating else 0,
+        inf_actual=int(actual.isinf().sum()) if floating else 0,
+        rtol_needed=needed[0],
+        atol_needed=needed[1],
+    )
+
+
+def mismatch_counts(
+    expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance, location: str = ""
+) -> tuple[int, float, float]:
+    """``(elements beyond tolerance, max abs error, max rel error)`` of two tensors of one
+    shape, judged element by element as :func:`compare_leaf` judges them (exact for
+    integer and bool dtypes, ``tolerance`` at ``location`` for the others; no fp64 check).
+    """
+    want, got = plain_tensor(expected), plain_tensor(actual)
+    diff = abs_diff(want, got)
+    if want.is_floating_point() or want.is_complex():
+        rtol, atol = tolerance.resolve(want.dtype, location)
+        mismatch = beyond_tolerance(want, got, diff, rtol, atol)
+    else:
+        mismatch = want != got
+    stats = leaf_stats(location, want, diff)
+    return int(mismatch.sum()), stats.max_abs, stats.max_rel
+
+
+def tolerances_needed(
+    expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
+) -> tuple[float, float]:
+    """The smallest rtol (same atol) and atol (same rtol) under which every element passes.
+
+    Infinite where no finite value would do (an element infinite on one side, or a
+    difference at an element eager computes as 0, for rtol).
+    """
+    want, got = widened(expected), widened(actual)
+    agree = (want == got) | (want.isnan() & got.isnan())
+    finite = want.isfinite() & got.isfinite()
+    if bool((~agree & ~finite).any()):
+        return math.inf, math.inf
+    magnitude = want.abs()
+    excess = (diff - atol).clamp(min=0)
+    rtol_needed = 0.0
+    if bool(((excess > 0) & (magnitude == 0)).any()):
+        rtol_needed = math.inf
+    elif excess.numel():
+        rtol_needed = float((excess / torch.where(magnitude > 0, magnitude, 1.0)).max())
+    atol_needed = float((diff - rtol * magnitude).clamp(min=0).max()) if diff.numel() else 0.0
+    return max(rtol_needed, rtol), max(atol_needed, atol)
+
+
+def unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        flat, rest = divmod(flat, size)
+        index.append(rest)
+    return tuple(reversed(index))
+
+
+def format_element(element: torch.Tensor) -> str:
+    value = element.item()
+    if isinstance(value, float) and element.dtype != torch.float64:
+        # enough digits to round-trip float32 without float64 noise
+        return f"{value:.9g}"
+    return repr(value)
