@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +174,25 @@ def run_aoti(pytester: pytest.Pytester, shared_cache_dir: Path) -> Callable[...,
         pytester.makepyfile(test_inner=MODELS + textwrap.dedent(source))
         return pytester.runpytest(
             "--aoti-device=cpu", f"--aoti-cache-dir={shared_cache_dir}", *args
+        )
+
+    return run
+
+
+@pytest.fixture
+def run_isolated() -> Callable[[Path, Path], subprocess.CompletedProcess[str]]:
+    """Run a repro bundle's script as ``python -I SCRIPT`` in ``cwd``, without the suite's
+    PYTHONPATH: what a bundle needs must come with it (or with torch)."""
+
+    def run(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        return subprocess.run(
+            [sys.executable, "-I", str(script)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
 
     return run

@@ -4,25 +4,10 @@ library types."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-
-def run_isolated(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -I repro.py`` elsewhere, without the suite's PYTHONPATH."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, "-I", str(script)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_wrong_expectation_gets_no_bundle(run_aoti, tmp_path: Path) -> None:
@@ -79,7 +64,7 @@ def test_bert(aoti):
 
 
 def test_bert_bundle_reproduces_in_a_fresh_isolated_python(
-    pytester: pytest.Pytester, shared_cache_dir: Path, tmp_path: Path
+    pytester: pytest.Pytester, shared_cache_dir: Path, tmp_path: Path, run_isolated: Any
 ) -> None:
     pytest.importorskip("transformers")
     bundles = tmp_path / "failed"

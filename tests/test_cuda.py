@@ -4,9 +4,6 @@ in a fresh process (``scripts/gpu-check`` runs this in its CUDA part; skipped el
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +44,7 @@ def test_compile_stage_on_cuda(aoti):
 """
 
 
-def test_cuda_repro_bundle_reproduces(run_aoti, tmp_path: Path) -> None:
+def test_cuda_repro_bundle_reproduces(run_aoti, run_isolated, tmp_path: Path) -> None:
     bundles = tmp_path / "failed"
     result = run_aoti(FAULTY_ON_CUDA, "--aoti-device=cuda", f"--aoti-keep-failed={bundles}")
     result.assert_outcomes(failed=1)
@@ -56,14 +53,6 @@ def test_cuda_repro_bundle_reproduces(run_aoti, tmp_path: Path) -> None:
     finding = json.loads((bundle / "finding.json").read_text())
     assert finding["stage"] == "compile"
 
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-I", str(bundle / "repro.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_isolated(bundle / "repro.py", tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "REPRODUCED" in run.stdout

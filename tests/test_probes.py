@@ -10,10 +10,7 @@ is unguarded) and an input-mutating program (aliased inputs are wrong).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -167,7 +164,9 @@ def test_probes_report_hazards_merged_under_xdist(run_aoti, pytester, tmp_path: 
     assert cases["test_mlp[cpu]"]["aoti_probes_wrong"] == "0"
 
 
-def test_probes_fail_policy_fails_wrong_variants_only(run_aoti, tmp_path: Path) -> None:
+def test_probes_fail_policy_fails_wrong_variants_only(
+    run_aoti, run_isolated, tmp_path: Path
+) -> None:
     report = tmp_path / "aoti.json"
     bundles = tmp_path / "bundles"
     result = run_aoti(
@@ -202,15 +201,7 @@ def test_probes_fail_policy_fails_wrong_variants_only(run_aoti, tmp_path: Path) 
     (x,) = inputs["args"]
     assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
     # and it reproduces: the engine differs from eager on the variant, in a fresh process
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-I", str(conv_bundle / "repro.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_isolated(conv_bundle / "repro.py", tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "REPRODUCED" in run.stdout
 

@@ -4,9 +4,6 @@ at the user's line, and a repro bundle that runs with plain torch in a fresh pro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -76,7 +73,9 @@ def test_localize_off(aoti):
 """
 
 
-def test_stage_node_and_repro_bundle(run_aoti, pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_stage_node_and_repro_bundle(
+    run_aoti, run_isolated, pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     bundles = tmp_path / "failed"
     result = run_aoti(TRIAGE_TESTS, f"--aoti-keep-failed={bundles}", "-k", "not localize_off")
     result.assert_outcomes(failed=2)
@@ -111,19 +110,11 @@ def test_stage_node_and_repro_bundle(run_aoti, pytester: pytest.Pytester, tmp_pa
     assert finding["node"]["op"] == "aten.mul.Tensor"
 
     # the repro needs only torch: run it in a fresh, isolated interpreter elsewhere
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     for folder, expected_line in [
         (compile_bundle, "REPRODUCED"),
         (bundles / folders[1], "REPRODUCED"),
     ]:
-        run = subprocess.run(
-            [sys.executable, "-I", str(folder / "repro.py")],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        run = run_isolated(folder / "repro.py", tmp_path)
         assert run.returncode == 1, run.stdout + run.stderr
         assert expected_line in run.stdout
 

@@ -255,17 +255,7 @@ class ProgramRegistry:
             self.engines.get(key.digest, device, size, lambda: engine)
         if store is not None and store.writable:
             store.store(key.digest, local, fetched.caller)
-        self.stats.loaded += 1
-        self.stats.load_seconds += fetched.seconds
-        return CompiledArtifact(
-            key=key,
-            package_path=local,
-            signature=signature,
-            compile_seconds=compile_seconds,
-            cache_hit=True,
-            package_bytes=size,
-            source="remote",
-        )
+        return self._loaded(key, local, signature, compile_seconds, size, fetched.seconds, "remote")
 
     def _compile(
         self, key: ProgramKey, exported: ExportedProgram, inductor_configs: Mapping[str, Any] | None
@@ -319,8 +309,22 @@ class ProgramRegistry:
                 warnings.warn(AotiCacheWarning(message), stacklevel=2)
             local.unlink(missing_ok=True)
             return None
+        seconds = time.perf_counter() - started
+        return self._loaded(key, local, signature, compile_seconds, size, seconds, "local")
+
+    def _loaded(
+        self,
+        key: ProgramKey,
+        local: Path,
+        signature: MutationSignature,
+        compile_seconds: float,
+        size: int,
+        seconds: float,
+        source: str,
+    ) -> CompiledArtifact:
+        """A package taken from a store instead of compiled: counted, then described."""
         self.stats.loaded += 1
-        self.stats.load_seconds += time.perf_counter() - started
+        self.stats.load_seconds += seconds
         return CompiledArtifact(
             key=key,
             package_path=local,
@@ -328,7 +332,7 @@ class ProgramRegistry:
             compile_seconds=compile_seconds,
             cache_hit=True,
             package_bytes=size,
-            source="local",
+            source=source,
         )
 
 
