@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats, Triage
+from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
 from pytest_aoti.compare import (
     assert_unchanged,
     assert_values,
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
 
 
 class ParityCheck:
-    """Every output and every input the program mutates, after each call, on the example
-    and each sample; inputs the program does not mutate stay untouched."""
+    """Every output, every input and every registered buffer the program mutates, after
+    each call, on the example and each sample; inputs the program does not mutate stay
+    untouched."""
 
     name = "parity"
 
@@ -44,6 +46,7 @@ class ParityCheck:
     def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         stats: Stats = ()
+        buffers: list[BufferState] = []
         for index, (args, kwargs) in enumerate(plan.input_sets):
             run = InputRun(
                 program,
@@ -58,7 +61,9 @@ class ParityCheck:
                 run.check(plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at)
             )
             context.engine = context.engine or run.engine
-        return Outcome(stats=stats, input_sets=len(plan.input_sets))
+            buffers += run.buffers
+        figures = {"buffers": merge_states(buffers)} if buffers else {}
+        return Outcome(stats=stats, input_sets=len(plan.input_sets), figures=figures)
 
 
 def sample_label(index: int, count: int) -> str:
@@ -95,6 +100,8 @@ class InputRun:
         self._triage = triage
         self.engine: Any = None
         """The engine the check ran (its state is past the check's calls)."""
+        self.buffers: list[BufferState] = []
+        """How each buffer the program mutates was compared with eager's in the last run."""
 
     def check(
         self,
@@ -132,7 +139,8 @@ class InputRun:
 
     def differs_with(self, replacement: Callable[..., Any], calls: int) -> bool:
         """Whether ``replacement`` (an uncompiled program, in place of the engine) differs
-        from eager on this input set: outputs and inputs only, for stage attribution."""
+        from eager on this input set, for stage attribution: outputs, inputs and the
+        buffers of a replayed module."""
         try:
             self._run(replacement, calls, None, engine_is_compiled=False)
         except AotiCheckError:
@@ -171,6 +179,12 @@ class InputRun:
         }
         mutated = self.program.mutated_inputs
         stats: list[tuple[str, LeafStats]] = []
+        # the engine's buffers, read back from a second instance of its compiled library
+        state = (
+            BufferReadBack(self.program, self._originals, self.tolerance)
+            if engine_is_compiled and self.program.mutated_buffers
+            else None
+        )
         for call in range(1, calls + 1):
             context = self._context(call, calls)
             before = _EagerState(eager_module, eager_inputs, skip_inputs=mutated)
@@ -181,6 +195,21 @@ class InputRun:
                 raw_out = engine(*engine_args, **engine_kwargs)
                 engine_out = clone_tree(raw_out)
                 del raw_out
+                # a buffer found wrong beats an output it feeds later
+                if state is not None:
+                    stats += state.after_call(
+                        context, eager_module, self._reference.buffer_at(call)
+                    )
+                    self.buffers = state.states
+                elif not engine_is_compiled and isinstance(engine, torch.nn.Module):
+                    # a replayed program (stage attribution) holds its buffers itself
+                    compare_buffers(
+                        eager_module,
+                        dict(engine.named_buffers()),
+                        sorted(self.program.mutated_buffers),
+                        context=context,
+                        tolerance=self.tolerance,
+                    )
                 stats += self._compare_call(
                     call,
                     context,
@@ -282,9 +311,8 @@ class InputRun:
     def _stateful(self, finding: Finding, call: int) -> Finding:
         """Name the mutated buffers when a stateful program diverges after its first call.
 
-        The engine's buffers cannot be read back (torch's package loader exposes their
-        names, not their values), but the first call matched: what differs is the state
-        the engine carried into this call.
+        Where its buffers were read back and matched, this names them still: the first
+        call matched, so what differs is the state the engine carried into this call.
         """
         buffers = self.program.mutated_buffers
         if call < 2 or not buffers or finding.kind not in PARITY_KINDS:
@@ -479,6 +507,7 @@ class Float64Reference:
         self._inputs = (args, kwargs)
         self._state: tuple[Any, Any, Any] | None = None
         self._history: list[tuple[Any, dict[str, Any]]] = []
+        self._buffers: list[dict[str, Any]] = []
 
     def outputs_after(self, call: int) -> Callable[[], Any]:
         """A callable giving the float64 outputs of call number ``call``."""
@@ -487,6 +516,18 @@ class Float64Reference:
     def input_after(self, call: int, name: str) -> Callable[[], Any]:
         """A callable giving input ``name`` in float64 after ``call`` calls."""
         return lambda: self._run_until(call)[1][name]
+
+    def buffer_at(self, call: int) -> Callable[[str], Callable[[], Any]]:
+        """Per buffer name, a callable giving that buffer in float64 after ``call`` calls."""
+
+        def reference(name: str) -> Callable[[], Any]:
+            def value() -> Any:
+                self._run_until(call)
+                return self._buffers[call - 1][name]
+
+            return value
+
+        return reference
 
     def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
         import torch
@@ -501,6 +542,9 @@ class Float64Reference:
                 outputs = clone_tree(module(*args, **kwargs))
             inputs = named_user_inputs(self._program.exported, args, kwargs)
             self._history.append((outputs, clone_tree(inputs)))
+            self._buffers.append(
+                {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+            )
         return self._history[call - 1]
 
 

@@ -137,6 +137,10 @@ class ItemEvents:
             problem = result.figures.get("measure_error")
             if problem:
                 self._item.user_properties.append(("aoti_measure_error", problem))
+            record.buffers = [state.to_json() for state in result.figures.get("buffers", ())]
+            for state in record.buffers:
+                if not state["verified"]:  # never silence: the record and the summary say so
+                    self.note(f"state of '{state['name']}' not verified: {state['reason']}")
             probes = result.probes
             if probes is not None:
                 record.probes = probes.to_json()

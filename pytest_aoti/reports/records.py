@@ -71,6 +71,10 @@ class CheckRecord:
     probes: list[dict[str, Any]] = field(default_factory=list)
     """Deployment probes of the program: ``input``, ``variant``, ``outcome``, ``max_abs``,
     ``max_rel``, ``refused_with_checks``, ``remedy`` per variant."""
+    buffers: list[dict[str, Any]] = field(default_factory=list)
+    """The registered buffers the program mutates, read back from the engine and compared
+    with eager's after every call: ``name``, ``verified``, ``calls_compared``, ``max_abs``,
+    ``max_rel``, and ``reason`` where not verified."""
 
     @property
     def speed_ratio(self) -> float | None:

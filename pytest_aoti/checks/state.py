@@ -1,0 +1,184 @@
+"""The engine's registered buffers, read back and compared with eager's after every call.
+
+An output that a buffer feeds shows a wrong state one call late, and a buffer that feeds no
+output (a call counter, a KV cache the step does not return) never shows it at all. So a
+program that mutates buffers gets a second instance of its compiled library beside the
+engine under test (:mod:`pytest_aoti.compiling.engine_state`), called with the same inputs;
+after each call every buffer the program mutates is compared with eager's, under the rules
+outputs follow (:mod:`pytest_aoti.compare`). Where the buffers cannot be read back, each is
+reported "not verified" with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.compare import compare_leaf
+from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.tolerance import LeafStats, Tolerance
+from pytest_aoti.trees import clone_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+@dataclass(frozen=True)
+class BufferState:
+    """How one mutated buffer was checked: the ``buffers`` entries of a JSON check record."""
+
+    name: str
+    verified: bool
+    calls_compared: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    reason: str | None = None
+    """Why it was not verified (``verified`` false)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "verified": self.verified,
+            "calls_compared": self.calls_compared,
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+        }
+        if self.reason is not None:
+            data["reason"] = self.reason
+        return data
+
+    def merged(self, other: BufferState) -> BufferState:
+        """This buffer over two input sets: verified only where both were."""
+        return BufferState(
+            self.name,
+            self.verified and other.verified,
+            self.calls_compared + other.calls_compared,
+            max(self.max_abs, other.max_abs),
+            max(self.max_rel, other.max_rel),
+            self.reason or other.reason,
+        )
+
+
+def merge_states(states: Iterable[BufferState]) -> list[BufferState]:
+    """One entry per buffer name, in name order, over every input set."""
+    by_name: dict[str, BufferState] = {}
+    for state in states:
+        known = by_name.get(state.name)
+        by_name[state.name] = state if known is None else known.merged(state)
+    return [by_name[name] for name in sorted(by_name)]
+
+
+class BufferReadBack:
+    """One input set's read-back engine, its own inputs, and what each buffer measured.
+
+    Built before the first call (outside any measured window) and dropped with the run.
+    """
+
+    def __init__(
+        self,
+        program: AotiProgram,
+        inputs: tuple[tuple[Any, ...], dict[str, Any]],
+        tolerance: Tolerance,
+    ) -> None:
+        from pytest_aoti.compiling.engine_state import open_state_engine
+
+        self.names = sorted(program.mutated_buffers)
+        self._tolerance = tolerance
+        self._args, self._kwargs = clone_tree(inputs)
+        opened = open_state_engine(program.package_path, program.device, self.names)
+        self._engine = None if isinstance(opened, str) else opened
+        self._reason = opened if isinstance(opened, str) else None
+        self._stats: dict[str, list[LeafStats]] = {name: [] for name in self.names}
+
+    @property
+    def states(self) -> list[BufferState]:
+        """What each buffer measured so far."""
+        if self._engine is None:
+            return [BufferState(name, False, reason=self._reason) for name in self.names]
+        return [
+            BufferState(
+                name,
+                True,
+                len(leaves),
+                max((leaf.max_abs for leaf in leaves), default=0.0),
+                max((leaf.max_rel for leaf in leaves), default=0.0),
+            )
+            for name, leaves in self._stats.items()
+        ]
+
+    def after_call(
+        self,
+        context: str,
+        eager_module: torch.nn.Module,
+        reference: Callable[[str], Callable[[], Any]] | None = None,
+    ) -> list[tuple[str, LeafStats]]:
+        """Run the read-back engine's call and compare its buffers with eager's after it;
+        ``reference(name)`` gives the buffer computed in float64 (the fp64 rule)."""
+        __tracebackhide__ = True
+        if self._engine is None:
+            return []
+        import torch
+
+        with torch.no_grad():
+            self._engine(*self._args, **self._kwargs)
+        stats = compare_buffers(
+            eager_module,
+            self._engine.buffers(self.names),
+            self.names,
+            context=context,
+            tolerance=self._tolerance,
+            reference=reference,
+        )
+        for _, leaf in stats:
+            self._stats[leaf.location.split("'")[1]].append(leaf)
+        return stats
+
+
+def compare_buffers(
+    eager_module: torch.nn.Module,
+    engine_buffers: Mapping[str, Any],
+    names: Iterable[str],
+    *,
+    context: str,
+    tolerance: Tolerance,
+    reference: Callable[[str], Callable[[], Any]] | None = None,
+) -> list[tuple[str, LeafStats]]:
+    """Each named buffer of ``eager_module`` against ``engine_buffers`` (by FQN): the rules
+    and figures of outputs; a difference is a ``buffer`` finding naming it."""
+    __tracebackhide__ = True
+    eager_buffers = dict(eager_module.named_buffers())
+    stats = []
+    for name in names:
+        try:
+            leaf = compare_leaf(
+                eager_buffers[name],
+                engine_buffers[name],
+                location=f"buffer '{name}'",
+                context=context,
+                tolerance=tolerance,
+                reference=None if reference is None else reference(name),
+            )
+        except AotiCheckError as error:
+            raise _buffer_error(error, name) from None
+        stats.append((context, leaf))
+    return stats
+
+
+def _buffer_error(error: AotiCheckError, name: str) -> AotiCheckError:
+    finding = error.finding
+    return error.amended(
+        replace(
+            finding,
+            kind="buffer",
+            details=(
+                *finding.details,
+                "the engine's buffer is read back after each call; an engine that does not "
+                "carry a buffer initialized with one value (e.g. torch.zeros(1)) to the "
+                "next call is a known torch bug (pytorch/pytorch#165444)",
+            ),
+            extra={**finding.extra, "buffers": [name]},
+        )
+    )
