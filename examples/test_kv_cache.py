@@ -71,3 +71,39 @@ def test_kv_cache_step_is_thread_safe(aoti):
     """Each caller owns its caches, so one engine can serve several threads at once: four
     threads, each with caches of its own, get what eager gives them."""
     aoti.check(KVCacheStep(), step_inputs(position=17), threads=4, calls=2)
+
+
+class KVCacheDecoder(torch.nn.Module):
+    """The same step with the caches kept as registered buffers: the state a decoder carries
+    from step to step, which no output returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        shape = (BATCH, HEADS, MAX_SEQ, HEAD_DIM)
+        self.register_buffer("k_cache", torch.randn(shape, generator=generator))
+        self.register_buffer("v_cache", torch.randn(shape, generator=generator))
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: torch.Tensor
+    ) -> torch.Tensor:
+        self.k_cache.index_copy_(2, position, k)
+        self.v_cache.index_copy_(2, position, v)
+        scores = q @ self.k_cache.transpose(-1, -2) / HEAD_DIM**0.5
+        return torch.softmax(scores, dim=-1) @ self.v_cache
+
+
+@pytest.mark.aoti
+def test_kv_cache_buffers_match_eager_after_each_step(aoti):
+    """The engine's caches are read back and compared with eager's after every call."""
+    q, k, v, *_ = step_inputs(position=17)
+    result = aoti.check(
+        KVCacheDecoder(),
+        (q, k, v, torch.tensor([17])),
+        mutated_buffers={"k_cache", "v_cache"},
+        calls=3,
+        # no copy of a cache per step: a quarter of one cache (4-byte floats)
+        max_extra_bytes=BATCH * HEADS * MAX_SEQ * HEAD_DIM,
+    )
+    compared = {state.name: state.calls_compared for state in result.buffers}
+    assert compared == {"k_cache": 3, "v_cache": 3}

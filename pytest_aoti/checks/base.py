@@ -161,9 +161,9 @@ class CheckResult:
     """How many input sets were checked in all: the example, samples, distinct copies of
     aliased inputs, boundary and generated shapes."""
     figures: Mapping[str, Any] = field(default_factory=dict)
-    """Every check's named figures: ``examples``, ``extra_bytes``, ``engine_seconds``,
-    ``eager_seconds``, ``profile``, ``measure_error`` where measured; ``probes`` (a
-    :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
+    """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
+    ``engine_seconds``, ``eager_seconds``, ``profile``, ``measure_error`` where measured;
+    ``probes`` (a :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
     """The checks that ran, in order (``signature``, ``parity``, ``timing``, ...)."""
 
@@ -197,6 +197,14 @@ class CheckResult:
         :class:`~pytest_aoti.checks.probes.ProbeReport` (typed loosely: that module builds
         on this one); None with ``probes="off"`` or where the check did not get that far."""
         return self.figures.get("probes")
+
+    @property
+    def buffers(self) -> list[Any]:
+        """How each registered buffer the program mutates was compared with eager's after
+        every call: :class:`~pytest_aoti.checks.state.BufferState` per buffer (``name``,
+        ``verified``, ``calls_compared``, ``max_abs``, ``max_rel``, ``reason``); empty for a
+        program without buffer state."""
+        return list(self.figures.get("buffers", ()))
 
     @property
     def max_errors(self) -> dict[str, tuple[float, float]]:

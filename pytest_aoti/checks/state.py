@@ -122,18 +122,26 @@ class BufferReadBack:
             return []
         import torch
 
-        with torch.no_grad():
-            self._engine(*self._args, **self._kwargs)
+        try:
+            with torch.no_grad():
+                self._engine(*self._args, **self._kwargs)
+            engine_buffers = self._engine.buffers(self.names)
+        except (RuntimeError, TypeError, ValueError) as error:
+            # torch-private: a runner that fails where the engine ran is a reason, not a crash
+            first = (str(error).splitlines() or [type(error).__name__])[0][:160]
+            self._engine = None
+            self._reason = f"torch's AOTI runner failed to run the call ({first})"
+            return []
         stats = compare_buffers(
             eager_module,
-            self._engine.buffers(self.names),
+            engine_buffers,
             self.names,
             context=context,
             tolerance=self._tolerance,
             reference=reference,
         )
-        for _, leaf in stats:
-            self._stats[leaf.location.split("'")[1]].append(leaf)
+        for name, (_, leaf) in zip(self.names, stats, strict=True):
+            self._stats[name].append(leaf)
         return stats
 
 

@@ -109,19 +109,18 @@ def _extracted_library(package_path: Path) -> Path | str:
     with _extract_lock:
         with zipfile.ZipFile(package_path) as archive:
             members = archive.namelist()
+            for member in members:  # nothing may land outside the folder
+                if ".." in PurePosixPath(member).parts or member.startswith("/"):
+                    raise ValueError(f"unsafe member name {member!r}")
             libraries = [m for m in members if _in_model(m) and m.endswith(".wrapper.so")]
             if len(libraries) != 1:
                 return "the package holds no single compiled model library"
-            if any(_in_model(m) and m.endswith(("_weights.blob", ".bin")) for m in members) or any(
-                "/data/weights/" in m or "/data/constants/" in m for m in members
-            ):
+            if any("/data/weights/" in f"/{m}" or "/data/constants/" in f"/{m}" for m in members):
                 # package_constants_in_so=False: the library alone starts with no weights
                 return "the package keeps its weights outside its compiled library"
             model_dir = PurePosixPath(libraries[0]).parent
             wanted = [m for m in members if PurePosixPath(m).parent == model_dir]
             for member in wanted:
-                if ".." in PurePosixPath(member).parts or member.startswith("/"):
-                    raise ValueError(f"unsafe member name {member!r}")
                 if not (target / member).exists():
                     archive.extract(member, target)
     return target / libraries[0]
