@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +36,12 @@ def _report(path: Path) -> dict[str, dict[str, object]]:
 
 
 def test_a_counter_that_feeds_no_output_fails_at_the_call_where_it_parts(
-    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+    run_aoti: Callable[..., pytest.RunResult],
+    tmp_path: Path,
+    run_isolated: Callable[[Path, Path], subprocess.CompletedProcess[str]],
 ) -> None:
     report = tmp_path / "aoti.json"
+    bundles = tmp_path / "failed"
     result = run_aoti(
         CALL_COUNTER
         + """
@@ -54,6 +58,7 @@ def test_undeclared(aoti):
 """,
         "--aoti-localize=off",
         f"--aoti-report={report}",
+        f"--aoti-keep-failed={bundles}",
     )
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
@@ -75,6 +80,16 @@ def test_undeclared(aoti):
         "buffer 'calls'",
         "compile",
     )
+    # the repro bundle reproduces it with torch alone, reading the engine's buffer back
+    (folder,) = [path for path in bundles.iterdir() if "test_declared" in path.name]
+    assert json.loads((folder / "check.json").read_text())["buffers"] == ["calls"]
+    run = run_isolated(folder / "repro.py", tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert (
+        "REPRODUCED: the AOTI engine differs from eager (buffer at buffer 'calls')." in run.stdout
+    )
+    assert "buffer 'calls', call 2 of 3: 1 of 1 elements beyond" in run.stdout
+    assert "The exported and the decomposed programs match eager" in run.stdout
 
 
 def test_a_running_mean_passes_with_its_buffers_compared_after_every_call(

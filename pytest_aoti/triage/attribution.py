@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.checks.parity import PARITY_KINDS, eager_history
+from pytest_aoti.checks.state import eager_buffer_history
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +47,10 @@ class Replay:
     def eager_results(self, program: AotiProgram) -> list[tuple[Any, dict[str, Any]]]:
         """Per call, eager's outputs and every named input after the call."""
         return eager_history(program, self.module, self.args, self.kwargs, self.calls)
+
+    def eager_buffers(self, program: AotiProgram) -> list[dict[str, Any]]:
+        """Per call, eager's registered buffers that the program mutates, after the call."""
+        return eager_buffer_history(program, self.module, self.args, self.kwargs, self.calls)
 
 
 class Attribution:

@@ -5,10 +5,10 @@ and a compiler engineer reads it before anything else. It reads everything else 
 files :func:`pytest_aoti.triage.repro.write_bundle` writes beside it.
 """
 
-REPRODUCIBLE_KINDS = ("output", "mutated input", "untouched input")
+REPRODUCIBLE_KINDS = ("output", "mutated input", "untouched input", "buffer")
 """Finding kinds ``repro.py`` reproduces: a difference between eager's saved results and the
-engine's, in an output or an input. Other failures (a wrong expectation, threads, memory)
-get no bundle: it could not reproduce them."""
+engine's, in an output, an input or a registered buffer the program mutates. Other failures
+(a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
 
 REPRO_SCRIPT = r'''"""Reproduce an AOTInductor engine that differs from eager PyTorch, found by pytest-aoti.
 
@@ -27,6 +27,8 @@ as text, for reading. The files beside this script:
     inputs.pt      the failing inputs as flat leaves, in the program's order: {"args": (...)}
     eager.pt       what eager PyTorch (the original module) produced, one entry per call:
                    ([output leaves], {input name: that input tensor after the call})
+    eager_buffers.pt  for a program that mutates registered buffers: eager's buffers after
+                   each call, one {buffer name: tensor} per call
     check.json     calls, rtol and atol (null: torch.testing.assert_close's defaults for the
                    dtype), the device, the torch version that wrote the bundle, the names of
                    the output leaves, the inputs the program mutates, the tree structure,
@@ -36,7 +38,10 @@ as text, for reading. The files beside this script:
 It runs the engine `calls` times on its own copy of the inputs: inputs the program mutates
 are written in place and the same copy is used again by the next call, as in the check.
 After each call it compares the outputs and every tensor input with eager's, using
-torch.testing.assert_close, and prints each leaf that differs. It then does the same with
+torch.testing.assert_close, and prints each leaf that differs. A program that mutates
+registered buffers runs in torch's own AOTI runner instead (the same compiled library, from
+the package extracted into a temporary folder), whose buffers are read back and compared
+with eager's after each call too. It then does the same with
 the exported program (exported.module(), no compile) and the decomposed one
 (run_decompositions().module()), which tells where the difference comes from: export,
 decomposition, or the AOTInductor compile itself.
@@ -153,17 +158,24 @@ def replay_bundle():
     eager = torch.load(HERE / "eager.pt", map_location=device, weights_only=False)
     names = check.get("outputs")
     mutated = set(check.get("mutated_inputs", ()))
+    buffers = None
+    if check.get("buffers"):
+        buffers = torch.load(HERE / "eager_buffers.pt", map_location=device, weights_only=False)
 
     def engine(*leaves):
         # the package's own call would rebuild the model's output types from their names;
         # the flat run needs none of them
         return list(package.loader.boxed_run([x for x in leaves if isinstance(x, torch.Tensor)]))
 
+    engine.buffers = None
+    if buffers is not None:
+        engine = buffer_runner(device)
+
     def replay(title, label, program):
         print(f"\n{title} vs eager:")
         mismatches = run_and_compare(
             label, program, exported, inputs["args"], inputs["kwargs"], eager, rtol, atol,
-            names=names, mutated=mutated,
+            names=names, mutated=mutated, buffers=buffers,
         )
         for _, _, text in mismatches:
             print("  " + text.replace("\n", "\n    "))
@@ -230,13 +242,55 @@ def load_exported():
     return torch.export.load(HERE / "exported.pt2")
 
 
-def run_and_compare(label, program, exported, args, kwargs, eager, rtol, atol, names=None, mutated=()):
+def buffer_runner(device):
+    """The package's compiled library in torch's own AOTI runner, whose buffers can be read:
+    called like the engine, with .buffers() giving {buffer name: tensor} after a call."""
+    import atexit
+    import shutil
+    import tempfile
+    import zipfile
+
+    runners = {"cpu": "AOTIModelContainerRunnerCpu", "cuda": "AOTIModelContainerRunnerCuda"}
+    runner_class = getattr(torch._C._aoti, runners.get(device.type, ""), None)
+    if runner_class is None:
+        raise CouldNotRun(f"this torch has no AOTI runner for {device.type} to read buffers back")
+    folder = Path(tempfile.mkdtemp(prefix="repro-buffers-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with zipfile.ZipFile(HERE / "package.pt2") as archive:
+        libraries = [m for m in archive.namelist() if m.endswith(".wrapper.so") and "/data/aotinductor/model/" in f"/{m}"]
+        model_dir = str(Path(libraries[0]).parent)
+        for member in archive.namelist():
+            if str(Path(member).parent) == model_dir and ".." not in Path(member).parts:
+                archive.extract(member, folder)
+    library = folder / libraries[0]
+    if device.type == "cuda":
+        runner = runner_class(str(library), 1, str(device), str(library.parent))
+    else:
+        runner = runner_class(str(library), 1)
+    fqns = dict(runner.get_constant_names_to_original_fqns())
+
+    def engine(*leaves):
+        return list(runner.run([x for x in leaves if isinstance(x, torch.Tensor)]))
+
+    def read():
+        constants = runner.extract_constants_map(False)
+        return {fqns.get(name, name): value.clone() for name, value in constants.items()}
+
+    engine.buffers = read
+    return engine
+
+
+def run_and_compare(
+    label, program, exported, args, kwargs, eager, rtol, atol, names=None, mutated=(), buffers=None
+):
     """Call `program` len(eager) times on one copy of the inputs; return the mismatches.
 
     Each mismatch is (kind, location, text): kind "output", "mutated input", "untouched
-    input" (an input the program does not mutate, changed), or "raised". After each call
-    the output leaves, and each tensor input as the call left it, are compared with eager's;
-    `names` names the output leaves, `label` the program's values in the figures.
+    input" (an input the program does not mutate, changed), "buffer", or "raised". After
+    each call the output leaves, and each tensor input as the call left it, are compared
+    with eager's; with `buffers` (eager's, one dict per call) the program's registered
+    buffers too (a module's own, the runner's read back); `names` names the output leaves,
+    `label` the program's values in the figures.
     """
     args, kwargs = clone((tuple(args), dict(kwargs)))
     inputs = named_user_inputs(exported, args, kwargs)
@@ -263,6 +317,16 @@ def run_and_compare(label, program, exported, args, kwargs, eager, rtol, atol, n
             kind = "mutated input" if name in mutated else "untouched input"
             for text in compare(f"{location}, {where}", label, want, inputs[name], rtol, atol):
                 mismatches.append((kind, location, text))
+        if buffers is not None:
+            read = getattr(program, "buffers", None)
+            held = read() if callable(read) and not isinstance(program, torch.nn.Module) else dict(program.named_buffers())
+            for name, want in buffers[call - 1].items():
+                location = f"buffer '{name}'"
+                if name not in held:
+                    mismatches.append(("buffer", location, f"{location}, {where}: {label} does not hold it"))
+                    continue
+                for text in compare(f"{location}, {where}", label, want, held[name], rtol, atol):
+                    mismatches.append(("buffer", location, text))
     return mismatches
 
 

@@ -17,7 +17,8 @@ def worth_keeping(program: AotiProgram, error: AotiCheckError) -> bool:
 
     if error.replay is None:
         return False
-    return reproduces(error.finding.to_json(), program.mutated_inputs) is not None
+    finding = error.finding.to_json()
+    return reproduces(finding, program.mutated_inputs, program.mutated_buffers) is not None
 
 
 def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) -> str | None:
@@ -47,6 +48,7 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             finding_json=error.finding.to_json(),
             device=program.device,
             mutated_inputs=program.mutated_inputs,
+            eager_buffers=replay.eager_buffers(program) if program.mutated_buffers else None,
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]

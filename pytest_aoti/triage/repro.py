@@ -66,7 +66,9 @@ def bundle_dir_name(nodeid: str) -> str:
 
 
 def reproduces(
-    finding_json: Mapping[str, Any], mutated_inputs: Iterable[str] = ()
+    finding_json: Mapping[str, Any],
+    mutated_inputs: Iterable[str] = (),
+    mutated_buffers: Iterable[str] = (),
 ) -> dict[str, str] | None:
     """The ``{"kind", "location"}`` that ``repro.py`` would reproduce for a finding, or None
     where it cannot reproduce that kind of failure (see ``REPRODUCIBLE_KINDS``).
@@ -74,7 +76,9 @@ def reproduces(
     A failure found on a generated shape reproduces as the difference found on it; a
     deployment probe's as a difference of any output on the variant input it holds; a
     stateful program's output or input that diverges after its first call (kind
-    ``buffer``, located at the output or input) as that difference.
+    ``buffer``, located at the output or input) as that difference; a registered buffer the
+    program mutates that the engine holds wrong as that buffer's difference (a buffer the
+    program does not record as mutated is no engine's difference: no bundle).
     """
     kind = str(finding_json.get("kind", ""))
     location = str(finding_json.get("location") or "")
@@ -87,6 +91,10 @@ def reproduces(
     elif kind == "buffer" and location.startswith("input '"):
         name = location.removeprefix("input '").removesuffix("'")
         kind = "mutated input" if name in set(mutated_inputs) else "untouched input"
+    elif kind == "buffer":
+        name = location.removeprefix("buffer '").removesuffix("'")
+        if not location.startswith("buffer '") or name not in set(mutated_buffers):
+            return None
     if kind not in REPRODUCIBLE_KINDS:
         return None
     return {"kind": kind, "location": location}
@@ -107,6 +115,7 @@ def write_bundle(
     finding_json: Mapping[str, Any],
     device: torch.device | str | None = None,
     mutated_inputs: Iterable[str] | None = None,
+    eager_buffers: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write a repro bundle for one failed check into ``directory``; return its ``repro.py``.
 
@@ -120,6 +129,8 @@ def write_bundle(
     program's state, else CPU). ``mutated_inputs`` names the inputs the compiled program
     mutates (by default read from ``exported.run_decompositions()``). ``finding_json``'s
     ``kind`` and ``location`` are what ``repro.py`` must see again to exit 1.
+    ``eager_buffers``: for a program that mutates registered buffers, eager's buffers after
+    each call (``{name: tensor}`` per call), compared with the engine's read back.
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
     ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py``: nothing in it needs
@@ -144,6 +155,7 @@ def write_bundle(
             signature = exported.run_decompositions().graph_signature
         mutated_inputs = signature.user_inputs_to_mutate.values()
     mutated_inputs = sorted(mutated_inputs)
+    buffer_names = sorted(eager_buffers[0]) if eager_buffers else []
     results, output_names = flat_results(clone_tree(list(eager_results)))
     spec = exported.call_spec
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
@@ -156,9 +168,10 @@ def write_bundle(
             "atol": atol,
             "device": str(where),
             "torch": torch.__version__,
-            "reproduces": reproduces(finding_json, mutated_inputs),
+            "reproduces": reproduces(finding_json, mutated_inputs, buffer_names),
             "outputs": output_names,
             "mutated_inputs": mutated_inputs,
+            **({"buffers": buffer_names} if buffer_names else {}),
             "input_tree": tree_text(spec.in_spec),
             "output_tree": tree_text(spec.out_spec),
         },
@@ -166,6 +179,8 @@ def write_bundle(
     flat = flat_inputs(exported, inputs["args"], inputs["kwargs"])
     torch.save({"args": tuple(flat), "kwargs": {}}, directory / "inputs.pt")
     torch.save(results, directory / "eager.pt")
+    if eager_buffers:
+        torch.save(clone_tree(list(eager_buffers)), directory / "eager_buffers.pt")
     shutil.copyfile(package_path, directory / "package.pt2")
     with quiet_torch_deprecations():
         torch.export.save(flat_program(exported), directory / "exported.pt2")
