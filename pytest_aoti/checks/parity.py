@@ -311,8 +311,9 @@ class InputRun:
     def _stateful(self, finding: Finding, call: int) -> Finding:
         """Name the mutated buffers when a stateful program diverges after its first call.
 
-        Where its buffers were read back and matched, this names them still: the first
-        call matched, so what differs is the state the engine carried into this call.
+        The first call matched, so what differs is the state the engine carried into this
+        call (where the buffers were read back they matched eager's: a buffer that differed
+        would have failed first).
         """
         buffers = self.program.mutated_buffers
         if call < 2 or not buffers or finding.kind not in PARITY_KINDS:

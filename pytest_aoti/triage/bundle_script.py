@@ -41,8 +41,8 @@ After each call it compares the outputs and every tensor input with eager's, usi
 torch.testing.assert_close, and prints each leaf that differs. A program that mutates
 registered buffers runs in torch's own AOTI runner instead (the same compiled library, from
 the package extracted into a temporary folder), whose buffers are read back and compared
-with eager's after each call too. It then does the same with
-the exported program (exported.module(), no compile) and the decomposed one
+with eager's after each call too. It then does the same with the exported program
+(exported.module(), no compile) and the decomposed one
 (run_decompositions().module()), which tells where the difference comes from: export,
 decomposition, or the AOTInductor compile itself.
 
@@ -167,7 +167,6 @@ def replay_bundle():
         # the flat run needs none of them
         return list(package.loader.boxed_run([x for x in leaves if isinstance(x, torch.Tensor)]))
 
-    engine.buffers = None
     if buffers is not None:
         engine = buffer_runner(device)
 
