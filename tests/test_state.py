@@ -8,6 +8,7 @@ import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ class CallCounter(torch.nn.Module):
 """
 
 
-def _report(path: Path) -> dict[str, dict[str, object]]:
+def _report(path: Path) -> dict[str, dict[str, Any]]:
     return {record["test"]: record for record in json.loads(path.read_text())["checks"]}
 
 
@@ -136,7 +137,7 @@ def test_the_kv_cache_example_compares_its_cache_buffers(
     )
     result.assert_outcomes(passed=1, deselected=3)
     (record,) = _report(report).values()
-    assert [(b["name"], b["verified"], b["calls_compared"]) for b in record["buffers"]] == [  # type: ignore[union-attr]
+    assert [(b["name"], b["verified"], b["calls_compared"]) for b in record["buffers"]] == [
         ("k_cache", True, 3),
         ("v_cache", True, 3),
     ]
@@ -177,11 +178,11 @@ def test_declared(aoti):
         ]
     )
     record = _report(report)["test_inner.py::test_declared[cpu]"]
-    (buffer,) = record["buffers"]  # type: ignore[misc]
+    (buffer,) = record["buffers"]
     assert buffer["verified"] is False
     assert buffer["calls_compared"] == 0
     assert "no AOTI runner for cpu" in buffer["reason"]
-    assert any("state of 'calls' not verified" in note for note in record["notes"])  # type: ignore[union-attr]
+    assert any("state of 'calls' not verified" in note for note in record["notes"])
 
 
 # --- the read-back engine's fallbacks, without a compile -------------------------------
@@ -272,3 +273,32 @@ def test_buffer_states_merge_over_input_sets() -> None:
         "reason": "no runner",
     }
     assert "reason" not in first.to_json()
+
+
+def test_a_runner_that_fails_mid_check_leaves_the_buffers_not_verified(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from pytest_aoti.checks import state
+    from pytest_aoti.tolerance import Tolerance
+
+    class Failing:
+        def __call__(self, *args: object) -> None:
+            raise RuntimeError("run_func_ API call failed\nat some frame")
+
+    monkeypatch.setattr(
+        "pytest_aoti.compiling.engine_state.open_state_engine", lambda *a: Failing()
+    )
+    program = SimpleNamespace(
+        mutated_buffers={"calls"}, package_path=Path("p.pt2"), device=torch.device("cpu")
+    )
+    read_back = state.BufferReadBack(program, ((torch.ones(2),), {}), Tolerance())  # type: ignore[arg-type]
+    assert read_back.after_call("call 1 of 2", torch.nn.Module()) == []
+    assert read_back.states == [
+        BufferState(
+            "calls",
+            False,
+            reason="torch's AOTI runner failed to run the call (run_func_ API call failed)",
+        )
+    ]
