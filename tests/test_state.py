@@ -302,3 +302,30 @@ def test_a_runner_that_fails_mid_check_leaves_the_buffers_not_verified(
             reason="torch's AOTI runner failed to run the call (run_func_ API call failed)",
         )
     ]
+
+
+def test_a_library_without_the_buffers_is_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package compiled with aot_inductor.package_constants_in_so=False (measured on torch
+    2.13: its archive then holds no weights at all) gives a runner without its buffers."""
+    import torch.utils._pytree as pytree
+
+    class EmptyRunner:
+        def __init__(self, path: str, models: int) -> None:
+            pass
+
+        def get_call_spec(self) -> list[str]:
+            spec = pytree.treespec_dumps(pytree.tree_structure(((1,), {})))
+            return [spec, pytree.treespec_dumps(pytree.tree_structure(1))]
+
+        def get_constant_names_to_original_fqns(self) -> dict[str, str]:
+            return {}
+
+        def extract_constants_map(self, inactive: bool) -> dict[str, torch.Tensor]:
+            return {}
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu", EmptyRunner)
+    package = _package(tmp_path / "p.pt2", {MODEL + "abc.wrapper.so": b""})
+    reason = open_state_engine(package, torch.device("cpu"), ["mean", "calls"])
+    assert reason == "the package's compiled library does not hold 'calls', 'mean'"

@@ -98,7 +98,8 @@ def open_state_engine(
     missing = sorted(set(names) - set(state.buffers(names)))
     if missing:
         listed = ", ".join(repr(name) for name in missing)
-        return f"the package's library does not hold {listed}"
+        # e.g. aot_inductor.package_constants_in_so=False: the weights live outside it
+        return f"the package's compiled library does not hold {listed}"
     return state
 
 
