@@ -45,6 +45,7 @@ from pytest_aoti.option_values import (
     parse_size,
     parse_switch,
     parse_tolerance,
+    parse_utc_time,
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
@@ -407,6 +408,14 @@ OPTIONS = (
         "line (ini only), besides PYTEST_AOTI_CACHE_TRUSTED_KEYS. Default: none.",
         cli=False,
     ),
+    Option(
+        "aoti-cache-not-before",
+        parse_utc_time,
+        None,
+        "Remote cache entries signed before this ISO 8601 UTC time (2026-12-01T12:00:00Z) "
+        "are refused and replaced by a trusted publisher (revocation, key rotation); "
+        "PYTEST_AOTI_CACHE_NOT_BEFORE sets it too. Default: none.",
+    ),
 )
 
 
@@ -503,6 +512,7 @@ class AotiSettings:
     cache_remote: str = "readwrite"
     cache_storage_options: dict[str, Any] | None = None
     cache_trusted_keys: tuple[str, ...] = ()
+    cache_not_before: float | None = None
     check_options: dict[str, Any] = dataclass_field(default_factory=dict)
     """Command-line and ini values of per-check options, by keyword name; a row not read
     (a settings object made in code) has its default."""

@@ -90,8 +90,9 @@ CacheMode = Literal["off", "read", "readwrite"]
 
 PACKAGE_NAME = "package.pt2"
 META_NAME = "meta.json"
-LOCK_TIMEOUT = 600.0
-"""Seconds :meth:`ArtifactStore.locked` waits by default; far longer than one compile."""
+LOCK_TIMEOUT = 120.0
+"""Seconds :meth:`ArtifactStore.locked` waits by default: longer than a small model's
+compile; a holder stuck past it costs the others a problem line and a compile of their own."""
 
 _SIDECAR_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _STALE_TMP_SECONDS = 3600.0
