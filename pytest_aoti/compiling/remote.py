@@ -263,11 +263,14 @@ class RemoteStore:
                 size,
                 deadline=self.deadlines.for_transfer(size),
             )
-            if read != size:
+            if read > size:  # read no further than one byte past it
                 raise _Refused(
-                    f"its package has {'more than ' * (read > size)}{read} bytes, the signed "
-                    f"entry says {size}",
+                    f"its package has more than the {size} bytes the signed entry says",
                     repairable=True,
+                )
+            if read < size:
+                raise _Refused(
+                    f"its package has {read} bytes, the signed entry says {size}", repairable=True
                 )
             if sha != entry["sha256"]:
                 raise _Refused(
