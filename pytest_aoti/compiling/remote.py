@@ -234,7 +234,7 @@ class RemoteStore:
         info = self._call(f"look up the manifest of {key[:12]}", self._fs.info, path)
         _regular_file(info, "manifest", MANIFEST_LIMIT)
         raw = self._call(
-            f"read the manifest of {key[:12]}", self._fs.cat_file, path, 0, MANIFEST_LIMIT + 1
+            f"read the manifest of {key[:12]}", self._read_at_most, path, MANIFEST_LIMIT + 1
         )
         verdict = read_manifest(bytes(raw), key, self.trust, self.not_before)
         if verdict.entry is None:
@@ -282,6 +282,12 @@ class RemoteStore:
             raise _Refused("its package is missing", repairable=True) from None
         finally:
             partial.unlink(missing_ok=True)
+
+    def _read_at_most(self, path: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of ``path``: never more, whatever it holds."""
+        with self._fs.open(path, "rb") as source:
+            data: bytes = source.read(limit)
+        return data
 
     def _read_package(self, remote_path: str, partial: Path, size: int) -> tuple[int, str]:
         """Bytes read (at most ``size + 1``: more is refused) and their sha256."""
