@@ -207,6 +207,22 @@ def parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def parse_storage_options(text: str) -> dict[str, Any]:
+    """A JSON object of a store's options; a mistake is shown by position, never by value
+    (the text may hold a credential, which is refused later)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        where = getattr(error, "msg", "not JSON")
+        line, column = getattr(error, "lineno", "?"), getattr(error, "colno", "?")
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object ({where} at line {line} column {column})"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, not a {type(value).__name__}")
+    return value
+
+
 def parse_cache_url(text: str) -> str:
     """An fsspec URL such as ``s3://bucket/prefix`` or ``file:///shared/aoti``."""
     url = str(text).strip()

@@ -43,6 +43,7 @@ from pytest_aoti.option_values import (
     parse_probe_policy,
     parse_random_mode,
     parse_size,
+    parse_storage_options,
     parse_switch,
     parse_tolerance,
     parse_utc_time,
@@ -393,7 +394,7 @@ OPTIONS = (
     ),
     Option(
         "aoti-cache-storage-options",
-        parse_json_object,
+        parse_storage_options,
         None,
         "Options of the remote cache's fsspec filesystem, as a JSON object (ini only), over "
         "fsspec's own config and FSSPEC_<PROTOCOL>_<OPTION> variables. No credentials here: "
@@ -412,9 +413,8 @@ OPTIONS = (
         "aoti-cache-not-before",
         parse_utc_time,
         None,
-        "Remote cache entries signed before this ISO 8601 UTC time (2026-12-01T12:00:00Z) "
-        "are refused and replaced by a trusted publisher (revocation, key rotation); "
-        "PYTEST_AOTI_CACHE_NOT_BEFORE sets it too. Default: none.",
+        "Remote cache entries signed before this ISO 8601 UTC time (2026-12-01T12:00:00Z) are "
+        "refused and replaced (also PYTEST_AOTI_CACHE_NOT_BEFORE). Default: none.",
     ),
 )
 
@@ -594,4 +594,7 @@ def _value(config: pytest.Config, option: Option) -> Any:
     try:
         return option.parse(str(text).strip())
     except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini option {option.ini_key} = {text!r}: {error}") from None
+        # a store's URL or options may carry a credential: their values are not echoed
+        secret = option.name in ("aoti-cache-url", "aoti-cache-storage-options")
+        shown = "" if secret else f" = {text!r}"
+        raise pytest.UsageError(f"ini option {option.ini_key}{shown}: {error}") from None

@@ -362,13 +362,14 @@ def test_a_store_that_is_down_passes_with_a_summary_line(
     )
     result.assert_outcomes(passed=1)
     assert summary(document) == (1, ["compiled"])
-    assert document["totals"]["remote"]["failures"] >= 2  # the lookup and the upload
+    # the lookup failed; nothing is published over an entry that could not be read
+    assert document["totals"]["remote"]["failures"] == 1
+    assert document["totals"]["remote"]["uploads"] == 0
     result.stdout.fnmatch_lines(
         [
             "*aoti: cache problems (worked around; no test failed)*",
-            f"pytest-aoti remote cache {fleet.url}: could not read the manifest of "
+            f"pytest-aoti remote cache {fleet.url}: could not look up the manifest of "
             f"{fleet.key[:12]} (EndpointConnectionError: *); compiled locally",
-            f"pytest-aoti remote cache {fleet.url}: could not upload *",
         ]
     )
 

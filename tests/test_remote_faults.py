@@ -533,3 +533,12 @@ def test_credentials_nested_anywhere_in_storage_options_are_refused() -> None:
     assert credential_options({"client_kwargs": {"endpoint_url": "http://h"}}) == []
     with pytest.raises(pytest.UsageError, match=r"client_kwargs\.aws_secret_access_key"):
         open_remote("s3://b/p", mode="read", ini_options=options, ini_trusted=(), on_problem=print)
+
+
+def test_storage_options_that_are_not_json_are_not_echoed(pytester: pytest.Pytester) -> None:
+    pytester.makeini('[pytest]\naoti_cache_storage_options = {"key": hunter2}\n')
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--aoti-cache-url=file:///tmp/store")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*expected a JSON object (Expecting value at line 1 column 9)*"])
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()
