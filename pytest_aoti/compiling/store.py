@@ -458,7 +458,7 @@ class ArtifactStore:
     # -- locking ---------------------------------------------------------------------
 
     def locked(
-        self, key: str, timeout: float = LOCK_TIMEOUT
+        self, key: str, timeout: float | None = None
     ) -> contextlib.AbstractContextManager[None]:
         """Hold the cross-process lock of ``key``: compile and store inside it.
 
@@ -469,7 +469,7 @@ class ArtifactStore:
         validate_key(key)
         if not self._writable:
             return contextlib.nullcontext()
-        return self._hold_lock(key, timeout)
+        return self._hold_lock(key, LOCK_TIMEOUT if timeout is None else timeout)
 
     def _lock_path(self, key: str) -> Path:
         return self._locks / f"{key}.lock"
