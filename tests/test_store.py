@@ -639,7 +639,7 @@ def test_lock_timeout_warns_and_goes_on(root: Path) -> None:
 def test_a_stuck_lock_holder_costs_a_problem_line_not_the_run(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pytest_aoti.compiling.store as store_module
+    import pytest_aoti.compiling.store_lock as store_module
 
     assert store_module.LOCK_TIMEOUT <= 120
     monkeypatch.setattr(store_module, "LOCK_TIMEOUT", 0.2)
