@@ -201,8 +201,6 @@ class RemoteStore:
         started = time.perf_counter()
         try:
             verdict = self._read_entry(key)
-            if verdict is None:
-                return None
             entry = verdict.entry
             assert entry is not None
             self._download(key, f"{self._entry_dir(key)}/{entry['package']}", destination, entry)
@@ -227,7 +225,7 @@ class RemoteStore:
             self.stats.seconds_down += seconds
         return RemoteFetch(destination, dict(entry["caller"]), verdict.publisher, seconds)
 
-    def _read_entry(self, key: str) -> Verdict | None:
+    def _read_entry(self, key: str) -> Verdict:
         """The trusted entry of ``key``; raises :class:`RemoteMissing` on a miss and
         :class:`_Refused` for an entry that must not be used."""
         path = f"{self._entry_dir(key)}/{MANIFEST_NAME}"
