@@ -542,3 +542,31 @@ def test_storage_options_that_are_not_json_are_not_echoed(pytester: pytest.Pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*expected a JSON object (Expecting value at line 1 column 9)*"])
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
+
+
+def test_not_before_comes_from_the_option_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    import datetime
+
+    from pytest_aoti.compiling.remote_open import NOT_BEFORE_ENV
+
+    url = f"file://{tmp_path}/store"
+    moment = datetime.datetime(2026, 12, 1, 12, tzinfo=datetime.timezone.utc).timestamp()
+    monkeypatch.setenv(NOT_BEFORE_ENV, "2026-12-01T12:00:00Z")
+    store = open_remote(url, mode="read", ini_options=None, ini_trusted=(), on_problem=print)
+    assert store.not_before == moment
+    given = open_remote(
+        url, mode="read", ini_options=None, ini_trusted=(), on_problem=print, not_before=5.0
+    )
+    assert given.not_before == 5.0
+    monkeypatch.setenv(NOT_BEFORE_ENV, "yesterday")
+    with pytest.raises(pytest.UsageError, match=f"^{NOT_BEFORE_ENV}: expected an ISO 8601 UTC"):
+        open_remote(url, mode="read", ini_options=None, ini_trusted=(), on_problem=print)
+    monkeypatch.delenv(NOT_BEFORE_ENV)
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest(f"--aoti-cache-url={url}", "--aoti-cache-not-before=2026-12-01")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*expected an ISO 8601 UTC time such as 2026-12-01T12:00:00Z*"])
+    pytester.makeini("[pytest]\naoti_cache_not_before = 2026-12-01T12:00:00Z\n")
+    assert pytester.runpytest(f"--aoti-cache-url={url}").ret == pytest.ExitCode.OK

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_aoti.compiling.signing import Trust
-from pytest_aoti.errors import AotiUsageError
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",
@@ -28,7 +27,6 @@ __all__ = [
     "MANIFEST_LIMIT",
     "Verdict",
     "make_manifest",
-    "parse_not_before",
     "read_manifest",
 ]
 
@@ -40,7 +38,6 @@ MANIFEST_LIMIT = 1 << 20
 MAX_NESTING = 32
 """Depth of lists and objects a manifest may have (a publisher's is under 10)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-NOT_BEFORE_ENV = "PYTEST_AOTI_CACHE_NOT_BEFORE"
 
 
 @dataclass(frozen=True)
@@ -143,23 +140,6 @@ def make_manifest(key: str, sha: str, size: int, caller: Mapping[str, Any], trus
     }
     manifest = {"format": MANIFEST_FORMAT, "entry": entry, "signatures": [trust.sign(entry)]}
     return json.dumps(manifest, indent=1, sort_keys=True).encode()
-
-
-def parse_not_before(text: str, where: str) -> float | None:
-    """Seconds since the epoch of an ISO 8601 UTC time (``2026-12-01T12:00:00Z``); None
-    for an empty value; a usage error naming ``where`` otherwise."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None or moment.utcoffset() != datetime.timedelta(0):
-        raise AotiUsageError(
-            f"{where}={text!r} is not an ISO 8601 UTC time; write it as 2026-12-01T12:00:00Z"
-        )
-    return moment.timestamp()
 
 
 def _iso(seconds: float) -> str:
