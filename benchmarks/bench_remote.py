@@ -109,7 +109,7 @@ def fetch_each(url: str, keys: list[str], tmp: Path, env: Mapping[str, str]) -> 
     saved = dict(os.environ)
     os.environ.update(env)
     try:
-        from pytest_aoti.compiling.remote import open_remote
+        from pytest_aoti.compiling.remote_open import open_remote
 
         problems: list[str] = []
         store = open_remote(

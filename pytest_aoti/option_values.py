@@ -207,14 +207,47 @@ def parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def parse_storage_options(text: str) -> dict[str, Any]:
+    """A JSON object of a store's options; a mistake is shown by position, never by value
+    (the text may hold a credential, which is refused later)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        where = getattr(error, "msg", "not JSON")
+        line, column = getattr(error, "lineno", "?"), getattr(error, "colno", "?")
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object ({where} at line {line} column {column})"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, not a {type(value).__name__}")
+    return value
+
+
 def parse_cache_url(text: str) -> str:
     """An fsspec URL such as ``s3://bucket/prefix`` or ``file:///shared/aoti``."""
     url = str(text).strip()
     if "://" not in url or not url.split("://", 1)[1].strip("/"):
+        # the value is not echoed: a mistyped URL may still carry a password
         raise argparse.ArgumentTypeError(
-            f"expected an fsspec URL such as s3://bucket/prefix or file:///path, got {text!r}"
+            "expected an fsspec URL such as s3://bucket/prefix or file:///path"
         )
     return url
+
+
+def parse_utc_time(text: str) -> float:
+    """An ISO 8601 UTC time such as ``2026-12-01T12:00:00Z``, as seconds since the epoch."""
+    import datetime
+
+    value = str(text).strip()
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.utcoffset() != datetime.timedelta(0):
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 UTC time such as 2026-12-01T12:00:00Z, got {value!r}"
+        )
+    return moment.timestamp()
 
 
 def parse_path_list(text: str) -> tuple[str, ...]:

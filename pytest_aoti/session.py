@@ -120,7 +120,7 @@ class AotiSession:
             self._remote_made = True
             settings = self.settings
             if settings.cache_url and settings.cache_remote != "off":
-                from pytest_aoti.compiling.remote import open_remote
+                from pytest_aoti.compiling.remote_open import open_remote
 
                 self._remote = open_remote(
                     settings.cache_url,
@@ -130,6 +130,7 @@ class AotiSession:
                         str(self.config.rootpath / p) for p in settings.cache_trusted_keys
                     ],
                     on_problem=self.collector.cache_problem,
+                    not_before=settings.cache_not_before,
                 )
         return self._remote
 
@@ -425,7 +426,12 @@ class AotiSession:
             self.totals(),
             durations=self.settings.durations,
             report=self.settings.report,
-            remote=remote_summary_lines(self.settings.cache_url, self.remote_figures()),
+            remote=remote_summary_lines(
+                self.settings.cache_url,
+                self.remote_figures(),
+                mode=self.settings.cache_remote,
+                ini_trusted=self.settings.cache_trusted_keys,
+            ),
         )
 
     # -- figures ----------------------------------------------------------------------------

@@ -43,8 +43,10 @@ from pytest_aoti.option_values import (
     parse_probe_policy,
     parse_random_mode,
     parse_size,
+    parse_storage_options,
     parse_switch,
     parse_tolerance,
+    parse_utc_time,
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
@@ -392,7 +394,7 @@ OPTIONS = (
     ),
     Option(
         "aoti-cache-storage-options",
-        parse_json_object,
+        parse_storage_options,
         None,
         "Options of the remote cache's fsspec filesystem, as a JSON object (ini only), over "
         "fsspec's own config and FSSPEC_<PROTOCOL>_<OPTION> variables. No credentials here: "
@@ -406,6 +408,13 @@ OPTIONS = (
         "PEM files of the Ed25519 public keys whose remote cache entries are loaded, one per "
         "line (ini only), besides PYTEST_AOTI_CACHE_TRUSTED_KEYS. Default: none.",
         cli=False,
+    ),
+    Option(
+        "aoti-cache-not-before",
+        parse_utc_time,
+        None,
+        "Remote cache entries signed before this ISO 8601 UTC time (2026-12-01T12:00:00Z) are "
+        "refused and replaced (also PYTEST_AOTI_CACHE_NOT_BEFORE). Default: none.",
     ),
 )
 
@@ -503,6 +512,7 @@ class AotiSettings:
     cache_remote: str = "readwrite"
     cache_storage_options: dict[str, Any] | None = None
     cache_trusted_keys: tuple[str, ...] = ()
+    cache_not_before: float | None = None
     check_options: dict[str, Any] = dataclass_field(default_factory=dict)
     """Command-line and ini values of per-check options, by keyword name; a row not read
     (a settings object made in code) has its default."""
@@ -584,4 +594,7 @@ def _value(config: pytest.Config, option: Option) -> Any:
     try:
         return option.parse(str(text).strip())
     except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini option {option.ini_key} = {text!r}: {error}") from None
+        # a store's URL or options may carry a credential: their values are not echoed
+        secret = option.name in ("aoti-cache-url", "aoti-cache-storage-options")
+        shown = "" if secret else f" = {text!r}"
+        raise pytest.UsageError(f"ini option {option.ini_key}{shown}: {error}") from None

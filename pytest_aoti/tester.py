@@ -346,11 +346,16 @@ class AotiTester:
         )
         try:
             result = self._run_checks(program, plan)
-        except AotiCheckError as error:
+        except BaseException as error:
+            # never published from here: its check failed (or did not finish)
+            self._registry.check_failed(program)
+            if not isinstance(error, AotiCheckError):
+                raise
             failure = self._failed(program, error, plan)
             if self._events is not None:
                 self._events.checked(program, None, failure, plan, time.perf_counter() - started)
             raise failure from None
+        self._registry.check_passed(program)
         if self._events is not None:
             self._events.checked(program, result, None, plan, time.perf_counter() - started)
         return result

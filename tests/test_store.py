@@ -636,6 +636,25 @@ def test_lock_timeout_warns_and_goes_on(root: Path) -> None:
     assert (root / "v1" / "locks" / f"{KEY}.lock").exists()
 
 
+def test_a_stuck_lock_holder_costs_a_problem_line_not_the_run(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_aoti.compiling.store_lock as store_module
+
+    assert store_module.LOCK_TIMEOUT <= 120
+    monkeypatch.setattr(store_module, "LOCK_TIMEOUT", 0.2)
+    problems: list[str] = []
+    holder, waiter = ArtifactStore(root), ArtifactStore(root, on_problem=problems.append)
+    with holder.locked(KEY):
+        started = time.monotonic()
+        with waiter.locked(KEY):
+            waited = time.monotonic() - started
+    assert 0.2 <= waited < 5
+    assert problems == [
+        f"pytest-aoti waited 0.2 s for the cache lock of {KEY}; going on without it"
+    ]
+
+
 RACER = """
 import sys, time, warnings
 from pathlib import Path

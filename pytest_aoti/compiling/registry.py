@@ -3,7 +3,10 @@
 Order of lookups for a key: this session's programs, then the artifact store (under a
 cross-process lock, so two xdist workers never compile the same key twice), then the
 fleet's remote store (downloaded under the same lock, so once per machine), then a compile
-whose package is published to both stores for later runs.
+whose package goes to the local store at once, and to the fleet's store once a check of
+the program passed in this process (:meth:`ProgramRegistry.check_passed`): a program whose
+check failed here, or that no check ran (the localizer's instrumented compile), is never
+published.
 """
 
 from __future__ import annotations
@@ -121,6 +124,21 @@ class ProgramRegistry:
         self.engines = EnginePool(engine_budget)
         self.stats = CompileStats()
         self._sidecars: dict[tuple[str, str], dict[str, Any]] = {}
+        self._unpublished: dict[str, tuple[Path, dict[str, Any]]] = {}
+        """Programs compiled here, waiting for a check to pass before they are published."""
+
+    def check_passed(self, program: AotiProgram) -> None:
+        """A check of ``program`` passed here: publish it if this process compiled it
+        and no check of it failed here."""
+        with self._lock:
+            pending = self._unpublished.pop(program.key, None)
+        if pending is not None and self._remote is not None:
+            self._remote.publish(program.key, *pending)
+
+    def check_failed(self, program: AotiProgram) -> None:
+        """A check of ``program`` failed here: it is never published from this process."""
+        with self._lock:
+            self._unpublished.pop(program.key, None)
 
     def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
         """Data kept with a program's package (``name`` e.g. ``probes``): this session's,
@@ -212,7 +230,7 @@ class ProgramRegistry:
             if store is not None and store.writable:
                 store.store(key.digest, artifact.package_path, metadata)
             if remote is not None:
-                remote.publish(key.digest, artifact.package_path, metadata)
+                self._unpublished[key.digest] = (artifact.package_path, metadata)
             return artifact, decomposed
 
     def _from_remote(

@@ -4,92 +4,74 @@ Layout under the URL (``s3://bucket/prefix``, ``gs://…``, ``az://…``, ``file
 ``https://…`` is read-only)::
 
     URL/v1/<key>/package-<sha256>.pt2   the package: immutable, named by its checksum
-    URL/v1/<key>/manifest.json          the signed entry, written last
+    URL/v1/<key>/manifest.json          the signed entry (:mod:`.manifest`), written last
 
-Publishing uploads the package first and the manifest last, so an interrupted upload
-leaves no manifest, and a manifest names exactly one package by its checksum: two machines
-publishing the same key at once (AOTI packages are not byte-identical across compiles)
-each upload their own package, and the last manifest wins whole. A reader verifies the
-manifest's Ed25519 signature (:mod:`pytest_aoti.compiling.signing`) before it downloads
-anything, and the package's size and sha256 before it hands it out.
+Publishing uploads the package first and the manifest last, each under a temporary name
+then renamed (an object store's single put is atomic already), so a reader sees a whole
+manifest or none, and a manifest names exactly one package by its checksum. A reader
+verifies the manifest's signature before it downloads anything, and the package's size
+and sha256 before it hands it out.
 
-Faults never fail a test: every call has bounded timeouts and few retries, a problem is
-reported once (to ``on_problem``) and the caller compiles; a store that fails
-:data:`SWITCH_OFF_AFTER` times in a row is switched off for the rest of the session. Test
-runs never delete anything from the store; retention is the store's own lifecycle rules.
+Faults never fail a test: every call runs behind one boundary (:mod:`.remote_guard`) with
+a deadline; any exception or deadline passed is reported once (to ``on_problem``) and the
+caller compiles. A call that passes its deadline, or :data:`SWITCH_OFF_AFTER` failed calls
+in a row, switch the store off for the rest of the session. Reads are bounded: only
+regular files are opened, the manifest is read up to its limit, a package up to its
+signed size. Test runs never delete anything from the store.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-
+from pytest_aoti.compiling.manifest import MANIFEST_LIMIT, Verdict, make_manifest, read_manifest
+from pytest_aoti.compiling.redact import redact
+from pytest_aoti.compiling.remote_guard import RemoteFault, RemoteMissing, bounded, describe
 from pytest_aoti.compiling.signing import Trust
 
 __all__ = [
     "REMOTE_MODES",
+    "Deadlines",
     "RemoteFetch",
     "RemoteStats",
     "RemoteStore",
-    "open_remote",
+    "protocol_of",
 ]
 
 REMOTE_MODES = ("off", "read", "readwrite")
 LAYOUT_VERSION = 1
-MANIFEST_FORMAT = "pytest-aoti-remote-1"
 MANIFEST_NAME = "manifest.json"
 SWITCH_OFF_AFTER = 3
 """Failed calls in a row after which the store is off for the session."""
 ATTEMPTS = 2
-"""Tries of one call: a transient error gets one retry."""
-CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 60.0
-_MANIFEST_LIMIT = 1 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+"""Tries of one call: a transient error gets one retry (a deadline passed gets none)."""
 _CHUNK = 1 << 20
 READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
-# protocol -> (the package fsspec needs for it, the extra of pytest-aoti that brings it)
-_PROTOCOL_PACKAGES = {
-    "s3": ("s3fs", "s3"),
-    "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-    "az": ("adlfs", "azure"),
-    "abfs": ("adlfs", "azure"),
-    "abfss": ("adlfs", "azure"),
-    "http": ("aiohttp", "remote"),
-    "https": ("aiohttp", "remote"),
-}
-_INSTALL = "pip install pytest-aoti[remote]"
-# storage options that hold secrets: they belong to the store's credential chain, not to a
-# file committed with the tests
-_CREDENTIAL_OPTIONS = frozenset(
-    {
-        "key",
-        "secret",
-        "token",
-        "password",
-        "username",
-        "aws_access_key_id",
-        "aws_secret_access_key",
-        "aws_session_token",
-        "account_key",
-        "sas_token",
-        "connection_string",
-        "client_secret",
-    }
-)
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
+"""Protocols whose single put is atomic and that have no folders to create."""
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Seconds each kind of store call may take, whatever the protocol."""
+
+    call: float = 30.0
+    """Looking up, reading a manifest, creating folders, renaming, writing a manifest."""
+    transfer: float = 120.0
+    """A package download or upload, plus :attr:`per_mib` for each MiB of it."""
+    per_mib: float = 1.0
+
+    def for_transfer(self, size: int) -> float:
+        return self.transfer + self.per_mib * size / 2**20
 
 
 @dataclass
@@ -99,7 +81,7 @@ class RemoteStats:
     hits: int = 0
     misses: int = 0
     rejected: int = 0
-    """Entries found but not loaded: unsigned, untrusted, tampered or damaged."""
+    """Entries found but not loaded: unsigned, untrusted, tampered, damaged or revoked."""
     uploads: int = 0
     bytes_down: int = 0
     bytes_up: int = 0
@@ -107,6 +89,8 @@ class RemoteStats:
     seconds_up: float = 0.0
     failures: int = 0
     """Calls that failed after their retries (unreachable, slow or denying store)."""
+    timeouts: int = 0
+    """Calls among :attr:`failures` that passed their deadline."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -137,10 +121,20 @@ class _Failed(Exception):
     """A call failed after its retries; already reported."""
 
 
-class RemoteStore:
-    """The fleet's store at ``url``: lookups verify signatures, compiles publish.
+class _Refused(Exception):
+    """An entry must not be used: ``reason``, and whether a trusted publisher may replace it."""
 
-    ``fs`` is an fsspec filesystem and ``root`` the path in it that ``url`` names.
+    def __init__(self, reason: str, repairable: bool) -> None:
+        super().__init__(reason)
+        self.repairable = repairable
+
+
+class RemoteStore:
+    """The fleet's store at ``url``: lookups verify signatures, passing checks publish.
+
+    ``fs`` is an fsspec filesystem and ``root`` the path in it that ``url`` names; with
+    ``fs=None`` the store is off (it could not be opened). ``not_before``: entries signed
+    earlier (seconds since the epoch) are refused and may be replaced.
     """
 
     def __init__(
@@ -152,23 +146,29 @@ class RemoteStore:
         mode: str,
         trust: Trust,
         on_problem: Callable[[str], None],
+        not_before: float | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         if mode not in REMOTE_MODES:
             raise ValueError(f"remote cache mode must be one of {REMOTE_MODES}, not {mode!r}")
-        self.url = url
+        self.url = redact(url)
+        """The URL as it may be printed: credentials masked."""
         self.mode = mode
         self.trust = trust
+        self.not_before = not_before
+        self.deadlines = deadlines or Deadlines()
         self.stats = RemoteStats()
         self._fs = fs
         self._root = root.rstrip("/")
         self._on_problem = on_problem
         self._lock = threading.Lock()
         self._failures_in_a_row = 0
-        self._off = mode == "off"
-        self._refused: set[str] = set()
-        """Keys whose entry was found but not trusted: never published over."""
+        self._off = mode == "off" or fs is None
+        self._keep: set[str] = set()
+        """Keys whose entry may be trusted elsewhere, or could not be read: never published over."""
         protocol = protocol_of(url)
         self.read_only_protocol = protocol in READ_ONLY_PROTOCOLS
+        self._atomic_put = protocol in OBJECT_STORES
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r}, mode={self.mode!r}, off={self._off})"
@@ -195,150 +195,160 @@ class RemoteStore:
 
     def fetch(self, key: str, destination: Path) -> RemoteFetch | None:
         """Download and verify ``key``'s package to ``destination``; None on a miss, a
-        rejected entry or a fault (each reported once)."""
+        refused entry or a fault (each reported once). Never raises."""
         if not self.readable:
             return None
         started = time.perf_counter()
         try:
-            raw = self._call(
-                "read the manifest of " + key[:12],
-                self._fs.cat_file,
-                f"{self._entry_dir(key)}/{MANIFEST_NAME}",
-            )
-        except FileNotFoundError:
+            verdict = self._read_entry(key)
+            entry = verdict.entry
+            assert entry is not None
+            self._download(key, f"{self._entry_dir(key)}/{entry['package']}", destination, entry)
+        except RemoteMissing:
             with self._lock:
                 self.stats.misses += 1
             return None
-        except _Failed:
-            return None
-        try:
-            entry, publisher = self._verified_entry(key, raw)
-        except ValueError as error:
-            self.reject(key, str(error))
-            return None
-        package = f"{self._entry_dir(key)}/{entry['package']}"
-        try:
-            self._call("download " + key[:12], self._download, package, destination)
-        except FileNotFoundError:
-            self.reject(key, "its package is missing")
+        except _Refused as refused:
+            self.reject(key, str(refused), repairable=refused.repairable)
             return None
         except _Failed:
-            destination.unlink(missing_ok=True)
+            self._keep.add(key)  # unread, so possibly valid: not published over
             return None
-        problem = _package_problem(destination, entry)
-        if problem is not None:
-            destination.unlink(missing_ok=True)
-            self.reject(key, problem)
+        except Exception as error:  # the boundary: nothing a store holds fails a test
+            self._keep.add(key)
+            self._failed(f"read the entry of {key[:12]}", RemoteFault(describe(error)))
             return None
         seconds = time.perf_counter() - started
         with self._lock:
             self.stats.hits += 1
             self.stats.bytes_down += int(entry["size"])
             self.stats.seconds_down += seconds
-        return RemoteFetch(destination, dict(entry["caller"]), publisher, seconds)
+        return RemoteFetch(destination, dict(entry["caller"]), verdict.publisher, seconds)
 
-    def _verified_entry(self, key: str, raw: bytes) -> tuple[dict[str, Any], str]:
-        """The signed entry of a manifest; ``ValueError`` says why it must not be used."""
-        if len(raw) > _MANIFEST_LIMIT:
-            raise ValueError("its manifest is larger than 1 MiB")
-        try:
-            manifest = json.loads(raw)
-        except ValueError:
-            raise ValueError("its manifest is not JSON (damaged or half-written)") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"its manifest is not of format {MANIFEST_FORMAT}")
-        entry = manifest.get("entry")
-        if not isinstance(entry, dict):
-            raise ValueError("its manifest has no entry")
-        problem = self.trust.verify(entry, manifest.get("signatures"))
-        if problem is not None:
-            raise ValueError(problem)
-        # signed, so these are the publisher's own values; still check they are sane
-        sha = entry.get("sha256")
-        if entry.get("key") != key:
-            raise ValueError(f"it is signed for key {entry.get('key')!r}")
-        if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
-            raise ValueError("its entry has no sha256")
-        if entry.get("package") != f"package-{sha}.pt2":
-            raise ValueError("its entry names an unexpected package file")
-        size = entry.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError("its entry has no size")
-        if not isinstance(entry.get("caller"), dict):
-            raise ValueError("its entry has no metadata")
-        signer = next(
-            s["key_id"] for s in manifest["signatures"] if s.get("key_id") in self.trust.trusted
+    def _read_entry(self, key: str) -> Verdict:
+        """The trusted entry of ``key``; raises :class:`RemoteMissing` on a miss and
+        :class:`_Refused` for an entry that must not be used."""
+        path = f"{self._entry_dir(key)}/{MANIFEST_NAME}"
+        info = self._call(f"look up the manifest of {key[:12]}", self._fs.info, path)
+        _regular_file(info, "manifest", MANIFEST_LIMIT)
+        raw = self._call(
+            f"read the manifest of {key[:12]}", self._read_at_most, path, MANIFEST_LIMIT + 1
         )
-        return entry, str(signer)
+        verdict = read_manifest(bytes(raw), key, self.trust, self.not_before)
+        if verdict.entry is None:
+            raise _Refused(verdict.reason, verdict.repairable)
+        return verdict
 
-    def _download(self, remote_path: str, destination: Path) -> None:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        partial = destination.with_name(f".{destination.name}.{os.getpid()}.part")
+    def _download(
+        self, key: str, remote_path: str, destination: Path, entry: Mapping[str, Any]
+    ) -> None:
+        """The package into ``destination``, read up to its signed size and verified."""
+        size = int(entry["size"])
         try:
-            self._fs.get_file(remote_path, str(partial))
+            info = self._call(f"look up the package of {key[:12]}", self._fs.info, remote_path)
+        except RemoteMissing:
+            raise _Refused("its package is missing", repairable=True) from None
+        _regular_file(info, "package", size)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        # a name of this call's own: a download abandoned at its deadline may still write
+        partial = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.part")
+        try:
+            read, sha = self._call(
+                f"download {key[:12]}",
+                self._read_package,
+                remote_path,
+                partial,
+                size,
+                deadline=self.deadlines.for_transfer(size),
+            )
+            if read > size:  # read no further than one byte past it
+                raise _Refused(
+                    f"its package has more than the {size} bytes the signed entry says",
+                    repairable=True,
+                )
+            if read < size:
+                raise _Refused(
+                    f"its package has {read} bytes, the signed entry says {size}", repairable=True
+                )
+            if sha != entry["sha256"]:
+                raise _Refused(
+                    "its package does not match the signed checksum (tampered or damaged)",
+                    repairable=True,
+                )
             os.replace(partial, destination)
+        except RemoteMissing:
+            raise _Refused("its package is missing", repairable=True) from None
         finally:
             partial.unlink(missing_ok=True)
 
-    def reject(self, key: str, reason: str, *, fetched: bool = False) -> None:
-        """Count and report an entry that must not be used; it is never published over.
-        ``fetched``: it was downloaded (and counted as a hit) before it proved unusable."""
+    def _read_at_most(self, path: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of ``path``: never more, whatever it holds."""
+        with self._fs.open(path, "rb") as source:
+            data: bytes = source.read(limit)
+        return data
+
+    def _read_package(self, remote_path: str, partial: Path, size: int) -> tuple[int, str]:
+        """Bytes read (at most ``size + 1``: more is refused) and their sha256."""
+        digest = hashlib.sha256()
+        read = 0
+        with self._fs.open(remote_path, "rb") as source, open(partial, "wb") as target:
+            while read <= size:
+                chunk = source.read(min(_CHUNK, size + 1 - read))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                target.write(chunk)
+                read += len(chunk)
+        return read, digest.hexdigest()
+
+    def reject(
+        self, key: str, reason: str, *, fetched: bool = False, repairable: bool = False
+    ) -> None:
+        """Count and report an entry that must not be used. ``repairable``: a publisher
+        with a trusted key replaces it; else it is never published over. ``fetched``: it
+        was downloaded (and counted as a hit) before it proved unusable."""
         with self._lock:
             self.stats.rejected += 1
             self.stats.hits -= fetched
-            self._refused.add(key)
+            if not repairable:
+                self._keep.add(key)
+        action = "compiled locally" + (", to be replaced" if repairable and self.writable else "")
         self._problem(
-            f"pytest-aoti remote cache entry {key} at {self.url} not loaded: {reason}; "
-            "compiled locally"
+            f"pytest-aoti remote cache entry {key} at {self.url} not loaded: {reason}; {action}"
         )
 
     # -- publish -----------------------------------------------------------------------
 
     def publish(self, key: str, package_file: Path, caller: Mapping[str, Any]) -> bool:
-        """Upload a freshly compiled package and its signed manifest; True when published.
+        """Upload a package and its signed manifest; True when published. Never raises.
 
-        Nothing is published over an entry this session found but did not trust.
+        Nothing is published over an entry this session could not read, or found signed
+        by a key it does not trust.
         """
-        if not self.writable or key in self._refused:
+        if not self.writable or key in self._keep:
             return False
         started = time.perf_counter()
-        sha, size = _sha256_and_size(package_file)
-        name = f"package-{sha}.pt2"
-        entry = {
-            "format_version": LAYOUT_VERSION,
-            "key": key,
-            "sha256": sha,
-            "size": size,
-            "package": name,
-            "created": round(time.time(), 3),
-            "caller": json.loads(json.dumps(dict(caller), allow_nan=False)),
-        }
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "entry": entry,
-            "signatures": [self.trust.sign(entry)],
-        }
-        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-        entry_dir = self._entry_dir(key)
         try:
-            # a local or mounted directory needs its folders; object stores ignore this
-            self._call("create " + key[:12], self._makedirs, entry_dir, missing_is_miss=False)
+            sha, size = _sha256_and_size(package_file)
+            data = make_manifest(key, sha, size, caller, self.trust)
+            entry_dir = self._entry_dir(key)
+            if not self._atomic_put:
+                self._call(f"create the folder of {key[:12]}", self._fs.makedirs, entry_dir, True)
             # the immutable package first, the manifest that names it last
-            self._call(
-                "upload " + key[:12],
-                self._fs.put_file,
-                str(package_file),
-                f"{entry_dir}/{name}",
-                missing_is_miss=False,
+            self._put(
+                key, f"upload {key[:12]}", str(package_file), f"{entry_dir}/package-{sha}.pt2", size
             )
-            self._call(
-                "write the manifest of " + key[:12],
-                self._fs.pipe_file,
-                f"{entry_dir}/{MANIFEST_NAME}",
+            self._put(
+                key,
+                f"write the manifest of {key[:12]}",
                 data,
-                missing_is_miss=False,
+                f"{entry_dir}/{MANIFEST_NAME}",
+                len(data),
             )
-        except _Failed:
+        except (_Failed, RemoteMissing):
+            return False
+        except Exception as error:  # the boundary, as in fetch
+            self._failed(f"publish {key[:12]}", RemoteFault(describe(error)))
             return False
         with self._lock:
             self.stats.uploads += 1
@@ -346,66 +356,82 @@ class RemoteStore:
             self.stats.seconds_up += time.perf_counter() - started
         return True
 
+    def _put(self, key: str, what: str, source: str | bytes, target: str, size: int) -> None:
+        """``source`` (a local path, or bytes) at ``target``, seen whole or not at all."""
+        deadline = self.deadlines.for_transfer(size)
+        final = target
+        if not self._atomic_put:
+            target = f"{final}.{uuid.uuid4().hex}.tmp"
+        if isinstance(source, bytes):
+            self._call(what, self._fs.pipe_file, target, source, deadline=deadline)
+        else:
+            self._call(what, self._fs.put_file, source, target, deadline=deadline)
+        if target != final:
+            try:
+                self._call(f"rename {what.split(' ', 1)[-1]}", self._fs.mv, target, final)
+            except (_Failed, RemoteMissing):
+                self._call_quietly(self._fs.rm_file, target)
+                raise
+
     # -- faults ------------------------------------------------------------------------
 
-    def _makedirs(self, path: str) -> None:
-        # only a directory tree needs folders; on an object store makedirs creates buckets
-        protocols = self._fs.protocol
-        if "file" in (protocols if isinstance(protocols, (tuple, list)) else (protocols,)):
-            self._fs.makedirs(path, exist_ok=True)
-
-    def _call(
-        self, what: str, function: Callable[..., _T], *args: Any, missing_is_miss: bool = True
-    ) -> _T:
-        """Run one store call with a retry; a miss (``FileNotFoundError``) passes through
-        where ``missing_is_miss``, any other failure is reported and raised as
-        :class:`_Failed`."""
+    def _call(self, what: str, function: Callable[..., _T], *args: Any, deadline: float = 0) -> _T:
+        """One store call behind the boundary, with a retry; :class:`RemoteMissing`
+        passes through, any other failure is reported and raised as :class:`_Failed`."""
         if self._off:
             raise _Failed
-        error: BaseException | None = None
+        fault: RemoteFault | None = None
         for attempt in range(ATTEMPTS):
             try:
-                result = function(*args)
-            except FileNotFoundError as missing:
-                if not missing_is_miss:
-                    error = missing
-                    break
+                result = bounded(function, *args, seconds=deadline or self.deadlines.call)
+            except RemoteMissing:
                 self._succeeded()
                 raise
-            except PermissionError as denied:  # retrying a denial changes nothing
-                error = denied
-                break
-            except Exception as failed:  # any client's error: a fault, never a test failure
-                error = failed
+            except RemoteFault as failed:
+                fault = failed
+                if failed.timed_out or failed.denied:  # retrying changes nothing
+                    break
                 if attempt + 1 < ATTEMPTS:
                     time.sleep(0.2 * (attempt + 1))
                 continue
             self._succeeded()
             return result
-        assert error is not None
-        self._failed(what, error)
+        assert fault is not None
+        self._failed(what, fault)
         raise _Failed
+
+    def _call_quietly(self, function: Callable[..., Any], *args: Any) -> None:
+        try:
+            bounded(function, *args, seconds=self.deadlines.call)
+        except (RemoteFault, RemoteMissing):
+            pass
 
     def _succeeded(self) -> None:
         with self._lock:
             self._failures_in_a_row = 0
 
-    def _failed(self, what: str, error: BaseException) -> None:
-        first = (str(error).splitlines() or [""])[0][:200] or type(error).__name__
+    def _failed(self, what: str, fault: RemoteFault) -> None:
         with self._lock:
             self.stats.failures += 1
+            self.stats.timeouts += fault.timed_out
             self._failures_in_a_row += 1
-            switch_off = self._failures_in_a_row >= SWITCH_OFF_AFTER and not self._off
+            # a store that hung once would cost every later test the deadline again
+            limit = 1 if fault.timed_out else SWITCH_OFF_AFTER
+            switch_off = self._failures_in_a_row >= limit and not self._off
             if switch_off:
                 self._off = True
         self._problem(
-            f"pytest-aoti remote cache {self.url}: could not {what} "
-            f"({type(error).__name__}: {first}); compiled locally"
+            f"pytest-aoti remote cache {self.url}: could not {what} ({fault}); compiled locally"
         )
         if switch_off:
+            why = (
+                "a call passed its deadline"
+                if fault.timed_out
+                else (f"{SWITCH_OFF_AFTER} failed calls in a row")
+            )
             self._problem(
                 f"pytest-aoti remote cache {self.url} switched off for the rest of the session "
-                f"after {SWITCH_OFF_AFTER} failed calls in a row"
+                f"after {why}"
             )
 
     def report(self, message: str) -> None:
@@ -414,7 +440,7 @@ class RemoteStore:
 
     def _problem(self, message: str) -> None:
         try:
-            self._on_problem(message)
+            self._on_problem(redact(message))
         except Exception:  # reporting must never fail a compile
             pass
 
@@ -422,6 +448,17 @@ class RemoteStore:
 def protocol_of(url: str) -> str:
     """The fsspec protocol of ``url`` (``file`` for a bare path)."""
     return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def _regular_file(info: Any, what: str, limit: int) -> None:
+    """Refuse what is not a regular file of at most ``limit`` bytes, before it is opened:
+    a FIFO, a device or a folder would block or never end."""
+    kind = info.get("type", "file") if isinstance(info, Mapping) else None
+    if kind != "file":
+        raise _Refused(f"its {what} is not a regular file ({kind})", repairable=False)
+    size = info.get("size")
+    if isinstance(size, int) and size > limit:
+        raise _Refused(f"its {what} has {size} bytes, more than the {limit} it may have", True)
 
 
 def _sha256_and_size(path: Path) -> tuple[str, int]:
@@ -432,104 +469,3 @@ def _sha256_and_size(path: Path) -> tuple[str, int]:
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
-
-
-def _package_problem(path: Path, entry: Mapping[str, Any]) -> str | None:
-    try:
-        sha, size = _sha256_and_size(path)
-    except OSError as error:
-        return f"its download could not be read ({error.strerror or error})"
-    if size != entry["size"]:
-        return f"its package has {size} bytes, the signed entry says {entry['size']}"
-    if sha != entry["sha256"]:
-        return "its package does not match the signed checksum (tampered or damaged)"
-    return None
-
-
-# --- opening ---------------------------------------------------------------------------
-
-
-def storage_options(protocol: str, ini_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Options of the protocol's filesystem: fsspec's configuration (its config files and
-    ``FSSPEC_<PROTOCOL>_<OPTION>`` variables, read now), then the ini JSON object, over
-    bounded timeouts set by this plugin."""
-    import fsspec.config
-
-    conf: dict[str, dict[str, Any]] = {}
-    fsspec.config.set_conf_files(fsspec.config.conf_dir, conf)
-    fsspec.config.set_conf_env(conf)
-    options = {**_timeouts(protocol), **conf.get(protocol, {}), **dict(ini_options or {})}
-    if protocol in ("s3", "s3a"):
-        config = {**_timeouts(protocol)["config_kwargs"], **options.get("config_kwargs", {})}
-        options["config_kwargs"] = config
-    return options
-
-
-def _timeouts(protocol: str) -> dict[str, Any]:
-    """Explicit connect/read timeouts and few retries for the clients that take them."""
-    if protocol in ("s3", "s3a"):
-        return {
-            "config_kwargs": {
-                "connect_timeout": CONNECT_TIMEOUT,
-                "read_timeout": READ_TIMEOUT,
-                "retries": {"max_attempts": 2, "mode": "standard"},
-            },
-            "skip_instance_cache": True,
-        }
-    if protocol in ("gs", "gcs"):
-        return {"timeout": READ_TIMEOUT, "skip_instance_cache": True}
-    if protocol in ("http", "https"):
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT)
-        return {"client_kwargs": {"timeout": timeout}, "skip_instance_cache": True}
-    return {}
-
-
-def open_remote(
-    url: str,
-    *,
-    mode: str,
-    ini_options: Mapping[str, Any] | None,
-    ini_trusted: Sequence[str],
-    on_problem: Callable[[str], None],
-) -> RemoteStore:
-    """The remote tier at ``url``; a missing package or a bad key is a ``pytest.UsageError``
-    that says what to do."""
-    from pytest_aoti.errors import AotiUsageError
-
-    protocol = protocol_of(url)
-    secrets = sorted(_CREDENTIAL_OPTIONS & set(ini_options or {}))
-    if secrets:
-        raise pytest.UsageError(
-            f"ini option aoti_cache_storage_options holds credentials ({', '.join(secrets)}): "
-            "remove them and use the store's usual credential chain (environment variables, "
-            "instance roles, its config files)"
-        )
-    try:
-        import fsspec
-    except ImportError:
-        raise pytest.UsageError(
-            f"--aoti-cache-url needs the 'fsspec' package: {_INSTALL}"
-        ) from None
-    try:
-        trust = load_trust_for(ini_trusted)
-        options = storage_options(protocol, ini_options)
-        fs, root = fsspec.core.url_to_fs(url, **options)
-    except AotiUsageError as error:
-        raise pytest.UsageError(str(error)) from None
-    except ImportError as error:
-        package, extra = _PROTOCOL_PACKAGES.get(protocol, (str(error), "remote"))
-        raise pytest.UsageError(
-            f"--aoti-cache-url={url} needs the '{package}' package: "
-            f"pip install pytest-aoti[{extra}] (or pip install {package})"
-        ) from None
-    except (ValueError, TypeError) as error:
-        raise pytest.UsageError(f"--aoti-cache-url={url}: {error}") from None
-    return RemoteStore(url, fs, root, mode=mode, trust=trust, on_problem=on_problem)
-
-
-def load_trust_for(ini_trusted: Sequence[str]) -> Trust:
-    from pytest_aoti.compiling.signing import load_trust
-
-    return load_trust(ini_trusted)

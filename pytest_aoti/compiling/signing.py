@@ -10,9 +10,13 @@ Keys come from the environment and the ini file:
 
 - ``PYTEST_AOTI_CACHE_SIGNING_KEY``: the publisher's private key, as PEM text or a path to
   a PEM file (PKCS#8, unencrypted). Without it nothing is published.
-- ``PYTEST_AOTI_CACHE_TRUSTED_KEYS``: paths of PEM public keys, separated by
-  ``os.pathsep``; plus the ini list ``aoti_cache_trusted_keys``. A publisher trusts its
-  own key. Without any trusted key nothing is loaded.
+- ``PYTEST_AOTI_CACHE_TRUSTED_KEYS``: paths of PEM files of public keys (every key in a
+  file is trusted), separated by ``os.pathsep``; plus the ini list
+  ``aoti_cache_trusted_keys``. A publisher trusts its own key. Without any trusted key
+  nothing is loaded.
+
+A key that cannot be used is a usage error naming the variable and the form it needs,
+never its value: the value may be a secret.
 
 ``cryptography`` is imported only when a key is loaded or a signature checked.
 """
@@ -23,6 +27,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +36,9 @@ from typing import Any
 from pytest_aoti.errors import AotiUsageError
 
 __all__ = [
+    "SIGNED_DOMAIN",
     "SIGNING_KEY_ENV",
+    "SignatureCheck",
     "TRUSTED_KEYS_ENV",
     "Trust",
     "canonical_bytes",
@@ -42,6 +49,12 @@ __all__ = [
 SIGNING_KEY_ENV = "PYTEST_AOTI_CACHE_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "PYTEST_AOTI_CACHE_TRUSTED_KEYS"
 _INSTALL = "pip install pytest-aoti[remote]"
+SIGNED_DOMAIN = b"pytest-aoti remote cache entry, format 2\n"
+"""What the signed bytes start with: a signature made for anything else never verifies."""
+MAX_SIGNATURES = 16
+"""Elements of a manifest's signatures list that are looked at."""
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
 
 
 def canonical_bytes(document: Mapping[str, Any]) -> bytes:
@@ -49,6 +62,21 @@ def canonical_bytes(document: Mapping[str, Any]) -> bytes:
     return json.dumps(
         document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
     ).encode("ascii")
+
+
+def signed_bytes(document: Mapping[str, Any]) -> bytes:
+    """The bytes a signature covers: :data:`SIGNED_DOMAIN`, then the canonical bytes."""
+    return SIGNED_DOMAIN + canonical_bytes(document)
+
+
+@dataclass(frozen=True)
+class SignatureCheck:
+    """A signatures list checked: the trusted key that signed, or why none did."""
+
+    signer: str | None
+    reason: str = ""
+    foreign: bool = False
+    """A well-formed signature by a key not trusted here is among them."""
 
 
 def _crypto() -> Any:
@@ -99,10 +127,10 @@ class Trust:
         return key_id(self.signing_key.public_key())
 
     def sign(self, document: Mapping[str, Any]) -> dict[str, str]:
-        """``{"key_id": ..., "ed25519": base64 signature}`` of ``document``'s canonical bytes."""
+        """``{"key_id": ..., "ed25519": base64 signature}`` of ``document``'s signed bytes."""
         if self.signing_key is None:
             raise ValueError("no signing key: this job publishes nothing")
-        signature = self.signing_key.sign(canonical_bytes(document))
+        signature = self.signing_key.sign(signed_bytes(document))
         return {
             "key_id": key_id(self.signing_key.public_key()),
             "ed25519": base64.b64encode(signature).decode("ascii"),
@@ -110,41 +138,83 @@ class Trust:
 
     def verify(self, document: Mapping[str, Any], signatures: Any) -> str | None:
         """Why ``document`` is not signed by a trusted key, or None when it is."""
+        check = self.check(document, signatures)
+        return None if check.signer is not None else check.reason
+
+    def check(self, document: Mapping[str, Any], signatures: Any) -> SignatureCheck:
+        """Which trusted key signed ``document``: every element of ``signatures`` is
+        validated and junk is skipped, so a valid trusted signature beside junk counts."""
         if not isinstance(signatures, list) or not signatures:
-            return "it carries no signature"
+            return SignatureCheck(None, "it carries no signature")
         from cryptography.exceptions import InvalidSignature
 
-        payload = canonical_bytes(document)
-        signers = []
-        for signature in signatures:
-            if not isinstance(signature, dict):
+        payload = signed_bytes(document)
+        failed: list[str] = []
+        foreign: list[str] = []
+        for signature in signatures[:MAX_SIGNATURES]:
+            parsed = _signature_of(signature)
+            if parsed is None:
                 continue
-            signer = signature.get("key_id")
-            signers.append(str(signer))
-            public = self.trusted.get(signer) if isinstance(signer, str) else None
+            signer, raw = parsed
+            public = self.trusted.get(signer)
             if public is None:
+                foreign.append(signer)
                 continue
             try:
-                public.verify(
-                    base64.b64decode(signature.get("ed25519", ""), validate=True), payload
-                )
+                public.verify(raw, payload)
             except (InvalidSignature, ValueError, TypeError):
-                return f"its signature by key {signer} does not verify"
-            return None
-        return f"it is signed by key(s) {', '.join(signers) or '?'}, none of them trusted here"
+                failed.append(signer)
+                continue
+            return SignatureCheck(signer)
+        if failed:
+            reason = f"its signature by key {failed[0]} does not verify"
+        elif foreign:
+            reason = f"it is signed by key(s) {', '.join(foreign)}, none of them trusted here"
+        else:
+            reason = "it carries no well-formed signature"
+        return SignatureCheck(None, reason, foreign=bool(foreign))
 
 
-def _read_pem(text_or_path: str, what: str) -> bytes:
+def _signature_of(signature: Any) -> tuple[str, bytes] | None:
+    """``(key id, 64 signature bytes)`` of one element of a signatures list; None for junk."""
+    if not isinstance(signature, dict):
+        return None
+    signer, encoded = signature.get("key_id"), signature.get("ed25519")
+    if not isinstance(signer, str) or _KEY_ID.fullmatch(signer) is None:
+        return None
+    if not isinstance(encoded, str) or len(encoded) > 128:
+        return None
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except ValueError:
+        return None
+    return (signer, raw) if len(raw) == 64 else None
+
+
+def _read_pem(text_or_path: str, what: str, form: str) -> bytes:
+    """PEM bytes from PEM text or a path; never echoes the value, which may be a secret."""
     text = text_or_path.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1].strip()  # quoted where the secret was stored
     if text.startswith("-----BEGIN"):
         return text.encode()
-    path = Path(text).expanduser()
+    path = Path(text).expanduser() if "\n" not in text and len(text) < 4096 else None
     try:
+        if path is None or not path.is_file():
+            raise FileNotFoundError
         return path.read_bytes()
-    except OSError as error:
+    except OSError:
         raise AotiUsageError(
-            f"{what}: cannot read {path} ({error.strerror or error}); give a PEM file"
+            f"{what} holds neither PEM text nor the path of a readable file; {form} "
+            "(a base64-encoded key must be decoded into PEM first)"
         ) from None
+
+
+_PRIVATE_FORM = (
+    "give an unencrypted PKCS#8 PEM Ed25519 private key or its path "
+    "(make one with `python -m pytest_aoti keygen PRIVATE.pem PUBLIC.pem`)"
+)
+_PUBLIC_FORM = "give paths of PEM files of Ed25519 public keys"
 
 
 def load_signing_key(text_or_path: str) -> Any:
@@ -152,31 +222,45 @@ def load_signing_key(text_or_path: str) -> Any:
     ed25519 = _crypto()
     serialization = _serialization()
     what = SIGNING_KEY_ENV
-    pem = _read_pem(text_or_path, what)
+    pem = _read_pem(text_or_path, what, _PRIVATE_FORM)
     try:
         key = serialization.load_pem_private_key(pem, password=None)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError):
         raise AotiUsageError(
-            f"{what}: not an unencrypted PEM private key ({error}); "
-            "make one with `python -m pytest_aoti keygen PRIVATE.pem PUBLIC.pem`"
+            f"{what} is not an unencrypted PEM private key; {_PRIVATE_FORM}"
         ) from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise AotiUsageError(f"{what}: an Ed25519 key is needed, not {type(key).__name__}")
     return key
 
 
-def load_public_key(path: str, what: str) -> Any:
-    """An ``Ed25519PublicKey`` from a PEM file."""
+def load_public_keys(path: str, what: str) -> list[Any]:
+    """Every ``Ed25519PublicKey`` of a PEM file (or PEM text)."""
     ed25519 = _crypto()
     serialization = _serialization()
-    pem = _read_pem(path, what)
-    try:
-        key = serialization.load_pem_public_key(pem)
-    except (ValueError, TypeError) as error:
-        raise AotiUsageError(f"{what}: {path} is not a PEM public key ({error})") from None
-    if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise AotiUsageError(f"{what}: {path} is not an Ed25519 key ({type(key).__name__})")
-    return key
+    pem = _read_pem(path, what, _PUBLIC_FORM)
+    blocks = [match.group(0) for match in _PEM_BLOCK.finditer(pem)] or [pem]
+    keys = []
+    for number, block in enumerate(blocks, 1):
+        where = f"{what}: key {number} of {len(blocks)} in {_shown(path)}"
+        try:
+            key = serialization.load_pem_public_key(block)
+        except (ValueError, TypeError):
+            raise AotiUsageError(f"{where} is not a PEM public key; {_PUBLIC_FORM}") from None
+        if not isinstance(key, ed25519.Ed25519PublicKey):
+            raise AotiUsageError(f"{where} is not an Ed25519 key ({type(key).__name__})")
+        keys.append(key)
+    return keys
+
+
+def load_public_key(path: str, what: str) -> Any:
+    """The first ``Ed25519PublicKey`` of a PEM file."""
+    return load_public_keys(path, what)[0]
+
+
+def _shown(text: str) -> str:
+    """A path as it may be printed: PEM text given in its place is not."""
+    return "the PEM text given" if "-----BEGIN" in text else text.strip()
 
 
 def load_trust(ini_trusted: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Trust:
@@ -186,13 +270,14 @@ def load_trust(ini_trusted: Sequence[str] = (), environ: Mapping[str, str] | Non
     signing = env.get(SIGNING_KEY_ENV, "").strip()
     signing_key = load_signing_key(signing) if signing else None
     trusted: dict[str, Any] = {}
-    paths = [p for p in env.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p.strip()]
-    for path in paths:
-        public = load_public_key(path.strip(), TRUSTED_KEYS_ENV)
-        trusted[key_id(public)] = public
-    for path in ini_trusted:
-        public = load_public_key(path, "ini option aoti_cache_trusted_keys")
-        trusted[key_id(public)] = public
+    listed = env.get(TRUSTED_KEYS_ENV, "").strip()
+    # PEM text instead of paths: taken as such rather than split at its line breaks
+    paths = [listed] if "-----BEGIN" in listed else listed.split(os.pathsep)
+    sources = [(p, TRUSTED_KEYS_ENV) for p in paths if p.strip()]
+    sources += [(p, "ini option aoti_cache_trusted_keys") for p in ini_trusted]
+    for path, what in sources:
+        for public in load_public_keys(path.strip(), what):
+            trusted[key_id(public)] = public
     if signing_key is not None:
         own = signing_key.public_key()
         trusted[key_id(own)] = own

@@ -37,12 +37,10 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-from filelock import FileLock, Timeout
 
 from pytest_aoti.compiling.store_files import (
     FILE_MODE,
@@ -74,11 +72,11 @@ from pytest_aoti.compiling.store_files import (
 from pytest_aoti.compiling.store_files import (
     sha256_of as sha256_of,
 )
+from pytest_aoti.compiling.store_lock import KeyLocks
 from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
 
 __all__ = [
     "FORMAT_VERSION",
-    "LOCK_TIMEOUT",
     "ArtifactStore",
     "CacheEntry",
     "CacheMode",
@@ -90,8 +88,6 @@ CacheMode = Literal["off", "read", "readwrite"]
 
 PACKAGE_NAME = "package.pt2"
 META_NAME = "meta.json"
-LOCK_TIMEOUT = 600.0
-"""Seconds :meth:`ArtifactStore.locked` waits by default; far longer than one compile."""
 
 _SIDECAR_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _STALE_TMP_SECONDS = 3600.0
@@ -157,6 +153,7 @@ class ArtifactStore:
         self._base = self.root / f"v{FORMAT_VERSION}"
         self._entries = self._base / "entries"
         self._locks = self._base / "locks"
+        self._key_locks = KeyLocks(self._locks, self._warn)
         self._tmp = self._base / "tmp"
         self._warned: set[tuple[str, str]] = set()
         self._readable, self._writable = self._open()
@@ -457,7 +454,7 @@ class ArtifactStore:
     # -- locking ---------------------------------------------------------------------
 
     def locked(
-        self, key: str, timeout: float = LOCK_TIMEOUT
+        self, key: str, timeout: float | None = None
     ) -> contextlib.AbstractContextManager[None]:
         """Hold the cross-process lock of ``key``: compile and store inside it.
 
@@ -468,45 +465,10 @@ class ArtifactStore:
         validate_key(key)
         if not self._writable:
             return contextlib.nullcontext()
-        return self._hold_lock(key, timeout)
-
-    def _lock_path(self, key: str) -> Path:
-        return self._locks / f"{key}.lock"
-
-    @contextlib.contextmanager
-    def _hold_lock(self, key: str, timeout: float) -> Iterator[None]:
-        lock = FileLock(self._lock_path(key), timeout=timeout, mode=FILE_MODE)
-        acquired = self._acquire(lock, key, timeout)
-        try:
-            yield
-        finally:
-            if acquired:
-                lock.release()
-
-    def _acquire(self, lock: FileLock, key: str, timeout: float) -> bool:
-        try:
-            lock.acquire()
-        except Timeout:
-            self._warn(
-                f"pytest-aoti waited {timeout:g} s for the cache lock of {key}; going on without it"
-            )
-            return False
-        except OSError as e:
-            self._warn(
-                f"pytest-aoti could not take the cache lock of {key}: {e}; going on without it"
-            )
-            return False
-        return True
+        return self._key_locks.held(key, timeout)
 
     def _is_locked(self, key: str) -> bool:
-        """Whether some process (this one included) holds ``key``'s lock right now."""
-        probe = FileLock(self._lock_path(key), timeout=0, mode=FILE_MODE)
-        try:
-            probe.acquire()
-        except (Timeout, OSError):
-            return True
-        probe.release()
-        return False
+        return self._key_locks.is_locked(key)
 
     # -- maintenance -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_aoti.compiling.redact import redact
 from pytest_aoti.compiling.remote import READ_ONLY_PROTOCOLS, RemoteStats, protocol_of
 
 __all__ = ["remote_header_line", "remote_summary_lines", "remote_totals"]
@@ -28,15 +29,28 @@ def remote_totals(url: str | None, figures: Sequence[Mapping[str, Any]]) -> dict
     return {"remote": total.to_json()}
 
 
-def remote_summary_lines(url: str | None, figures: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``aoti: remote cache s3://…: 3 hits (2.1 MB in 0.4 s), 1 miss, 1 upload …``."""
-    if not url or not any(item.get("remote") for item in figures):
+def remote_summary_lines(
+    url: str | None,
+    figures: Sequence[Mapping[str, Any]],
+    *,
+    mode: str = "readwrite",
+    ini_trusted: Sequence[str] = (),
+) -> list[str]:
+    """``aoti: remote cache s3://…: 3 hits (2.1 MB in 0.4 s), 1 miss, 1 upload …``, and
+    the line that says why the store loads or publishes nothing, if it does not (shown
+    under ``-q`` too, where the header is not)."""
+    if not url or mode == "off":
         return []
+    shown = redact(url)
+    lines = []
+    notes = remote_notes(url, mode, ini_trusted)
+    if notes:
+        lines.append(f"aoti: remote cache {shown} ({mode}): {'; '.join(notes)}")
     t = RemoteStats()
     for item in figures:
         t.merge(item.get("remote") or {})
     if not (t.hits or t.misses or t.rejected or t.uploads or t.failures):
-        return []
+        return lines
     parts = [
         f"{t.hits} hit{'s' * (t.hits != 1)} ({_mb(t.bytes_down)} in {t.seconds_down:.2f} s)",
         f"{t.misses} miss{'es' * (t.misses != 1)}",
@@ -46,28 +60,41 @@ def remote_summary_lines(url: str | None, figures: Sequence[Mapping[str, Any]]) 
         parts.append(f"{t.rejected} rejected")
     if t.failures:
         parts.append(f"{t.failures} failed call{'s' * (t.failures != 1)}")
-    return [f"aoti: remote cache {url}: " + ", ".join(parts)]
+    if t.timeouts:
+        parts.append(f"{t.timeouts} past {'their' if t.timeouts != 1 else 'its'} deadline")
+    return [*lines, f"aoti: remote cache {shown}: " + ", ".join(parts)]
 
 
-def remote_header_line(url: str | None, mode: str, ini_trusted: Sequence[str]) -> str | None:
-    """What the run does with the store, and which key is missing for the rest, read from
-    the environment without loading any key."""
+def remote_notes(url: str, mode: str, ini_trusted: Sequence[str]) -> list[str]:
+    """Why a configured store loads nothing or publishes nothing, read from the
+    environment without loading any key: ``["loads nothing: no trusted key (…)"]``."""
+    from importlib.util import find_spec
+
     from pytest_aoti.compiling.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
-    if not url:
-        return None
-    if mode == "off":
-        return f"aoti: remote cache {url}: off"
     signing = bool(os.environ.get(SIGNING_KEY_ENV, "").strip())
     trusted = signing or bool(os.environ.get(TRUSTED_KEYS_ENV, "").strip()) or bool(ini_trusted)
     notes = []
+    if find_spec("cryptography") is None:
+        return ["loads and publishes nothing: the 'cryptography' package is not installed"]
     if not trusted:
         notes.append(f"loads nothing: no trusted key ({TRUSTED_KEYS_ENV})")
     if mode == "readwrite" and protocol_of(url) in READ_ONLY_PROTOCOLS:
         notes.append("publishes nothing: read-only protocol")
     elif mode == "readwrite" and not signing:
         notes.append(f"publishes nothing: no signing key ({SIGNING_KEY_ENV})")
-    return f"aoti: remote cache {url} ({mode})" + (f"; {'; '.join(notes)}" if notes else "")
+    return notes
+
+
+def remote_header_line(url: str | None, mode: str, ini_trusted: Sequence[str]) -> str | None:
+    """What the run does with the store, and which key is missing for the rest."""
+    if not url:
+        return None
+    shown = redact(url)
+    if mode == "off":
+        return f"aoti: remote cache {shown}: off"
+    notes = remote_notes(url, mode, ini_trusted)
+    return f"aoti: remote cache {shown} ({mode})" + (f"; {'; '.join(notes)}" if notes else "")
 
 
 def _mb(size: int) -> str:
