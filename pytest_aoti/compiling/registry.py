@@ -153,7 +153,12 @@ class ProgramRegistry:
 
         ``label`` (the test id) names the compile in progress lines.
         """
-        key = program_key(exported, device=device, inductor_configs=inductor_configs)
+        key = program_key(
+            exported,
+            device=device,
+            inductor_configs=inductor_configs,
+            machine_dir=self._store.root if self._store is not None else None,
+        )
         decomposed = None
         with self._lock:
             artifact = self._artifacts.get(key.digest)
