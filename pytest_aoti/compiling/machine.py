@@ -41,6 +41,7 @@ _RECORD_LIMIT = 64 * 1024  # a record is well under 4 KiB; anything larger is no
 _LOCK_TIMEOUT = 120.0  # the computation takes seconds; a holder stuck longer is ignored
 
 _memo: dict[str, MachineTarget] = {}
+_kept: set[tuple[str, Path]] = set()  # (identity, folder) pairs whose record is on disk
 _memo_lock = threading.Lock()
 
 
@@ -76,11 +77,15 @@ def machine_target(directory: Path | None) -> MachineTarget:
     digest = identity_digest(identity)
     with _memo_lock:
         known = _memo.get(digest)
-        if known is not None:
-            return known
-        target = _stored_or_found(directory, identity, digest)
-        _memo[digest] = target
-        return target
+        if known is None:
+            known = _stored_or_found(directory, identity, digest)
+            _memo[digest] = known
+        elif directory is not None and (digest, directory) not in _kept:
+            # known from another cache folder: keep it in this one too, no search needed
+            _stored_or_found(directory, identity, digest, known=known)
+        if directory is not None:
+            _kept.add((digest, directory))
+        return known
 
 
 def settled_target() -> MachineTarget | None:
@@ -94,6 +99,7 @@ def forget() -> None:
     """Drop what this process remembers (a later call reads the record again)."""
     with _memo_lock:
         _memo.clear()
+        _kept.clear()
 
 
 def record_path(directory: Path, identity: Mapping[str, str]) -> Path:
@@ -179,19 +185,26 @@ def compiler_identity(candidates: Sequence[str]) -> str:
 
 
 def _stored_or_found(
-    directory: Path | None, identity: dict[str, str], digest: str
+    directory: Path | None,
+    identity: dict[str, str],
+    digest: str,
+    known: MachineTarget | None = None,
 ) -> MachineTarget:
+    """The record under ``directory``, else ``known``, else found now; written when missing.
+
+    Failing to keep it (a read-only cache, a lock held too long) costs only the search next
+    time: the key is right either way.
+    """
     if directory is None:
-        return find_target()
+        return known or find_target()
     path = directory / RECORD_DIR / f"cpu-{digest}.json"
     stored = read_record(path, identity)
     if stored is not None:
         return stored
-    folder = path.parent
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
     except OSError:
-        return find_target()  # a read-only cache: the key is still right, only not kept
+        return known or find_target()
     from filelock import FileLock, Timeout
 
     try:
@@ -199,11 +212,11 @@ def _stored_or_found(
             stored = read_record(path, identity)  # another process may have written it
             if stored is not None:
                 return stored
-            target = find_target()
+            target = known or find_target()
             write_record(path, identity, target)
             return target
     except (Timeout, OSError):
-        return find_target()
+        return known or find_target()
 
 
 def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None:
