@@ -165,15 +165,26 @@ def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
     from pytest_aoti.compiling.machine import settled_target
 
     target = settled_target()
-    if target is None or cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+    try:
+        if target is None or cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+            return contextlib.nullcontext()
+        known = [*cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.invalid_vec_isa]
+    except AttributeError:  # another torch's internals: let it search as it does
         return contextlib.nullcontext()
-    known = [*cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.invalid_vec_isa]
     isa = next((item for item in known if str(item) == target.isa), None)
     if isa is None:
         return contextlib.nullcontext()
-    from unittest import mock
+    return _answering_pick_vec_isa(cpu_vec_isa, isa)
 
-    return mock.patch.object(cpu_vec_isa, "pick_vec_isa", lambda: isa)
+
+@contextlib.contextmanager
+def _answering_pick_vec_isa(module: Any, isa: object) -> Iterator[None]:
+    original = module.pick_vec_isa
+    module.pick_vec_isa = lambda: isa
+    try:
+        yield
+    finally:
+        module.pick_vec_isa = original
 
 
 def check_constant_outputs(program: ExportedProgram) -> None:
