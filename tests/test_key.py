@@ -161,7 +161,7 @@ def test_the_host_compile_target_is_part_of_the_key(
     here = cuda_key(exported, device)
     target = machine.machine_target(None)
     newer = replace(target, features=(*target.features, "avx10.2"))
-    monkeypatch.setattr(machine, "machine_target", lambda directory: newer)
+    monkeypatch.setattr(machine, "machine_target", lambda directory, write=True: newer)
     elsewhere = cuda_key(exported, device)
     assert {name for name in here.parts if here.parts[name] != elsewhere.parts[name]} == {"device"}
 

@@ -172,6 +172,17 @@ def test_a_cache_folder_that_cannot_keep_the_record_still_gives_the_target(
     assert finder.calls == 2  # searched again, nothing raised
 
 
+def test_a_read_only_cache_is_read_and_never_written(finder: Finder, tmp_path: Path) -> None:
+    assert machine.machine_target(tmp_path, write=False) == TARGET
+    assert list(tmp_path.iterdir()) == []
+
+    machine.forget()
+    machine.machine_target(tmp_path)  # a writable run keeps it
+    machine.forget()
+    assert machine.machine_target(tmp_path, write=False) == TARGET
+    assert finder.calls == 2  # the second read-only run read the record
+
+
 def _search_in_a_process(directory: str, marks: str) -> None:
     def slow_search() -> MachineTarget:
         Path(marks, str(os.getpid())).touch()

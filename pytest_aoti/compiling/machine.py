@@ -70,20 +70,21 @@ class MachineTarget:
         )
 
 
-def machine_target(directory: Path | None) -> MachineTarget:
+def machine_target(directory: Path | None, *, write: bool = True) -> MachineTarget:
     """This machine's target: from this process's memory, else from ``directory`` (the
-    artifact cache's folder), else found now and written there. ``None``: not kept on disk."""
+    artifact cache's folder), else found now and written there (unless ``write`` is false:
+    a read-only cache). ``None``: not kept on disk."""
     identity = machine_identity()
     digest = identity_digest(identity)
     with _memo_lock:
         known = _memo.get(digest)
         if known is None:
-            known = _stored_or_found(directory, identity, digest)
+            known = _stored_or_found(directory, identity, digest, write=write)
             _memo[digest] = known
-        elif directory is not None and (digest, directory) not in _kept:
+        elif write and directory is not None and (digest, directory) not in _kept:
             # known from another cache folder: keep it in this one too, no search needed
             _stored_or_found(directory, identity, digest, known=known)
-        if directory is not None:
+        if write and directory is not None:
             _kept.add((digest, directory))
         return known
 
@@ -189,6 +190,7 @@ def _stored_or_found(
     identity: dict[str, str],
     digest: str,
     known: MachineTarget | None = None,
+    write: bool = True,
 ) -> MachineTarget:
     """The record under ``directory``, else ``known``, else found now; written when missing.
 
@@ -201,6 +203,8 @@ def _stored_or_found(
     stored = read_record(path, identity)
     if stored is not None:
         return stored
+    if not write:
+        return known or find_target()
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
     except OSError:
