@@ -755,6 +755,9 @@ def test_key_changes_with_weights_configs_and_device(monkeypatch: pytest.MonkeyP
         exported, configs={"max_autotune": False}
     )
     with inductor_config.patch({"cpp.simdlen": 8}):
+        # the vector width also picks the ISA the host's code is built for
+        assert changed(base, key(exported)) == {"configs", "device"}
+    with inductor_config.patch({"cpp.min_chunk_size": 1024}):
         assert changed(base, key(exported)) == {"configs"}
     assert key(exported) == base  # the global configuration restored
 
