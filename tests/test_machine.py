@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -183,31 +184,36 @@ def test_a_read_only_cache_is_read_and_never_written(finder: Finder, tmp_path: P
     assert finder.calls == 2  # the second read-only run read the record
 
 
-def _search_in_a_process(directory: str, marks: str) -> None:
-    def slow_search() -> MachineTarget:
-        Path(marks, str(os.getpid())).touch()
-        time.sleep(0.5)  # long enough for every process to reach the lock meanwhile
-        return TARGET
+# One process of the race: a fixed identity and a slow stand-in search that leaves a mark,
+# so the test counts searches across processes; imports no torch.
+RACER = """
+import os, sys, time
+from pathlib import Path
+from pytest_aoti.compiling import machine
 
-    machine.find_target = slow_search
-    machine.forget()
-    result = machine.machine_target(Path(directory))
-    assert result == TARGET, result
+directory, marks = Path(sys.argv[1]), Path(sys.argv[2])
+target = machine.MachineTarget("avx2", "-mavx2 -mfma", "-march=native", "haswell", ("avx2",), ("avx2",))
+
+
+def slow_search():
+    (marks / str(os.getpid())).touch()
+    time.sleep(0.5)  # long enough for every process to reach the lock meanwhile
+    return target
+
+
+machine.machine_identity = lambda: {"format": machine.RECORD_FORMAT, "cpu": "racing"}
+machine.find_target = slow_search
+assert machine.machine_target(directory) == target
+"""
 
 
 def test_concurrent_processes_search_once(tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
-    context = multiprocessing.get_context("fork")
-    processes = [
-        context.Process(target=_search_in_a_process, args=(str(tmp_path), str(marks)))
-        for _ in range(4)
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path), str(marks)]) for _ in range(4)
     ]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(60)
-    assert [process.exitcode for process in processes] == [0, 0, 0, 0]
+    assert [racer.wait(timeout=120) for racer in racers] == [0, 0, 0, 0]
     assert len(list(marks.iterdir())) == 1
     assert len(records(tmp_path)) == 1
     assert not list((tmp_path / "machine").glob(".cpu-*"))  # no temporary file left
