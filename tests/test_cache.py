@@ -920,8 +920,9 @@ ISA_SPY = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
 def test_a_warm_rerun_reads_the_machine_target_from_the_cache(
-    scenario: pytest.Pytester, golden: Golden, tmp_path: Path
+    scenario: pytest.Pytester, golden: Golden, tmp_path: Path, workers: list[str]
 ) -> None:
     cache, spy = copy_of(golden, tmp_path), tmp_path / "searches.json"
     (record,) = (cache / "machine").glob("cpu-*.json")
@@ -929,7 +930,12 @@ def test_a_warm_rerun_reads_the_machine_target_from_the_cache(
 
     # a fresh process: nothing of Inductor's ISA answer is cached in memory
     result = scenario.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--aoti-device=cpu", f"--aoti-cache-dir={cache}", timeout=180
+        "-p",
+        "no:cacheprovider",
+        "--aoti-device=cpu",
+        f"--aoti-cache-dir={cache}",
+        *workers,
+        timeout=180,
     )
 
     result.assert_outcomes(passed=1)
