@@ -26,6 +26,7 @@ import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -103,9 +104,9 @@ def forget() -> None:
         _kept.clear()
 
 
-def record_path(directory: Path, identity: Mapping[str, str]) -> Path:
-    """Where the record of ``identity`` is kept under ``directory``."""
-    return directory / RECORD_DIR / f"cpu-{identity_digest(identity)}.json"
+def record_path(directory: Path, digest: str) -> Path:
+    """Where the record of the identity digested as ``digest`` is kept under ``directory``."""
+    return directory / RECORD_DIR / f"cpu-{digest}.json"
 
 
 # -- identity: cheap, read on every run ----------------------------------------------------------
@@ -199,7 +200,7 @@ def _stored_or_found(
     """
     if directory is None:
         return known or find_target()
-    path = directory / RECORD_DIR / f"cpu-{digest}.json"
+    path = record_path(directory, digest)
     stored = read_record(path, identity)
     if stored is not None:
         return stored
@@ -233,7 +234,7 @@ def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None
     try:
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if not _is_regular(st.st_mode) or st.st_size > _RECORD_LIMIT:
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _RECORD_LIMIT:
                 return None
             data = json.loads(f.read(_RECORD_LIMIT + 1))
         return _target_from(data, identity)
@@ -256,12 +257,6 @@ def write_record(path: Path, identity: Mapping[str, str], target: MachineTarget)
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-
-
-def _is_regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None:
