@@ -60,6 +60,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # before the terminal summary, which pytest's reporter runs after every sessionfinish
+    from pytest_aoti.reports.idle_hypothesis import leave_out_idle_summary
+
+    leave_out_idle_summary(session.config)
+
+
 def _session(config: pytest.Config) -> AotiSession:
     session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
     assert isinstance(session, AotiSession)

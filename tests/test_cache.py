@@ -755,6 +755,9 @@ def test_key_changes_with_weights_configs_and_device(monkeypatch: pytest.MonkeyP
         exported, configs={"max_autotune": False}
     )
     with inductor_config.patch({"cpp.simdlen": 8}):
+        # the vector width also picks the ISA the host's code is built for
+        assert changed(base, key(exported)) == {"configs", "device"}
+    with inductor_config.patch({"cpp.min_chunk_size": 1024}):
         assert changed(base, key(exported)) == {"configs"}
     assert key(exported) == base  # the global configuration restored
 
@@ -878,3 +881,78 @@ def test_xdist_controller_enforces_the_size_limit(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["aoti: 1 program; 0 compiled in *; 1 loaded from cache in *"])
     assert entries(cache) == [ours]
+
+
+# -- a warm rerun does not search for the machine's compile target ------------------------------
+
+# Counts every search for the host's compile target in the test process: the plugin's
+# (compiling/machine.py) and Inductor's ISA test builds, which torch's package loader asks for.
+ISA_SPY = textwrap.dedent(
+    """
+
+    import json
+
+    SEARCHES = Path({spy!r})
+
+
+    @pytest.fixture(autouse=True)
+    def _count_isa_searches(monkeypatch):
+        from torch._inductor import cpu_vec_isa
+
+        from pytest_aoti.compiling import machine
+
+        seen = []
+        check_build, find_target = cpu_vec_isa.VecISA.check_build, machine.find_target
+
+        def counted_check_build(self, code):
+            seen.append(f"check_build {{self}}")
+            return check_build(self, code)
+
+        def counted_find_target():
+            seen.append("find_target")
+            return find_target()
+
+        monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", counted_check_build)
+        monkeypatch.setattr(machine, "find_target", counted_find_target)
+        yield
+        SEARCHES.write_text(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_a_warm_rerun_reads_the_machine_target_from_the_cache(
+    scenario: pytest.Pytester, golden: Golden, tmp_path: Path, workers: list[str]
+) -> None:
+    cache, spy = copy_of(golden, tmp_path), tmp_path / "searches.json"
+    (record,) = (cache / "machine").glob("cpu-*.json")
+    fake_compile(scenario, golden, delay=0.0, extra=ISA_SPY.format(spy=str(spy)))
+
+    # a fresh process: nothing of Inductor's ISA answer is cached in memory
+    result = scenario.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--aoti-device=cpu",
+        f"--aoti-cache-dir={cache}",
+        *workers,
+        timeout=180,
+    )
+
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti: 1 program; 0 compiled in *; 1 loaded from cache in *"])
+    assert json.loads(spy.read_text()) == []
+    assert json.loads(record.read_text())["target"]["march"]
+
+
+def test_a_lost_machine_record_is_written_again_with_the_same_key(
+    scenario: pytest.Pytester, golden: Golden, tmp_path: Path
+) -> None:
+    cache = copy_of(golden, tmp_path)
+    (record,) = (cache / "machine").glob("cpu-*.json")
+    record.unlink()
+
+    result = run_inner(scenario, cache)
+
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti: 1 program; 0 compiled in *; 1 loaded from cache in *"])
+    assert [path.name for path in (cache / "machine").glob("cpu-*.json")] == [record.name]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.export import Dim
 
+from pytest_aoti.compiling import machine
 from pytest_aoti.compiling.key import ProgramKey, _canonical_symbols, program_key
 
 
@@ -145,6 +147,23 @@ def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> FakeGpus:
 
 def cuda_key(program: torch.export.ExportedProgram, device: str = "cuda") -> ProgramKey:
     return program_key(program, device=torch.device(device), inductor_configs={})
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_host_compile_target_is_part_of_the_key(
+    exported: torch.export.ExportedProgram,
+    fake_gpus: FakeGpus,
+    monkeypatch: pytest.MonkeyPatch,
+    device: str,
+) -> None:
+    # CPU kernels and a CUDA package's host wrapper are both built with -march=native:
+    # a host of the same ISA class with one instruction set more must not share a package
+    here = cuda_key(exported, device)
+    target = machine.machine_target(None)
+    newer = replace(target, features=(*target.features, "avx10.2"))
+    monkeypatch.setattr(machine, "machine_target", lambda directory, write=True: newer)
+    elsewhere = cuda_key(exported, device)
+    assert {name for name in here.parts if here.parts[name] != elsewhere.parts[name]} == {"device"}
 
 
 def test_gpus_of_another_capability_never_share_a_key(

@@ -18,6 +18,7 @@ import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,15 +64,25 @@ def program_key(
     *,
     device: torch.device,
     inductor_configs: Mapping[str, Any] | None,
+    machine_dir: Path | None = None,
+    machine_read_only: bool = False,
 ) -> ProgramKey:
     """Digest of ``exported`` compiled for ``device`` under ``inductor_configs`` and the
-    process's global inductor configuration."""
+    process's global inductor configuration.
+
+    ``machine_dir`` (the artifact cache's folder) keeps the host's compile target between
+    runs, so it is found once per machine (see :mod:`pytest_aoti.compiling.machine`);
+    ``machine_read_only``: read it there, never write it.
+    """
     configs, persistable = _config_fingerprint(inductor_configs or {})
+    device_text = f"{_device_fingerprint(device)} {platform_fingerprint()}"
+    if device.type in _HOST_COMPILED:
+        device_text += f" host {host_fingerprint(machine_dir, write=not machine_read_only)}"
     parts = {
         "graph": _digest_text(_graph_fingerprint(exported)),
         "weights": _digest_tensors(_named_state(exported)),
         "configs": _digest_text(configs),
-        "device": _digest_text(f"{_device_fingerprint(device)} {platform_fingerprint()}"),
+        "device": _digest_text(device_text),
         "torch": _digest_text(_torch_fingerprint()),
     }
     overall = hashlib.sha256(KEY_FORMAT.encode())
@@ -205,6 +216,20 @@ def _device_fingerprint(device: torch.device) -> str:
         # shared through a cache directory must not be loaded on an AVX2 machine
         return f"cpu {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
     return device.type
+
+
+# devices whose packages hold C++ built for this host with ``-march=native``: the CPU
+# kernels, and the host-side wrapper of a CUDA package
+_HOST_COMPILED = ("cpu", "cuda")
+
+
+def host_fingerprint(machine_dir: Path | None, *, write: bool = True) -> str:
+    """The instructions this host's compiled C++ may use: what ``-march=native`` resolves to
+    and Inductor's ISA flags, so a package built on a newer CPU of the same ISA class is a
+    miss here rather than a SIGILL after it loaded."""
+    from pytest_aoti.compiling.machine import machine_target
+
+    return machine_target(machine_dir, write=write).fingerprint()
 
 
 def platform_fingerprint() -> str:

@@ -142,10 +142,49 @@ def load_engine(package_path: Path, device: torch.device | None = None) -> Any:
     if device is not None and device.type == "cuda" and device.index is not None:
         options["device_index"] = device.index
     try:
-        with quiet_torch_deprecations():
+        with quiet_torch_deprecations(), _isa_check_settled():
             return torch._inductor.aoti_load_package(str(package_path), **options)
     except Exception as error:
         raise AotiCompileError(load_failure(error, package_path), stage="compile") from error
+
+
+def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
+    """Answer the package loader's ISA question from the machine's record, in a process that
+    has not asked Inductor yet.
+
+    ``aoti_load_package`` compares the package's device information with this machine's
+    only to log a warning, and Inductor finds this machine's vector ISA by building and
+    loading a C++ test program per candidate: seconds, in every process that loads a
+    package. The content key already holds that answer, found once per machine
+    (:mod:`pytest_aoti.compiling.machine`); while the package loads, ``pick_vec_isa``
+    returns Inductor's own ISA object of that name. A process that compiles or asked
+    before is left alone: its answer is cached by Inductor.
+    """
+    from torch._inductor import cpu_vec_isa
+
+    from pytest_aoti.compiling.machine import settled_target
+
+    target = settled_target()
+    try:
+        if target is None or cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+            return contextlib.nullcontext()
+        known = [*cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.invalid_vec_isa]
+    except AttributeError:  # another torch's internals: let it search as it does
+        return contextlib.nullcontext()
+    isa = next((item for item in known if str(item) == target.isa), None)
+    if isa is None:
+        return contextlib.nullcontext()
+    return _answering_pick_vec_isa(cpu_vec_isa, isa)
+
+
+@contextlib.contextmanager
+def _answering_pick_vec_isa(module: Any, isa: object) -> Iterator[None]:
+    original = module.pick_vec_isa
+    module.pick_vec_isa = lambda: isa
+    try:
+        yield
+    finally:
+        module.pick_vec_isa = original
 
 
 def check_constant_outputs(program: ExportedProgram) -> None:

@@ -171,7 +171,14 @@ class ProgramRegistry:
 
         ``label`` (the test id) names the compile in progress lines.
         """
-        key = program_key(exported, device=device, inductor_configs=inductor_configs)
+        store = self._store if self._store is not None and self._store.readable else None
+        key = program_key(
+            exported,
+            device=device,
+            inductor_configs=inductor_configs,
+            machine_dir=store.root if store is not None else None,
+            machine_read_only=store is None or not store.writable,
+        )
         decomposed = None
         with self._lock:
             artifact = self._artifacts.get(key.digest)

@@ -1,0 +1,369 @@
+"""The CPU code a package holds: what this machine's compiler builds for, found once per machine.
+
+Inductor compiles the C++ of every package (the CPU kernels, and the host wrapper of a CUDA
+package too) with ``-march=native`` and the flags of the vector ISA it picked. A package built
+on a newer CPU may then use instructions an older one lacks and die with SIGILL once loaded,
+even where both report the same coarse ISA ("AVX512"). So the content key records the
+*resolved* target: the ``-march=`` the compiler turns ``native`` into, every ``-m`` feature
+it enables, and Inductor's ISA flags.
+
+Finding these costs seconds (Inductor builds and loads a test program per candidate ISA), so
+the result is kept as a small JSON record in the artifact cache's folder, under
+``machine/cpu-<identity>.json``. The identity is a digest of everything the result depends
+on: the CPU's model and flags (``/proc/cpuinfo``), torch's version, the compiler (its
+resolved path, size and modification time: a new compiler version is a new file) and the
+settings that steer Inductor's choice. Reading it costs a ``stat`` and a small read; a record
+that is missing, unreadable or of another identity is computed again, under a file lock so
+concurrent processes (xdist workers) compute it once, and written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RECORD_FORMAT = "pytest-aoti-machine-1"
+RECORD_DIR = "machine"
+_RECORD_LIMIT = 64 * 1024  # a record is well under 4 KiB; anything larger is not ours
+_LOCK_TIMEOUT = 120.0  # the computation takes seconds; a holder stuck longer is ignored
+
+_memo: dict[str, MachineTarget] = {}
+_kept: set[tuple[str, Path]] = set()  # (identity, folder) pairs whose record is on disk
+_memo_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class MachineTarget:
+    """What this machine's compiled C++ is built for."""
+
+    isa: str
+    """Inductor's vector ISA (``avx512``), or ``INVALID_VEC_ISA`` where none builds."""
+    isa_flags: str
+    """The flags Inductor passes for that ISA (``-mavx512f -mavx512dq ...``)."""
+    arch_flag: str
+    """Inductor's architecture flag (``-march=native``), empty where it passes none."""
+    march: str
+    """What the compiler resolves that flag to (``sapphirerapids``), empty if unknown."""
+    features: tuple[str, ...]
+    """Every ISA feature the compiler enables for it (``avx512fp16``, ``amx-tile``, ...)."""
+    valid_isas: tuple[str, ...]
+    """The ISAs Inductor's build-and-load check accepted on this machine."""
+
+    def fingerprint(self) -> str:
+        """The text that enters the content key."""
+        return (
+            f"isa={self.isa} [{self.isa_flags}] {self.arch_flag}={self.march or '?'} "
+            f"features={','.join(self.features)}"
+        )
+
+
+def machine_target(directory: Path | None, *, write: bool = True) -> MachineTarget:
+    """This machine's target: from this process's memory, else from ``directory`` (the
+    artifact cache's folder), else found now and written there (unless ``write`` is false:
+    a read-only cache). ``None``: not kept on disk."""
+    identity = machine_identity()
+    digest = identity_digest(identity)
+    with _memo_lock:
+        known = _memo.get(digest)
+        if known is None:
+            known = _stored_or_found(directory, identity, digest, write=write)
+            _memo[digest] = known
+        elif write and directory is not None and (digest, directory) not in _kept:
+            # known from another cache folder: keep it in this one too, no search needed
+            _stored_or_found(directory, identity, digest, known=known)
+        if write and directory is not None:
+            _kept.add((digest, directory))
+        return known
+
+
+def settled_target() -> MachineTarget | None:
+    """The target this process already knows for the current identity, found nowhere new."""
+    digest = identity_digest(machine_identity())
+    with _memo_lock:
+        return _memo.get(digest)
+
+
+def forget() -> None:
+    """Drop what this process remembers (a later call reads the record again)."""
+    with _memo_lock:
+        _memo.clear()
+        _kept.clear()
+
+
+def record_path(directory: Path, digest: str) -> Path:
+    """Where the record of the identity digested as ``digest`` is kept under ``directory``."""
+    return directory / RECORD_DIR / f"cpu-{digest}.json"
+
+
+# -- identity: cheap, read on every run ----------------------------------------------------------
+
+
+def machine_identity() -> dict[str, str]:
+    """Everything the target depends on, each part as text; no subprocess, no compile."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    cpp = inductor_config.cpp
+    return {
+        "format": RECORD_FORMAT,
+        "machine": f"{sys.platform} {platform.machine()}",
+        "cpu": cpu_description(),
+        "torch": f"{torch.__version__} {getattr(torch.version, 'git_version', '')}",
+        "compiler": compiler_identity(compiler_candidates(cpp.cxx)),
+        # what steers Inductor's choice of ISA and architecture flag
+        "settings": (
+            f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')} "
+            f"march={cpp.march!r} simdlen={cpp.simdlen!r} vec_isa_ok={cpp.vec_isa_ok!r}"
+        ),
+    }
+
+
+def identity_digest(identity: Mapping[str, str]) -> str:
+    text = json.dumps(dict(identity), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first processor's vendor, family, model, name and sorted flags (Linux); the
+    platform's processor name elsewhere."""
+    wanted = ("vendor_id", "cpu family", "model", "model name", "flags", "features", "isa")
+    fields: dict[str, str] = {}
+    try:
+        with cpuinfo.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if not line.strip():
+                    if fields:
+                        break  # the first processor's block is enough
+                    continue
+                name, _, value = line.partition(":")
+                name = name.strip().lower()
+                if name in wanted and name not in fields:
+                    fields[name] = value.strip()
+    except OSError:
+        return f"processor={platform.processor()}"
+    for name in ("flags", "features"):
+        if name in fields:
+            fields[name] = " ".join(sorted(fields[name].split()))
+    return "; ".join(f"{name}={fields[name]}" for name in wanted if name in fields)
+
+
+def compiler_candidates(cxx: object) -> list[str]:
+    """The compilers Inductor would try, in order (``cpp.cxx`` is a name or a tuple with
+    ``None`` standing for a conda-installed g++)."""
+    names = cxx if isinstance(cxx, (list, tuple)) else (cxx,)
+    return [str(name) for name in names if name]
+
+
+def compiler_identity(candidates: Sequence[str]) -> str:
+    """The first candidate found on the path, as its resolved file with size and mtime."""
+    for name in candidates:
+        found = shutil.which(name)
+        if found is None:
+            continue
+        resolved = os.path.realpath(found)
+        try:
+            st = os.stat(resolved)
+        except OSError:
+            continue
+        return f"{name} -> {resolved} size={st.st_size} mtime_ns={st.st_mtime_ns}"
+    return "no compiler: " + " ".join(candidates)
+
+
+# -- the record on disk -------------------------------------------------------------------------
+
+
+def _stored_or_found(
+    directory: Path | None,
+    identity: dict[str, str],
+    digest: str,
+    known: MachineTarget | None = None,
+    write: bool = True,
+) -> MachineTarget:
+    """The record under ``directory``, else ``known``, else found now; written when missing.
+
+    Failing to keep it (a read-only cache, a lock held too long) costs only the search next
+    time: the key is right either way.
+    """
+    if directory is None:
+        return known or find_target()
+    path = record_path(directory, digest)
+    stored = read_record(path, identity)
+    if stored is not None:
+        return stored
+    if not write:
+        return known or find_target()
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return known or find_target()
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
+            stored = read_record(path, identity)  # another process may have written it
+            if stored is not None:
+                return stored
+            target = known or find_target()
+            write_record(path, identity, target)
+            return target
+    except (Timeout, OSError):
+        return known or find_target()
+
+
+def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None:
+    """The record at ``path`` when it is a small regular file holding a well-formed target
+    of ``identity``; None otherwise (missing, damaged, foreign: it is computed again)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _RECORD_LIMIT:
+                return None
+            data = json.loads(f.read(_RECORD_LIMIT + 1))
+        return _target_from(data, identity)
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+
+
+def write_record(path: Path, identity: Mapping[str, str], target: MachineTarget) -> None:
+    """Write the record atomically: a temporary file in the same folder, then a rename."""
+    data = {"format": RECORD_FORMAT, "identity": dict(identity), "target": asdict(target)}
+    with contextlib.suppress(OSError):
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".cpu-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None:
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        return None
+    if data.get("identity") != dict(identity):
+        return None
+    fields = data["target"]
+    texts = ("isa", "isa_flags", "arch_flag", "march")
+    lists = ("features", "valid_isas")
+    if not isinstance(fields, dict) or set(fields) != set(texts + lists):
+        return None
+    if not all(isinstance(fields[name], str) for name in texts):
+        return None
+    if not all(
+        isinstance(fields[name], list) and all(isinstance(item, str) for item in fields[name])
+        for name in lists
+    ):
+        return None
+    return MachineTarget(
+        isa=fields["isa"],
+        isa_flags=fields["isa_flags"],
+        arch_flag=fields["arch_flag"],
+        march=fields["march"],
+        features=tuple(fields["features"]),
+        valid_isas=tuple(fields["valid_isas"]),
+    )
+
+
+# -- finding the target: seconds, once per machine ----------------------------------------------
+
+
+def find_target() -> MachineTarget:
+    """Ask Inductor and the compiler; builds and loads Inductor's ISA test programs."""
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    valid = tuple(str(item) for item in cpu_vec_isa.valid_vec_isa_list())
+    compiler, arch_flags = _inductor_compiler_and_arch()
+    march, features = resolve_arch(compiler, arch_flags) if compiler else ("", ())
+    return MachineTarget(
+        isa=str(isa),
+        isa_flags=isa.build_arch_flags() if isa else "",
+        arch_flag=" ".join(arch_flags),
+        march=march,
+        features=features,
+        valid_isas=valid,
+    )
+
+
+def _inductor_compiler_and_arch() -> tuple[str, list[str]]:
+    """The compiler Inductor uses and the architecture flags it passes (``-march=native``)."""
+    try:
+        from torch._inductor import cpp_builder
+
+        compiler = cpp_builder.get_cpp_compiler()
+        return compiler, [f"-{flag}" for flag in cpp_builder._get_cpu_arch_cflags(compiler)]
+    except Exception:  # no usable compiler: Inductor cannot compile here either
+        return "", []
+
+
+def resolve_arch(compiler: str, arch_flags: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """What ``compiler`` makes of ``arch_flags``: the resolved ``-march=`` and the sorted ISA
+    features it enables, read from the driver's ``-###`` listing (gcc and clang)."""
+    try:
+        listing = subprocess.run(
+            [compiler, *arch_flags, "-###", "-E", "-x", "c++", "-"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "", ()
+    return parse_driver_listing(listing.stderr + listing.stdout)
+
+
+def parse_driver_listing(text: str) -> tuple[str, tuple[str, ...]]:
+    """``(march, features)`` from a compiler driver's ``-###`` output.
+
+    gcc passes ``-march=rocketlake -mavx2 -mno-sse4a ...`` to ``cc1``; clang passes
+    ``-target-cpu x86-64-v4 -target-feature +avx2 -target-feature -sse4a``. Disabled
+    features, tuning and cache-size parameters are left out: they do not decide which
+    instructions the code may use.
+    """
+    march, features = "", set[str]()
+    for line in text.splitlines():
+        try:
+            tokens = shlex.split(line)
+        except ValueError:
+            continue
+        if not any(t == "-target-cpu" or t.startswith("-march=") for t in tokens):
+            continue
+        for index, token in enumerate(tokens):
+            following = tokens[index + 1] if index + 1 < len(tokens) else ""
+            if token.startswith("-march="):
+                march = token.partition("=")[2]
+            elif token == "-target-cpu":
+                march = following
+            elif token == "-target-feature" and following.startswith("+"):
+                features.add(following[1:])
+            elif (
+                token.startswith("-m")
+                and not token.startswith(("-mno-", "-mtune=", "-march="))
+                and "=" not in token
+            ):
+                features.add(token[2:])
+        break  # the first compiler invocation is the one that compiles
+    return march, tuple(sorted(features))
