@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -412,6 +413,9 @@ class AotiSession:
             store.evict()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        runner = sys.modules.get("pytest_aoti.checks.probe_runner")
+        if runner is not None:  # the probes ran: end their child process
+            runner.shutdown()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 

@@ -347,28 +347,38 @@ def test_variants_of_a_4d_input_and_a_python_scalar() -> None:
 
 
 _FAKE_CHILD = """
-import os, signal, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 import torch
 
-request = torch.load(sys.argv[1], weights_only=False)
-out = Path(sys.argv[2])
-for position, (index, checked) in enumerate(request["jobs"]):
-    (out / f"started-{position}").write_text("")
-    if index == 0 and not checked:
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if index == 2 and not checked:
-        time.sleep(600)
-    torch.save({"index": index, "checked": checked, "error": "refused"}, out / f"job-{position}.pt")
+answers = os.fdopen(os.dup(1), "w", buffering=1)
+for line in sys.stdin:
+    asked = json.loads(line)
+    request = torch.load(asked["request"], weights_only=False)
+    out = Path(asked["outdir"])
+    for position, (index, checked) in enumerate(request["jobs"]):
+        (out / f"started-{position}").write_text("")
+        if index == 0 and not checked and CRASH:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if index == 2 and not checked and CRASH:
+            time.sleep(600)
+        result = {"index": index, "checked": checked, "error": f"refused by {os.getpid()}"}
+        torch.save(result, out / f"job-{position}.pt")
+    answers.write(json.dumps({"done": True, "rss": 1}) + "\\n")
 """
+
+
+def _fake_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool) -> None:
+    child = tmp_path / "child.py"
+    child.write_text(f"CRASH = {crash}\n" + _FAKE_CHILD)
+    monkeypatch.setattr(probe_runner, "_CHILD", child)
+    monkeypatch.setattr(probe_runner, "_PROCESS", None)
 
 
 def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeypatch) -> None:
     import torch
 
-    child = tmp_path / "child.py"
-    child.write_text(_FAKE_CHILD)
-    monkeypatch.setattr(probe_runner, "_CHILD", child)
+    _fake_child(tmp_path, monkeypatch, crash=True)
 
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -381,10 +391,38 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     assert results[(0, False)]["crashed"] == (
         f"the engine crashed the process (signal {signal.SIGSEGV.value})"
     )
-    assert results[(1, False)] == {"index": 1, "checked": False, "error": "refused"}
+    assert results[(1, False)]["error"].startswith("refused by ")
     assert results[(2, False)]["crashed"].startswith("the engine did not return within")
     for index in range(3):
         assert results[(index, True)] == {"crashed": "not run: the probes ran out of time"}
+    assert probe_runner._child().starts == 2, "a crash and a hang each ended one child"
+    probe_runner.shutdown()
+
+
+def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    _fake_child(tmp_path, monkeypatch, crash=False)
+    monkeypatch.setattr(probe_runner, "PACKAGES_PER_CHILD", 3)
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    variants = probes.choose_variants(program, (x,), {}, {})[:2]
+    pids = []
+    for _ in range(4):
+        results = probe_runner.run_child(program, variants, timeout=60)  # type: ignore[arg-type]
+        assert len(results) == 4
+        pids.append({result["error"] for result in results.values()})
+    assert all(len(seen) == 1 for seen in pids), "one child ran every job of a program"
+    assert pids[0] == pids[1] == pids[2] != pids[3], "three programs per child, then a new one"
+    process = probe_runner._child()._process
+    assert process is not None and process.poll() is None
+    probe_runner.shutdown()
+    assert process.poll() is not None, "the session's end ends the child"
 
 
 def test_hazard_lines_list_wrong_variants_and_sum_up_unguarded() -> None:
