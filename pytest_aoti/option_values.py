@@ -155,6 +155,17 @@ def probe_policy_problem(name: str, value: Any) -> str:
     return f"{name} must be one of {', '.join(PROBE_POLICIES)}, got {value!r}"
 
 
+HAZARD_VIEWS = ("summary", "all")
+
+
+def parse_hazard_view(text: str) -> str:
+    """``summary`` or ``all``: how the terminal lists deployment hazards."""
+    view = str(text).strip().lower()
+    if view not in HAZARD_VIEWS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(HAZARD_VIEWS)}, got {text!r}")
+    return view
+
+
 PROBE_LAYOUT_KINDS = (
     "channels_last",
     "channels_last_3d",

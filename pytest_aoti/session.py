@@ -423,13 +423,21 @@ class AotiSession:
         from pytest_aoti.reports.remote import remote_summary_lines
         from pytest_aoti.reports.terminal import write_summary
 
+        settings = self.settings
+        probed = not _is_xdist_worker(self.config) and any(
+            record.probes for record in self.collector.records
+        )
         write_summary(
             terminalreporter,
             self.collector,
             self.totals(),
-            durations=self.settings.durations,
-            report=self.settings.report,
-            remote=remote_summary_lines(self.settings.cache_url, self.remote_figures()),
+            durations=settings.durations,
+            report=settings.report,
+            remote=remote_summary_lines(settings.cache_url, self.remote_figures()),
+            hazards="all" if self.config.get_verbosity() > 0 else settings.hazards,
+            serving_checks=bool(settings.serving_checks),
+            # what the hazards were is kept where the plugin keeps its packages
+            memory=self.cache_root() if probed else None,
         )
 
     # -- figures ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import pytest
 from pytest_aoti.option_values import (
     CACHE_MODES,
     EXPORT_MODES,
+    HAZARD_VIEWS,
     HF_PREFIX,
     PROBE_KINDS,
     PROBE_LAYOUT_KINDS,
@@ -35,6 +36,7 @@ from pytest_aoti.option_values import (
     parse_cache_url,
     parse_devices,
     parse_export_modes,
+    parse_hazard_view,
     parse_json_object,
     parse_model_spec,
     parse_non_negative_int,
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_EXAMPLES",
     "DEFAULT_MAX_DIM",
     "EXPORT_MODES",
+    "HAZARD_VIEWS",
     "HF_PREFIX",
     "OPTIONS",
     "Option",
@@ -138,7 +141,7 @@ class Option:
     ini: str | None = ""
     """The ini key; by default the ``dest``; None for a command-line-only flag."""
     flag: bool = False
-    """A switch without a value (``store_true``); ``parse`` is not called."""
+    """A switch without a value (``store_true``); ``parse`` reads its ini twin, if any."""
 
     @property
     def dest(self) -> str:
@@ -267,6 +270,24 @@ OPTIONS = (
         marker=True,
         keyword=True,
         problem=probe_policy_problem,
+    ),
+    Option(
+        "aoti-serving-checks",
+        parse_switch,
+        False,
+        "Declare that the serving process sets AOTI_RUNTIME_CHECK_INPUTS=1: probe variants "
+        "the engine then refuses are neither hazards nor failures (ini "
+        "aoti_serving_checks = true). Default: off.",
+        check="serving_checks",
+        flag=True,
+    ),
+    Option(
+        "aoti-hazards",
+        parse_hazard_view,
+        "summary",
+        "How the summary lists deployment hazards: summary (what AOTI_RUNTIME_CHECK_INPUTS=1 "
+        "refuses in one paragraph, each program's other hazards, a warm run's unchanged ones "
+        "in one line) or all (every variant; also with -v). Default: summary.",
     ),
     Option(
         "probes_skip",
@@ -503,6 +524,7 @@ class AotiSettings:
     cache_remote: str = "readwrite"
     cache_storage_options: dict[str, Any] | None = None
     cache_trusted_keys: tuple[str, ...] = ()
+    hazards: str = "summary"
     check_options: dict[str, Any] = dataclass_field(default_factory=dict)
     """Command-line and ini values of per-check options, by keyword name; a row not read
     (a settings object made in code) has its default."""
@@ -568,7 +590,9 @@ def _value(config: pytest.Config, option: Option) -> Any:
     assert option.parse is not None
     given = config.getoption(option.dest) if option.cli else None
     if option.flag:
-        return bool(given)
+        if given or option.ini_key is None:
+            return bool(given)  # a switch given, or one without an ini twin
+        given = None  # not given: its ini twin decides
     if given is not None:
         return tuple(given) if option.many else given
     if option.ini_key is None:

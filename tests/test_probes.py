@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 from pytest_aoti.checks import probe_runner, probes
-from pytest_aoti.reports.hazards import hazard_lines
-from pytest_aoti.reports.records import CheckRecord
 
 PROBED = """
 import torch
@@ -83,6 +81,17 @@ def test_aliasing(aoti):
 """
 
 
+def hazards_section(lines: list[str]) -> list[str]:
+    """The lines of the terminal's hazards section, without its title."""
+    start = next(i for i, line in enumerate(lines) if "aoti: deployment hazards" in line)
+    section = []
+    for line in lines[start + 1 :]:
+        if line.startswith(("---", "===", "aoti: ")):
+            break
+        section.append(line)
+    return section
+
+
 def _by_test(report: Path) -> dict[str, dict[str, Any]]:
     checks = json.loads(report.read_text())["checks"]
     return {check["test"].split("::")[1].split("[")[0]: check for check in checks}
@@ -142,20 +151,32 @@ def test_probes_report_hazards_merged_under_xdist(run_aoti, pytester, tmp_path: 
         assert probe["outcome"] == "wrong"
         assert probe["refused_with_checks"] is False
 
+    # grouped by remedy: what input checks refuse in one paragraph naming no test, then
+    # only the programs with hazards input checks do not catch
     result.stdout.fnmatch_lines(
         [
             "*aoti: deployment hazards*",
-            "program * (cpu), *test_conv*",
-            "  wrong: input 'x' channels_last: max abs error *; refused with "
-            "AOTI_RUNTIME_CHECK_INPUTS=1",
-            "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process*",
+            "AOTI_RUNTIME_CHECK_INPUTS=1 refuses * variant(s) of * program(s) that their "
+            "engines run without it, with other results than eager: layouts *, sizes *",
+            "  remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process*",
         ]
     )
-    result.stdout.fnmatch_lines(["*wrong: input 'x, y' same tensor: max abs error*"])
-    result.stdout.fnmatch_lines(["unguarded: * variant(s) in * program(s) (*scalar 1*size *"])
-    assert "test_mlp" not in "\n".join(
-        line for line in result.stdout.lines if line.startswith("program ")
+    result.stdout.fnmatch_lines(
+        [
+            "*test_aliasing[[]cpu[]]: * hazard(s) input checks do not catch",
+            "  wrong: input 'x, y' same tensor: max abs error *; also runs with "
+            "AOTI_RUNTIME_CHECK_INPUTS=1",
+        ]
     )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_scalar[[]cpu[]]: * hazard(s) input checks do not catch",
+            "  unguarded: input 'scale' value=3.0: *",
+            "    remedy: pass scale as a tensor*",
+        ]
+    )
+    section = "\n".join(hazards_section(result.stdout.lines))
+    assert "test_conv" not in section and "test_mlp" not in section
     cases = {
         case.get("name"): {prop.get("name"): prop.get("value") for prop in case.iter("property")}
         for case in ElementTree.parse(junit).getroot().iter("testcase")
@@ -423,50 +444,6 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
     assert process is not None and process.poll() is None
     probe_runner.shutdown()
     assert process.poll() is not None, "the session's end ends the child"
-
-
-def test_hazard_lines_list_wrong_variants_and_sum_up_unguarded() -> None:
-    def record(test: str, program: str, *items: dict[str, Any]) -> CheckRecord:
-        return CheckRecord(
-            test=test,
-            device="cpu",
-            program=program,
-            cache_hit=False,
-            compile_seconds=0.0,
-            original_compile_seconds=0.0,
-            probes=list(items),
-        )
-
-    wrong = {
-        "input": "x",
-        "variant": "channels_last",
-        "kind": "channels_last",
-        "outcome": "wrong",
-        "max_abs": 5.37,
-        "max_rel": 2.0,
-        "refused_with_checks": True,
-        "remedy": "set AOTI_RUNTIME_CHECK_INPUTS=1",
-    }
-    loose = {**wrong, "variant": "size[0]=3", "kind": "size", "outcome": "unguarded"}
-    fine = {**wrong, "variant": "permuted", "outcome": "ok", "remedy": ""}
-    lines = hazard_lines(
-        [
-            record("t.py::a", "p1" * 10, wrong, loose),
-            record("t.py::b", "p1" * 10, wrong, loose),  # same program: listed once
-            record("t.py::c", "p2" * 10, fine, loose),
-        ]
-    )
-    assert lines == [
-        "program p1p1p1p1p1p1 (cpu), t.py::a:",
-        "  wrong: input 'x' channels_last: max abs error 5.37, max rel error 2; refused with "
-        "AOTI_RUNTIME_CHECK_INPUTS=1",
-        "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1",
-        "unguarded: 2 variant(s) in 2 program(s) (size 2) that the exported program refuses "
-        "run on the engine without an error, with other results than eager",
-        "  AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process refuses 2 of them; the JSON "
-        "report (--aoti-report) lists each",
-    ]
-    assert hazard_lines([record("t.py::c", "p2", fine)]) == []
 
 
 def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:
