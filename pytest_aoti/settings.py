@@ -12,7 +12,6 @@ Pure logic without torch: parsing here is what makes a bad value a usage error a
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -24,7 +23,6 @@ import pytest
 from pytest_aoti.option_values import (
     CACHE_MODES,
     EXPORT_MODES,
-    HAZARD_VIEWS,
     HF_PREFIX,
     PROBE_KINDS,
     PROBE_LAYOUT_KINDS,
@@ -50,6 +48,7 @@ from pytest_aoti.option_values import (
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
+    writable_dir_problem,
 )
 
 __all__ = [
@@ -59,7 +58,6 @@ __all__ = [
     "DEFAULT_EXAMPLES",
     "DEFAULT_MAX_DIM",
     "EXPORT_MODES",
-    "HAZARD_VIEWS",
     "HF_PREFIX",
     "OPTIONS",
     "Option",
@@ -275,9 +273,8 @@ OPTIONS = (
         "aoti-serving-checks",
         parse_switch,
         False,
-        "Declare that the serving process sets AOTI_RUNTIME_CHECK_INPUTS=1: probe variants "
-        "the engine then refuses are neither hazards nor failures (ini "
-        "aoti_serving_checks = true). Default: off.",
+        "The serving process sets AOTI_RUNTIME_CHECK_INPUTS=1: probe variants the engine then "
+        "refuses are neither hazards nor failures. Default: off.",
         check="serving_checks",
         flag=True,
     ),
@@ -285,9 +282,8 @@ OPTIONS = (
         "aoti-hazards",
         parse_hazard_view,
         "summary",
-        "How the summary lists deployment hazards: summary (what AOTI_RUNTIME_CHECK_INPUTS=1 "
-        "refuses in one paragraph, each program's other hazards, a warm run's unchanged ones "
-        "in one line) or all (every variant; also with -v). Default: summary.",
+        "Deployment hazards in the summary: summary (grouped by remedy, a warm run's unchanged "
+        "ones in one line) or all (every variant; also with -v). Default: summary.",
     ),
     Option(
         "probes_skip",
@@ -574,16 +570,9 @@ def _path(config: pytest.Config, text: str) -> Path:
 
 def _check_writable_dir(path: Path, option: Option) -> None:
     """Create ``path`` now, so an unusable directory stops the run before any compile."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise pytest.UsageError(
-            f"--{option.name}={path}: cannot write there ({error.strerror or error}); "
-            "pass a directory you can write to"
-        ) from None
+    problem = writable_dir_problem(path)
+    if problem:
+        raise pytest.UsageError(f"--{option.name}={path}: {problem}")
 
 
 def _value(config: pytest.Config, option: Option) -> Any:
