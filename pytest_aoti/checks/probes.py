@@ -15,11 +15,12 @@ same variant, and judges it against the exported program's own contract (the gua
 - ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
   returns something else (every engine without input checks shares this hazard).
 
-Variants are chosen in :mod:`probe_variants`. Every engine call runs in one child process
-per program (:mod:`probe_runner` starts :mod:`probe_child`): a variant
-may make the engine read out of bounds, and on CUDA an illegal access poisons the
-process. The same child loads the package a second time with the engine's input checks
-on, which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant.
+Variants are chosen in :mod:`probe_variants`. Every engine call runs in the test
+process's one long-lived child (:mod:`probe_runner` keeps :mod:`probe_child` running): a
+variant may make the engine read out of bounds, and on CUDA an illegal access poisons the
+process. The child loads each package a second time with the engine's input checks on,
+which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant (the
+variant's :func:`hazard_group`, and whether it :func:`fails` in a declared serving mode).
 Outcomes are a property of the engine: they are kept with the package (see
 :class:`ProbeCache`), so a warm run probes nothing.
 """
