@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 CACHE_MODES = ("off", "read", "readwrite")
@@ -155,6 +157,17 @@ def probe_policy_problem(name: str, value: Any) -> str:
     return f"{name} must be one of {', '.join(PROBE_POLICIES)}, got {value!r}"
 
 
+HAZARD_VIEWS = ("summary", "all")
+
+
+def parse_hazard_view(text: str) -> str:
+    """``summary`` or ``all``: how the terminal lists deployment hazards."""
+    view = str(text).strip().lower()
+    if view not in HAZARD_VIEWS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(HAZARD_VIEWS)}, got {text!r}")
+    return view
+
+
 PROBE_LAYOUT_KINDS = (
     "channels_last",
     "channels_last_3d",
@@ -271,3 +284,15 @@ def random_problem(name: str, value: Any) -> str:
     if value in RANDOM_MODES:
         return ""
     return f"{name} must be one of {', '.join(repr(mode) for mode in RANDOM_MODES)}, got {value!r}"
+
+
+def writable_dir_problem(path: Path) -> str:
+    """Create ``path`` and write a file there: ``""`` when that works, else what to do."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error}); pass a directory you can write to"
+    return ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -413,6 +414,9 @@ class AotiSession:
             store.evict()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        runner = sys.modules.get("pytest_aoti.checks.probe_runner")
+        if runner is not None:  # the probes ran: end their child process
+            runner.shutdown()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -420,18 +424,26 @@ class AotiSession:
         from pytest_aoti.reports.remote import remote_summary_lines
         from pytest_aoti.reports.terminal import write_summary
 
+        settings = self.settings
+        probed = not _is_xdist_worker(self.config) and any(
+            record.probes for record in self.collector.records
+        )
         write_summary(
             terminalreporter,
             self.collector,
             self.totals(),
-            durations=self.settings.durations,
-            report=self.settings.report,
+            durations=settings.durations,
+            report=settings.report,
             remote=remote_summary_lines(
-                self.settings.cache_url,
+                settings.cache_url,
                 self.remote_figures(),
-                mode=self.settings.cache_remote,
-                ini_trusted=self.settings.cache_trusted_keys,
+                mode=settings.cache_remote,
+                ini_trusted=settings.cache_trusted_keys,
             ),
+            hazards="all" if self.config.get_verbosity() > 0 else settings.hazards,
+            serving_checks=bool(settings.serving_checks),
+            # what the hazards were is kept where the plugin keeps its packages
+            memory=self.cache_root() if probed else None,
         )
 
     # -- figures ----------------------------------------------------------------------------

@@ -12,7 +12,6 @@ Pure logic without torch: parsing here is what makes a bad value a usage error a
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -35,6 +34,7 @@ from pytest_aoti.option_values import (
     parse_cache_url,
     parse_devices,
     parse_export_modes,
+    parse_hazard_view,
     parse_json_object,
     parse_model_spec,
     parse_non_negative_int,
@@ -50,6 +50,7 @@ from pytest_aoti.option_values import (
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
+    writable_dir_problem,
 )
 
 __all__ = [
@@ -140,7 +141,7 @@ class Option:
     ini: str | None = ""
     """The ini key; by default the ``dest``; None for a command-line-only flag."""
     flag: bool = False
-    """A switch without a value (``store_true``); ``parse`` is not called."""
+    """A switch without a value (``store_true``); ``parse`` reads its ini twin, if any."""
 
     @property
     def dest(self) -> str:
@@ -269,6 +270,22 @@ OPTIONS = (
         marker=True,
         keyword=True,
         problem=probe_policy_problem,
+    ),
+    Option(
+        "aoti-serving-checks",
+        parse_switch,
+        False,
+        "The serving process sets AOTI_RUNTIME_CHECK_INPUTS=1: probe variants the engine then "
+        "refuses are neither hazards nor failures. Default: off.",
+        check="serving_checks",
+        flag=True,
+    ),
+    Option(
+        "aoti-hazards",
+        parse_hazard_view,
+        "summary",
+        "Deployment hazards in the summary: summary (grouped by remedy, a warm run's unchanged "
+        "ones in one line) or all (every variant; also with -v). Default: summary.",
     ),
     Option(
         "probes_skip",
@@ -513,6 +530,7 @@ class AotiSettings:
     cache_storage_options: dict[str, Any] | None = None
     cache_trusted_keys: tuple[str, ...] = ()
     cache_not_before: float | None = None
+    hazards: str = "summary"
     check_options: dict[str, Any] = dataclass_field(default_factory=dict)
     """Command-line and ini values of per-check options, by keyword name; a row not read
     (a settings object made in code) has its default."""
@@ -562,23 +580,18 @@ def _path(config: pytest.Config, text: str) -> Path:
 
 def _check_writable_dir(path: Path, option: Option) -> None:
     """Create ``path`` now, so an unusable directory stops the run before any compile."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise pytest.UsageError(
-            f"--{option.name}={path}: cannot write there ({error.strerror or error}); "
-            "pass a directory you can write to"
-        ) from None
+    problem = writable_dir_problem(path)
+    if problem:
+        raise pytest.UsageError(f"--{option.name}={path}: {problem}")
 
 
 def _value(config: pytest.Config, option: Option) -> Any:
     assert option.parse is not None
     given = config.getoption(option.dest) if option.cli else None
     if option.flag:
-        return bool(given)
+        if given or option.ini_key is None:
+            return bool(given)  # a switch given, or one without an ini twin
+        given = None  # not given: its ini twin decides
     if given is not None:
         return tuple(given) if option.many else given
     if option.ini_key is None:

@@ -267,7 +267,8 @@ class AotiTester:
           raw engine is called with variants of the example (other layouts, sizes, dtypes,
           devices, scalar values, aliased inputs) and the hazards are reported
           (``CheckResult.probes``); ``probes="fail"`` fails the check where the engine
-          silently differs from eager on a variant the exported program accepts;
+          silently differs from eager on a variant the exported program accepts (with
+          ``--aoti-serving-checks``, not on one ``AOTI_RUNTIME_CHECK_INPUTS=1`` refuses);
           ``probes="off"`` runs none. ``probes_skip={"x": {"channels_last"}}`` (or a set for
           every input) leaves out variants the model deliberately does not support;
         - ``**options``: any other per-check option of :data:`pytest_aoti.settings.OPTIONS`

@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 from pytest_aoti.checks import probe_runner, probes
-from pytest_aoti.reports.hazards import hazard_lines
-from pytest_aoti.reports.records import CheckRecord
 
 PROBED = """
 import torch
@@ -83,6 +81,17 @@ def test_aliasing(aoti):
 """
 
 
+def hazards_section(lines: list[str]) -> list[str]:
+    """The lines of the terminal's hazards section, without its title."""
+    start = next(i for i, line in enumerate(lines) if "aoti: deployment hazards" in line)
+    section = []
+    for line in lines[start + 1 :]:
+        if line.startswith(("---", "===", "aoti: ")):
+            break
+        section.append(line)
+    return section
+
+
 def _by_test(report: Path) -> dict[str, dict[str, Any]]:
     checks = json.loads(report.read_text())["checks"]
     return {check["test"].split("::")[1].split("[")[0]: check for check in checks}
@@ -142,20 +151,32 @@ def test_probes_report_hazards_merged_under_xdist(run_aoti, pytester, tmp_path: 
         assert probe["outcome"] == "wrong"
         assert probe["refused_with_checks"] is False
 
+    # grouped by remedy: what input checks refuse in one paragraph naming no test, then
+    # only the programs with hazards input checks do not catch
     result.stdout.fnmatch_lines(
         [
             "*aoti: deployment hazards*",
-            "program * (cpu), *test_conv*",
-            "  wrong: input 'x' channels_last: max abs error *; refused with "
-            "AOTI_RUNTIME_CHECK_INPUTS=1",
-            "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process*",
+            "AOTI_RUNTIME_CHECK_INPUTS=1 refuses * variant(s) of * program(s) that their "
+            "engines run without it, with other results than eager: layouts *, sizes *",
+            "  remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process*",
         ]
     )
-    result.stdout.fnmatch_lines(["*wrong: input 'x, y' same tensor: max abs error*"])
-    result.stdout.fnmatch_lines(["unguarded: * variant(s) in * program(s) (*scalar 1*size *"])
-    assert "test_mlp" not in "\n".join(
-        line for line in result.stdout.lines if line.startswith("program ")
+    result.stdout.fnmatch_lines(
+        [
+            "*test_aliasing[[]cpu[]]: * hazard(s) input checks do not catch",
+            "  wrong: input 'x, y' same tensor: max abs error *; also runs with "
+            "AOTI_RUNTIME_CHECK_INPUTS=1",
+        ]
     )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_scalar[[]cpu[]]: * hazard(s) input checks do not catch",
+            "  unguarded: input 'scale' value=3.0: *",
+            "    remedy: pass scale as a tensor*",
+        ]
+    )
+    section = "\n".join(hazards_section(result.stdout.lines))
+    assert "test_conv" not in section and "test_mlp" not in section
     cases = {
         case.get("name"): {prop.get("name"): prop.get("value") for prop in case.iter("property")}
         for case in ElementTree.parse(junit).getroot().iter("testcase")
@@ -347,28 +368,38 @@ def test_variants_of_a_4d_input_and_a_python_scalar() -> None:
 
 
 _FAKE_CHILD = """
-import os, signal, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 import torch
 
-request = torch.load(sys.argv[1], weights_only=False)
-out = Path(sys.argv[2])
-for position, (index, checked) in enumerate(request["jobs"]):
-    (out / f"started-{position}").write_text("")
-    if index == 0 and not checked:
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if index == 2 and not checked:
-        time.sleep(600)
-    torch.save({"index": index, "checked": checked, "error": "refused"}, out / f"job-{position}.pt")
+answers = os.fdopen(os.dup(1), "w", buffering=1)
+for line in sys.stdin:
+    asked = json.loads(line)
+    request = torch.load(asked["request"], weights_only=False)
+    out = Path(asked["outdir"])
+    for position, (index, checked) in enumerate(request["jobs"]):
+        (out / f"started-{position}").write_text("")
+        if index == 0 and not checked and CRASH:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if index == 2 and not checked and CRASH:
+            time.sleep(600)
+        result = {"index": index, "checked": checked, "error": f"refused by {os.getpid()}"}
+        torch.save(result, out / f"job-{position}.pt")
+    answers.write(json.dumps({"done": True, "rss": 1}) + "\\n")
 """
+
+
+def _fake_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool) -> None:
+    child = tmp_path / "child.py"
+    child.write_text(f"CRASH = {crash}\n" + _FAKE_CHILD)
+    monkeypatch.setattr(probe_runner, "_CHILD", child)
+    monkeypatch.setattr(probe_runner, "_PROCESS", None)
 
 
 def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeypatch) -> None:
     import torch
 
-    child = tmp_path / "child.py"
-    child.write_text(_FAKE_CHILD)
-    monkeypatch.setattr(probe_runner, "_CHILD", child)
+    _fake_child(tmp_path, monkeypatch, crash=True)
 
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -381,54 +412,38 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     assert results[(0, False)]["crashed"] == (
         f"the engine crashed the process (signal {signal.SIGSEGV.value})"
     )
-    assert results[(1, False)] == {"index": 1, "checked": False, "error": "refused"}
+    assert results[(1, False)]["error"].startswith("refused by ")
     assert results[(2, False)]["crashed"].startswith("the engine did not return within")
     for index in range(3):
         assert results[(index, True)] == {"crashed": "not run: the probes ran out of time"}
+    assert probe_runner._child().starts == 2, "a crash and a hang each ended one child"
+    probe_runner.shutdown()
 
 
-def test_hazard_lines_list_wrong_variants_and_sum_up_unguarded() -> None:
-    def record(test: str, program: str, *items: dict[str, Any]) -> CheckRecord:
-        return CheckRecord(
-            test=test,
-            device="cpu",
-            program=program,
-            cache_hit=False,
-            compile_seconds=0.0,
-            original_compile_seconds=0.0,
-            probes=list(items),
-        )
+def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> None:
+    import torch
 
-    wrong = {
-        "input": "x",
-        "variant": "channels_last",
-        "kind": "channels_last",
-        "outcome": "wrong",
-        "max_abs": 5.37,
-        "max_rel": 2.0,
-        "refused_with_checks": True,
-        "remedy": "set AOTI_RUNTIME_CHECK_INPUTS=1",
-    }
-    loose = {**wrong, "variant": "size[0]=3", "kind": "size", "outcome": "unguarded"}
-    fine = {**wrong, "variant": "permuted", "outcome": "ok", "remedy": ""}
-    lines = hazard_lines(
-        [
-            record("t.py::a", "p1" * 10, wrong, loose),
-            record("t.py::b", "p1" * 10, wrong, loose),  # same program: listed once
-            record("t.py::c", "p2" * 10, fine, loose),
-        ]
-    )
-    assert lines == [
-        "program p1p1p1p1p1p1 (cpu), t.py::a:",
-        "  wrong: input 'x' channels_last: max abs error 5.37, max rel error 2; refused with "
-        "AOTI_RUNTIME_CHECK_INPUTS=1",
-        "    remedy: set AOTI_RUNTIME_CHECK_INPUTS=1",
-        "unguarded: 2 variant(s) in 2 program(s) (size 2) that the exported program refuses "
-        "run on the engine without an error, with other results than eager",
-        "  AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process refuses 2 of them; the JSON "
-        "report (--aoti-report) lists each",
-    ]
-    assert hazard_lines([record("t.py::c", "p2", fine)]) == []
+    _fake_child(tmp_path, monkeypatch, crash=False)
+    monkeypatch.setattr(probe_runner, "PACKAGES_PER_CHILD", 3)
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    variants = probes.choose_variants(program, (x,), {}, {})[:2]
+    pids = []
+    for _ in range(4):
+        results = probe_runner.run_child(program, variants, timeout=60)  # type: ignore[arg-type]
+        assert len(results) == 4
+        pids.append({result["error"] for result in results.values()})
+    assert all(len(seen) == 1 for seen in pids), "one child ran every job of a program"
+    assert pids[0] == pids[1] == pids[2] != pids[3], "three programs per child, then a new one"
+    process = probe_runner._child()._process
+    assert process is not None and process.poll() is None
+    probe_runner.shutdown()
+    assert process.poll() is not None, "the session's end ends the child"
 
 
 def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:

@@ -1,27 +1,35 @@
-"""The child process that calls an AOTInductor engine on deployment-probe inputs.
+"""The child process that calls AOTInductor engines on deployment-probe inputs.
 
-Run as ``python probe_child.py REQUEST OUTDIR`` by :mod:`pytest_aoti.checks.probes`, never
-imported by the plugin: an engine handed an input it was not compiled for may read or
-write out of bounds, and on CUDA an illegal access poisons the whole process. Here a
-crash costs this process only.
+Started once per test process (per xdist worker) as ``python probe_child.py --serve`` by
+:mod:`pytest_aoti.checks.probe_runner`, never imported by the plugin: an engine handed an
+input it was not compiled for may read or write out of bounds, and on CUDA an illegal
+access poisons the whole process. Here a crash costs this process only, and torch's import
+is paid once for every program the process probes.
+
+It reads one JSON line per program on stdin, ``{"request": REQUEST, "outdir": OUTDIR}``, and
+answers one JSON line on its own stdout once that program's jobs are done:
+``{"done": true, "rss": BYTES}``; end of input ends it. Anything torch or an engine prints
+goes to stderr, so it never garbles an answer.
 
 ``REQUEST`` is a ``torch.save``'d dict: ``package`` (the ``.pt2`` path), ``device_index``
 (None or the CUDA index the engine runs on), ``fresh`` (load an engine per job: the
-program mutates registered buffers), ``inputs`` (one ``(args, kwargs)`` per variant) and
-``jobs`` (``[variant index, checked]`` pairs, unchecked ones first); each input set is a
-flat list of the tensor inputs, in the program's order (the engine drops other leaves). For job ``k`` it
-writes ``OUTDIR/started-k`` before the call and ``OUTDIR/job-k.pt`` after it, so the
-parent knows which job a crash or a hang happened in.
+program mutates registered buffers), ``inputs`` (one flat list of the tensor inputs per
+variant, in the program's order: the engine drops other leaves) and ``jobs``
+(``[variant index, checked]`` pairs, unchecked ones first). For job ``k`` it writes
+``OUTDIR/started-k`` before the call and ``OUTDIR/job-k.pt`` after it, so the parent knows
+which job a crash or a hang happened in.
 
-Checked jobs run on a second engine loaded after ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set:
-the generated wrapper reads the variable once, in a function-level ``static`` of the
-package's library, on an engine's first call, and each load unpacks its own copy of that
-library, so the two engines of this process see different settings. Self-contained: it
-imports nothing of pytest-aoti.
+Checked jobs run on a second engine of the same package, called first with
+``AOTI_RUNTIME_CHECK_INPUTS=1`` set: the generated wrapper reads the variable once, in a
+function-level ``static`` of the package's library, on an engine's first call, and each
+load unpacks its own copy of that library, so every engine of this process keeps the
+setting it was first called with. Self-contained: it imports nothing of pytest-aoti.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,8 +46,16 @@ def _save(value: Any, path: Path) -> None:
     os.replace(partial, path)
 
 
-def main(request_path: str, outdir: str) -> int:
-    os.environ.pop(CHECK_INPUTS, None)  # the unchecked engine must read it unset
+def _set_checks(checked: bool) -> None:
+    # read by an engine's first call: set before every job, the unchecked ones unset
+    if checked:
+        os.environ[CHECK_INPUTS] = "1"
+    else:
+        os.environ.pop(CHECK_INPUTS, None)
+
+
+def probe(request_path: str, outdir: str) -> None:
+    """Run one program's jobs (see the module's docstring)."""
     import copy
 
     import torch
@@ -51,8 +67,6 @@ def main(request_path: str, outdir: str) -> int:
     engines: dict[bool, Any] = {}
 
     def engine(checked: bool) -> Any:
-        if checked:
-            os.environ[CHECK_INPUTS] = "1"
         if request.get("fresh") or checked not in engines:
             # the loader itself, without torch._inductor's imports (seconds): the same
             # runner aoti_load_package returns, called with the flat tensor inputs
@@ -66,6 +80,7 @@ def main(request_path: str, outdir: str) -> int:
         flat = copy.deepcopy(request["inputs"][index])  # keeps aliasing within the set
         result: dict[str, Any] = {"index": index, "checked": checked}
         try:
+            _set_checks(checked)
             runner = engine(checked)
             with torch.no_grad():
                 outputs = runner.boxed_run(list(flat))
@@ -80,8 +95,33 @@ def main(request_path: str, outdir: str) -> int:
             useful = [line for line in lines if "unmatched" in line or "Error:" in line]
             result["error"] = (useful or lines or [type(error).__name__])[0].strip()[:300]
         _save(result, out / f"job-{position}.pt")
+    _set_checks(False)
+    engines.clear()
+    gc.collect()
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (0 where it cannot be read)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def serve() -> int:
+    """Answer requests from stdin until it ends."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # what torch or an engine prints must not garble an answer
+    _set_checks(False)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        asked = json.loads(line)
+        probe(asked["request"], asked["outdir"])
+        answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(serve())

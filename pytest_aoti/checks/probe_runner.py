@@ -1,21 +1,28 @@
-"""Runs the engine on probe variants in child processes (:mod:`probe_child`).
+"""Runs the engine on probe variants in a long-lived child process (:mod:`probe_child`).
 
-One child per program runs every variant, first on an engine without input checks, then
-on one loaded with ``AOTI_RUNTIME_CHECK_INPUTS=1``. A crash or a hang ends that child only:
-the job it died in is recorded as such, and a new child goes on with the rest, until the
-time for the program's probes is spent.
+One child per test process (per xdist worker) probes every program in turn: each
+variant first on an engine without input checks, then on one called with
+``AOTI_RUNTIME_CHECK_INPUTS=1``. So torch's import is paid once per session, not per
+program. A crash or a hang ends that child only: the job it died in is recorded as such,
+and a new child goes on with the rest, until the time for the program's probes is spent.
+The child is also replaced after :data:`PACKAGES_PER_CHILD` programs or above
+:data:`MEMORY_CAP` (each load leaves about its package's size resident), and shut down
+with the session (:func:`shutdown`).
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
+import json
 import os
+import selectors
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_aoti.checks.probe_variants import Variant
@@ -23,6 +30,12 @@ if TYPE_CHECKING:
 
 CHILD_TIMEOUT = 120.0
 """Seconds one child process may run (startup and every job together)."""
+
+PACKAGES_PER_CHILD = 32
+"""Programs one child probes before a fresh one takes over."""
+
+MEMORY_CAP = 2 * 2**30
+"""Resident bytes above which the child is replaced after its current program."""
 
 _CHILD = Path(__file__).with_name("probe_child.py")
 
@@ -62,7 +75,7 @@ def run_child(
             request = torch.load(request_path, weights_only=False)
             request["jobs"] = remaining
             torch.save(request, request_path)
-            why = _spawn(request_path, outdir, max(1.0, deadline - time.monotonic()))
+            why = _child().run(request_path, outdir, max(1.0, deadline - time.monotonic()))
             done = 0
             for position, job in enumerate(remaining):
                 path = outdir / f"job-{position}.pt"
@@ -114,27 +127,139 @@ def with_tensors(
     return tuple(args), dict(kwargs)
 
 
-def _spawn(request: Path, outdir: Path, timeout: float) -> str | None:
-    """Run the child; None when it exited normally, else why it did not."""
-    env = dict(os.environ)
-    env.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
-    # the child only loads a package built on this machine: skip the ISA probe's compile
-    env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-    try:
-        completed = subprocess.run(
-            [sys.executable, str(_CHILD), str(request), str(outdir)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"the engine did not return within {timeout:.0f} s"
-    if completed.returncode == 0:
+class ProbeProcess:
+    """The long-lived child: started on first use, replaced after a crash, a hang,
+    :data:`PACKAGES_PER_CHILD` programs or above :data:`MEMORY_CAP`."""
+
+    def __init__(self, script: Path) -> None:
+        self.script = script
+        self.starts = 0
+        """Children started so far (one unless one crashed, hung or was replaced)."""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._packages = 0
+
+    def run(self, request: Path, outdir: Path, timeout: float) -> str | None:
+        """Have the child run ``request``'s jobs; None when it answered, else why not
+        (the child is then gone, and the next call starts another)."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            process = self._start()
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            asked = {"request": str(request), "outdir": str(outdir)}
+            process.stdin.write((json.dumps(asked) + "\n").encode())
+            process.stdin.flush()
+        except OSError:
+            return self._failed()
+        line = _read_line(process.stdout, timeout)
+        if line is None:
+            self.close()
+            return f"the engine did not return within {timeout:.0f} s"
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or not answer.get("done"):
+            return self._failed()
+        self._packages += 1
+        if self._packages >= PACKAGES_PER_CHILD or int(answer.get("rss") or 0) > MEMORY_CAP:
+            self.close()
         return None
-    if completed.returncode < 0:
-        return f"the engine crashed the process (signal {-completed.returncode})"
-    tail = completed.stderr.decode(errors="replace").strip().splitlines()
-    return f"the probe process failed: {tail[-1] if tail else completed.returncode}"
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.close()
+        env = dict(os.environ)
+        env.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
+        # the child only loads packages built on this machine: skip the ISA probe's compile
+        env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+        self._stderr = tempfile.TemporaryFile(prefix="pytest-aoti-probes-")
+        self._process = subprocess.Popen(
+            [sys.executable, str(self.script), "--serve"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        self._packages = 0
+        self.starts += 1
+        return self._process
+
+    def _failed(self) -> str:
+        """Why the child stopped without an answer; the child is gone after it."""
+        process = self._process
+        assert process is not None
+        try:
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        tail = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            tail = lines[-1] if lines else ""
+        self.close()
+        if code is not None and code < 0:
+            return f"the engine crashed the process (signal {-code})"
+        return f"the probe process failed: {tail or code}"
+
+    def close(self) -> None:
+        """End the child: end of input first, then a kill if it does not exit."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.stdin is not None:
+                try:
+                    process.stdin.close()
+                except OSError:
+                    pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
+    """One line from ``stream`` within ``timeout`` seconds; None on a timeout; what was read
+    (possibly empty) when the stream ends."""
+    deadline = time.monotonic() + timeout
+    fd = stream.fileno()
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+_PROCESS: ProbeProcess | None = None
+
+
+def _child() -> ProbeProcess:
+    """This process's probe child (see :class:`ProbeProcess`)."""
+    global _PROCESS
+    if _PROCESS is None or _PROCESS.script != _CHILD:
+        if _PROCESS is not None:
+            _PROCESS.close()
+        _PROCESS = ProbeProcess(_CHILD)
+        atexit.register(_PROCESS.close)
+    return _PROCESS
+
+
+def shutdown() -> None:
+    """End this process's probe child, if there is one (at the end of the session)."""
+    global _PROCESS
+    if _PROCESS is not None:
+        _PROCESS.close()
+        _PROCESS = None

@@ -15,11 +15,12 @@ same variant, and judges it against the exported program's own contract (the gua
 - ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
   returns something else (every engine without input checks shares this hazard).
 
-Variants are chosen in :mod:`probe_variants`. Every engine call runs in one child process
-per program (:mod:`probe_runner` starts :mod:`probe_child`): a variant
-may make the engine read out of bounds, and on CUDA an illegal access poisons the
-process. The same child loads the package a second time with the engine's input checks
-on, which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant.
+Variants are chosen in :mod:`probe_variants`. Every engine call runs in the test
+process's one long-lived child (:mod:`probe_runner` keeps :mod:`probe_child` running): a
+variant may make the engine read out of bounds, and on CUDA an illegal access poisons the
+process. The child loads each package a second time with the engine's input checks on,
+which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant (the
+variant's :func:`hazard_group`, and whether it :func:`fails` in a declared serving mode).
 Outcomes are a property of the engine: they are kept with the package (see
 :class:`ProbeCache`), so a warm run probes nothing.
 """
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from pytest_aoti.tolerance import Tolerance
 
 __all__ = [
+    "GROUPS",
     "KINDS",
     "OUTCOMES",
     "POLICIES",
@@ -63,6 +65,8 @@ __all__ = [
     "check_policy",
     "check_skip",
     "choose_variants",
+    "fails",
+    "hazard_group",
     "probe_failure",
     "run_probes",
 ]
@@ -70,6 +74,28 @@ __all__ = [
 POLICIES = ("off", "report", "fail")
 OUTCOMES = ("ok", "refused", "wrong", "unguarded")
 HAZARDS = ("wrong", "unguarded")
+GROUPS = ("none", "input_checks", "silent")
+"""What a variant's outcome asks of a user: ``none`` (the engine is right or refuses it),
+``input_checks`` (a hazard ``AOTI_RUNTIME_CHECK_INPUTS=1`` in the serving process removes:
+the checked engine refuses it), ``silent`` (a hazard that stays with input checks, or one
+whose checked run gave no answer)."""
+
+
+def hazard_group(outcome: str, refused_with_checks: bool | None) -> str:
+    """The :data:`GROUPS` entry of a variant's outcome."""
+    if outcome not in HAZARDS:
+        return "none"
+    return "input_checks" if refused_with_checks is True else "silent"
+
+
+def fails(outcome: str, refused_with_checks: bool | None, serving_checks: bool) -> bool:
+    """Whether ``probes="fail"`` fails a variant: a ``wrong`` one (the exported program
+    accepts it), unless the serving process is declared to set
+    ``AOTI_RUNTIME_CHECK_INPUTS=1`` and the checked engine refuses it. ``unguarded`` ones
+    (the exported program refuses them, a new scalar value among them) never fail."""
+    if outcome != "wrong":
+        return False
+    return not (serving_checks and refused_with_checks is True)
 
 
 PROBE_FORMAT = 1
@@ -96,12 +122,18 @@ class ProbeOutcome:
     detail: str = ""
     """The engine's error, a shape mismatch, a crash: what the figures do not say."""
 
+    @property
+    def group(self) -> str:
+        """Its :data:`GROUPS` entry."""
+        return hazard_group(self.outcome, self.refused_with_checks)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for name in ("max_abs", "max_rel"):  # JSON holds no inf or NaN
             value = data[name]
             if isinstance(value, float) and not math.isfinite(value):
                 data[name] = str(value)
+        data["group"] = self.group
         return data
 
     @classmethod
@@ -142,6 +174,14 @@ class ProbeReport:
     def unguarded(self) -> list[ProbeOutcome]:
         return [outcome for outcome in self.outcomes if outcome.outcome == "unguarded"]
 
+    def failing(self, serving_checks: bool = False) -> list[ProbeOutcome]:
+        """The variants ``probes="fail"`` fails (see :func:`fails`)."""
+        return [
+            item
+            for item in self.outcomes
+            if fails(item.outcome, item.refused_with_checks, serving_checks)
+        ]
+
     def to_json(self) -> list[dict[str, Any]]:
         return [outcome.to_json() for outcome in self.outcomes]
 
@@ -165,8 +205,9 @@ def check_policy(value: Any, where: str = "probes") -> str:
 
 class ProbesCheck:
     """Deployment probes of a program that passed every other check (``probes=`` off,
-    report or fail; ``probes_skip=``): the outcomes are the ``probes`` figure; under
-    ``fail`` a ``wrong`` variant fails the check."""
+    report or fail; ``probes_skip=``; ``serving_checks``): the outcomes are the ``probes``
+    figure; under ``fail`` a ``wrong`` variant fails the check, except, with serving checks
+    declared, one the engine refuses with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
 
     name = "probes"
 
@@ -184,8 +225,9 @@ class ProbesCheck:
             skip=check_skip(plan.probes_skip),
             cache=context.sidecars,
         )
-        if check_policy(plan.probes) == "fail" and report.wrong:
-            raise probe_failure(report, variants, plan.module, context.triage)
+        failing = report.failing(bool(plan.serving_checks))
+        if check_policy(plan.probes) == "fail" and failing:
+            raise probe_failure(report, variants, plan.module, context.triage, failing)
         return Outcome(figures={"probes": report})
 
 
@@ -470,12 +512,13 @@ def probe_failure(
     variants: list[Variant],
     module: torch.nn.Module,
     triage: Triage | None = None,
+    failing: list[ProbeOutcome] | None = None,
 ) -> AotiCheckError:
-    """The ``fail`` policy's error: every ``wrong`` variant, the first one's input set in
-    the repro bundle (its replay, made by ``triage``)."""
+    """The ``fail`` policy's error: every ``failing`` variant (by default every ``wrong``
+    one), the first one's input set in the repro bundle (its replay, made by ``triage``)."""
     from pytest_aoti.findings import Finding
 
-    wrong = report.wrong
+    wrong = report.wrong if failing is None else failing
     first = wrong[0]
     lines = [
         f"input '{item.input}' {item.variant}: {item.figures()}"
@@ -506,7 +549,7 @@ def probe_failure(
                 "variant the model does not support",
             ),
             stage="compile",
-            extra={"probes": report.to_json()},
+            extra={"probes": report.to_json(), "probes_cached": report.cached},
         )
     )
     chosen = next(

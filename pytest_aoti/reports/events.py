@@ -144,12 +144,14 @@ class ItemEvents:
             probes = result.probes
             if probes is not None:
                 record.probes = probes.to_json()
+                record.probes_cached = probes.cached
                 if probes.error:  # the probes could not run: a note, never a failure
                     self._item.user_properties.append(("aoti_probes_error", probes.error))
         if error is not None:
             record.finding = error.finding.to_json()
             if error.finding.kind == "probe":  # probes="fail": the outcomes that failed it
                 record.probes = list(error.finding.extra.get("probes", []))
+                record.probes_cached = bool(error.finding.extra.get("probes_cached"))
             figures = error.finding.figures
             if figures is not None:
                 record.max_abs, record.max_rel = figures.max_abs, figures.max_rel

@@ -1,18 +1,44 @@
-"""The "deployment hazards" section of the terminal summary, from the checks' probe records.
+"""The "deployment hazards" section of the terminal summary, grouped by remedy.
 
-Per program, each ``wrong`` variant (the exported program accepts it, the engine silently
-returns something else) with its figures and remedy; the ``unguarded`` ones (the exported
-program refuses them, the engine runs them anyway) are common to every engine without input
-checks, so they are summed up in a line or two for the whole run.
+By default (``--aoti-hazards=summary``) one short paragraph says what
+``AOTI_RUNTIME_CHECK_INPUTS=1`` in the serving process would refuse (how many programs,
+variants by kind, the remedy once): on real models that is nearly every hazard, and one
+setting removes it. Then, per program (named by its test id), only the hazards that stay
+silent even with input checks (aliasing, a scalar the engine does not refuse, any variant
+whose checked run is unknown), each with its figures and remedy. With serving checks
+declared (``--aoti-serving-checks``) the refused ones are no hazards: the paragraph says
+so in a line. A warm run's programs whose outcomes came from the cache and did not change
+since a run last showed them are one line (see :mod:`pytest_aoti.reports.last_hazards`).
+``--aoti-hazards=all`` (or ``-v``) lists every variant of every probed program.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_aoti.option_values import PROBE_LAYOUT_KINDS
+from pytest_aoti.reports.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.reports.records import CheckRecord
+
+_KIND_WORDS = {
+    **{kind: "layouts" for kind in PROBE_LAYOUT_KINDS},
+    "size": "sizes",
+    "dtype": "dtypes",
+    "device": "devices",
+    "scalar": "scalars",
+    "aliased": "aliasing",
+}
+_WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "other")
+
+CHECKS_REMEDY = (
+    "  remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process (then declare it: "
+    "--aoti-serving-checks), or call the engine with inputs as exported (contiguous, the "
+    "exported sizes, dtypes and devices)"
+)
 
 
 class _Terminal(Protocol):
@@ -21,56 +47,159 @@ class _Terminal(Protocol):
     def write_line(self, line: str) -> Any: ...
 
 
-def programs_probed(
-    records: Sequence[CheckRecord],
-) -> list[tuple[CheckRecord, list[dict[str, Any]]]]:
-    """One record per probed program and device (the first test that probed it)."""
-    seen: set[tuple[str, str]] = set()
-    found = []
+@dataclass(frozen=True)
+class Probed:
+    """One probed program on one device: its first test's record and whether every test
+    that used it got the outcomes from the cache."""
+
+    record: CheckRecord
+    probes: list[dict[str, Any]]
+    cached: bool
+
+    @property
+    def slot(self) -> str:
+        return f"{self.record.program}@{self.record.device}"
+
+    def digest(self, serving_checks: bool = False) -> str:
+        """What the section shows of it: its outcomes, and whether serving checks were
+        declared (which changes what is a hazard)."""
+        return outcomes_digest(self.probes) + (":serving" if serving_checks else "")
+
+    def grouped(self, group: str) -> list[dict[str, Any]]:
+        return [probe for probe in self.probes if group_of(probe) == group]
+
+    @property
+    def hazardous(self) -> bool:
+        return any(group_of(probe) != "none" for probe in self.probes)
+
+
+def group_of(probe: Mapping[str, Any]) -> str:
+    """A probe's group (``none``, ``input_checks``, ``silent``), from its outcome."""
+    from pytest_aoti.checks.probes import hazard_group
+
+    checks = probe.get("refused_with_checks")
+    return hazard_group(str(probe.get("outcome")), None if checks is None else bool(checks))
+
+
+def programs_probed(records: Sequence[CheckRecord]) -> list[Probed]:
+    """One entry per probed program and device (named by the first test that probed it)."""
+    first: dict[tuple[str, str], CheckRecord] = {}
+    cached: dict[tuple[str, str], bool] = {}
     for record in records:
-        slot = (record.program, record.device)
-        if record.probes and slot not in seen:
-            seen.add(slot)
-            found.append((record, record.probes))
-    return found
-
-
-def hazard_lines(records: Sequence[CheckRecord]) -> list[str]:
-    """The section's lines; empty when no probe found a hazard."""
-    lines: list[str] = []
-    unguarded: list[Mapping[str, Any]] = []
-    programs_unguarded = 0
-    for record, probes in programs_probed(records):
-        wrong = [probe for probe in probes if probe.get("outcome") == "wrong"]
-        loose = [probe for probe in probes if probe.get("outcome") == "unguarded"]
-        unguarded += loose
-        programs_unguarded += bool(loose)
-        if not wrong:
+        if not record.probes:
             continue
-        lines.append(f"program {record.program[:12]} ({record.device}), {record.test}:")
-        for probe in wrong:
-            lines.append(f"  wrong: input '{probe['input']}' {probe['variant']}: {_figures(probe)}")
-            if probe.get("remedy"):
-                lines.append(f"    remedy: {probe['remedy']}")
-    if unguarded:
-        kinds = Counter(str(probe.get("kind") or "other") for probe in unguarded)
-        refused = sum(1 for probe in unguarded if probe.get("refused_with_checks"))
-        by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-        lines.append(
-            f"unguarded: {len(unguarded)} variant(s) in {programs_unguarded} program(s) "
-            f"({by_kind}) that the exported program refuses run on the engine without an "
-            "error, with other results than eager"
-        )
-        lines.append(
-            f"  AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process refuses {refused} of them; "
-            "the JSON report (--aoti-report) lists each"
-        )
+        slot = (record.program, record.device)
+        first.setdefault(slot, record)
+        cached[slot] = cached.get(slot, True) and record.probes_cached
+    return [Probed(record, record.probes, cached[slot]) for slot, record in first.items()]
+
+
+def hazard_lines(
+    records: Sequence[CheckRecord],
+    *,
+    view: str = "summary",
+    serving_checks: bool = False,
+    last: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The section's lines; empty when no probe found a hazard. ``last``: the digests of
+    what the last runs showed, by slot (:func:`~pytest_aoti.reports.last_hazards.read_last`)."""
+    probed = [item for item in programs_probed(records) if item.hazardous]
+    if not probed:
+        return []
+    if view == "all":
+        return _every_variant(programs_probed(records))
+    last = last or {}
+    kept = [
+        item
+        for item in probed
+        if item.cached and last.get(item.slot) == item.digest(serving_checks)
+    ]
+    shown = [item for item in probed if item not in kept]
+    lines = _refused_paragraph(shown, serving_checks)
+    for item in shown:
+        silent = item.grouped("silent")
+        if silent:
+            lines.append(f"{item.record.label}: {len(silent)} hazard(s) input checks do not catch")
+            lines += _variant_lines(silent)
+    if kept:
+        lines.append(f"{len(kept)} program(s) keep the hazards of the last run: -v lists them")
+    elif lines:
+        lines.append("-v or --aoti-hazards=all lists every variant")
     return lines
 
 
-def write_hazards(terminal: _Terminal, records: Sequence[CheckRecord]) -> None:
-    """Write the section, titled, when there is something to say."""
-    lines = hazard_lines(records)
+def _refused_paragraph(shown: Sequence[Probed], serving_checks: bool) -> list[str]:
+    refused = [(item, probe) for item in shown for probe in item.grouped("input_checks")]
+    if not refused:
+        return []
+    words = Counter(_KIND_WORDS.get(str(probe.get("kind")), "other") for _, probe in refused)
+    by_kind = ", ".join(f"{word} {words[word]}" for word in _WORD_ORDER if words[word])
+    programs = len({item.slot for item, _ in refused})
+    if serving_checks:
+        return [
+            f"AOTI_RUNTIME_CHECK_INPUTS=1, declared set by the serving process, refuses "
+            f"{len(refused)} variant(s) of {programs} program(s) ({by_kind}): not hazards"
+        ]
+    return [
+        f"AOTI_RUNTIME_CHECK_INPUTS=1 refuses {len(refused)} variant(s) of {programs} "
+        f"program(s) that their engines run without it, with other results than eager: "
+        f"{by_kind}",
+        CHECKS_REMEDY,
+    ]
+
+
+def _variant_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each variant with its figures; each remedy once, after the variants it applies to."""
+    by_remedy: dict[str, list[Mapping[str, Any]]] = {}
+    for probe in probes:
+        by_remedy.setdefault(str(probe.get("remedy") or ""), []).append(probe)
+    lines = []
+    for remedy, items in by_remedy.items():
+        for probe in items:
+            lines.append(
+                f"  {probe.get('outcome')}: input '{probe.get('input')}' "
+                f"{probe.get('variant')}: {_figures(probe)}"
+            )
+        if remedy:
+            lines.append(f"    remedy: {remedy}")
+    return lines
+
+
+def _every_variant(probed: Sequence[Probed]) -> list[str]:
+    lines = []
+    for item in probed:
+        lines.append(f"{item.record.label} (program {item.record.program[:12]}):")
+        hazards = [probe for probe in item.probes if group_of(probe) != "none"]
+        for probe in hazards:
+            lines.append(
+                f"  {probe.get('outcome')}: input '{probe.get('input')}' "
+                f"{probe.get('variant')}: {_figures(probe)}"
+            )
+            if probe.get("remedy"):
+                lines.append(f"    remedy: {probe['remedy']}")
+        fine = [
+            f"{probe.get('input')} {probe.get('variant')} {probe.get('outcome')}"
+            for probe in item.probes
+            if group_of(probe) == "none"
+        ]
+        if fine:
+            lines.append(f"  not hazards: {', '.join(fine)}")
+    return lines
+
+
+def write_hazards(
+    terminal: _Terminal,
+    records: Sequence[CheckRecord],
+    *,
+    view: str = "summary",
+    serving_checks: bool = False,
+    memory: Path | None = None,
+) -> None:
+    """Write the section, titled, when there is something to say; remember what the
+    probed programs' outcomes were in ``memory`` (the plugin's cache directory)."""
+    probed = programs_probed(records)
+    lines = hazard_lines(records, view=view, serving_checks=serving_checks, last=read_last(memory))
+    keep(memory, {item.slot: item.digest(serving_checks) for item in probed})
     if not lines:
         return
     terminal.write_sep("-", "aoti: deployment hazards")
@@ -87,7 +216,9 @@ def _figures(probe: Mapping[str, Any]) -> str:
         if max_rel is not None:
             text += f", max rel error {float(max_rel):.3g}"
     checks = probe.get("refused_with_checks")
-    if checks is not None:
+    if checks is None:
+        text += "; unknown whether AOTI_RUNTIME_CHECK_INPUTS=1 refuses it"
+    else:
         text += "; refused with" if checks else "; also runs with"
         text += " AOTI_RUNTIME_CHECK_INPUTS=1"
     return text

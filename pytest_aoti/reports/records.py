@@ -70,11 +70,13 @@ class CheckRecord:
     torch raised from its own frames while exporting and compiling, skipped input sets."""
     probes: list[dict[str, Any]] = field(default_factory=list)
     """Deployment probes of the program: ``input``, ``variant``, ``outcome``, ``max_abs``,
-    ``max_rel``, ``refused_with_checks``, ``remedy`` per variant."""
+    ``max_rel``, ``refused_with_checks``, ``remedy``, ``group`` per variant."""
     buffers: list[dict[str, Any]] = field(default_factory=list)
     """The registered buffers the program mutates, read back from the engine and compared
     with eager's after every call: ``name``, ``verified``, ``calls_compared``, ``max_abs``,
     ``max_rel``, and ``reason`` where not verified."""
+    probes_cached: bool = False
+    """The probes' outcomes came from the cache: no engine was called for them."""
 
     @property
     def speed_ratio(self) -> float | None:

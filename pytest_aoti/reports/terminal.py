@@ -79,9 +79,14 @@ def write_summary(
     durations: int,
     report: Path | None,
     remote: Sequence[str] = (),
+    hazards: str = "summary",
+    serving_checks: bool = False,
+    memory: Path | None = None,
 ) -> None:
     """Everything pytest-aoti adds to pytest's terminal summary; ``remote``: the remote
-    store's lines (:func:`pytest_aoti.reports.remote.remote_summary_lines`)."""
+    store's lines (:func:`pytest_aoti.reports.remote.remote_summary_lines`); ``hazards``,
+    ``serving_checks`` and ``memory``: how the deployment hazards are shown and where what
+    they were is remembered (:func:`pytest_aoti.reports.hazards.write_hazards`)."""
     if collector.inferred:
         reporter.write_sep("-", "aoti: inferred dynamic_shapes")
         for nodeid, text in sorted(collector.inferred):
@@ -105,7 +110,7 @@ def write_summary(
             f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
             f"{devices}: device memory is measured on CUDA only"
         )
-    write_hazards(reporter, records)
+    write_hazards(reporter, records, view=hazards, serving_checks=serving_checks, memory=memory)
     if collector.cache_problems:
         reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
         for problem in collector.cache_problems:
