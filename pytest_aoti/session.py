@@ -425,8 +425,11 @@ class AotiSession:
         from pytest_aoti.reports.terminal import write_summary
 
         settings = self.settings
-        probed = not _is_xdist_worker(self.config) and any(
-            record.probes for record in self.collector.records
+        # what the hazards were is kept only where the run may write its cache
+        probed = (
+            settings.cache_mode == "readwrite"
+            and not _is_xdist_worker(self.config)
+            and any(record.probes for record in self.collector.records)
         )
         write_summary(
             terminalreporter,
@@ -442,7 +445,7 @@ class AotiSession:
             ),
             hazards="all" if self.config.get_verbosity() > 0 else settings.hazards,
             serving_checks=bool(settings.serving_checks),
-            # what the hazards were is kept where the plugin keeps its packages
+            # kept where the plugin keeps its packages
             memory=self.cache_root() if probed else None,
         )
 
