@@ -228,6 +228,18 @@ def count_problem(name: str, value: Any) -> str:
     return f"{name} must be a positive int, got {value!r}"
 
 
+def non_negative_problem(name: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return ""
+    return f"{name} must be an int >= 0, got {value!r}"
+
+
+def switch_problem(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return ""
+    return f"{name} must be True or False, got {value!r}"
+
+
 def bytes_problem(name: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return ""

@@ -31,6 +31,7 @@ from pytest_aoti.option_values import (
     RANDOM_MODES,
     bytes_problem,
     count_problem,
+    non_negative_problem,
     parse_cache_mode,
     parse_cache_url,
     parse_devices,
@@ -48,6 +49,7 @@ from pytest_aoti.option_values import (
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
+    switch_problem,
 )
 
 __all__ = [
@@ -206,6 +208,7 @@ OPTIONS = (
         "torch.export's strict mode, above the export-options hook and --aoti-export.",
         marker=True,
         keyword=True,
+        problem=switch_problem,
     ),
     Option(
         "aoti-inductor-configs",
@@ -225,6 +228,7 @@ OPTIONS = (
         check="examples",
         marker=True,
         keyword=True,
+        problem=non_negative_problem,
     ),
     Option(
         "aoti-max-dim",
@@ -233,6 +237,7 @@ OPTIONS = (
         f"Largest size drawn for a generated dim, and the cap of unbounded ranges. Default: {DEFAULT_MAX_DIM}.",
         check="max_dim",
         marker=True,
+        problem=count_problem,
     ),
     Option(
         "aoti-localize",
@@ -242,6 +247,7 @@ OPTIONS = (
         "first diverging graph node and its source line: on or off. Default: on.",
         check="localize",
         marker=True,
+        problem=switch_problem,
     ),
     Option(
         "aoti-random",

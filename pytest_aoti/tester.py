@@ -180,6 +180,8 @@ class AotiTester:
         from pytest_aoti.compiling.pipeline import export_module
 
         _check_module_and_inputs(module, args, kwargs)
+        if option_problem("strict", strict):
+            raise AotiUsageError(option_problem("strict", strict))
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
         check_inductor_configs(settings.inductor_configs)
         device_module = self._module_on_device(module)
@@ -287,6 +289,9 @@ class AotiTester:
         _check_module_and_inputs(module, args, kwargs)
         kwargs = dict(kwargs or {})
         samples = _checked_samples(samples, dynamic_shapes)
+        for sample in samples:
+            _check_not_meta(module, sample, None)
+        _check_declarations(mutates, mutated_buffers)
         if calls is not None and (
             not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
         ):
@@ -497,6 +502,31 @@ def _check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
         )
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise AotiUsageError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    _check_not_meta(module, args, kwargs)
+
+
+def _check_not_meta(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+    """A tensor on the ``meta`` device has a shape but no data: nothing can run on it."""
+    __tracebackhide__ = True
+    import torch
+    import torch.utils._pytree as pytree
+
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if tensor.is_meta:
+            raise AotiUsageError(
+                f"the module's {name!r} is on the meta device (a shape, no data); "
+                "materialize it first, e.g. module.to_empty(device=...) then load_state_dict"
+            )
+    leaves, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs or {})))
+    for path, leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and leaf.is_meta:
+            where = ("args" if getattr(path[0], "idx", 0) == 0 else "kwargs") + pytree.keystr(
+                path[1:]
+            )
+            raise AotiUsageError(
+                f"input {where} is on the meta device (a shape, no data); "
+                "pass a tensor with values, e.g. torch.randn(..., device='cpu')"
+            )
 
 
 def _checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]:
@@ -517,6 +547,36 @@ def _checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]
             'samples need dynamic_shapes: pass a torch.export spec or dynamic_shapes="auto"'
         )
     return list(samples)
+
+
+def _check_declarations(mutates: Any, mutated_buffers: Any) -> None:
+    """``mutates=`` and ``mutated_buffers=`` have the right types before anything compiles."""
+    __tracebackhide__ = True
+    if mutates is not None:
+        if not isinstance(mutates, Mapping):
+            raise AotiUsageError(
+                "mutates must be a dict of input name to expected value, e.g. "
+                f'mutates={{"x": expected}} (or {{}}: none), got {type(mutates).__name__}'
+            )
+        bad = [key for key in mutates if not isinstance(key, str)]
+        if bad:
+            raise AotiUsageError(
+                f"mutates must be keyed by input names (str), got {bad[0]!r}; "
+                'e.g. mutates={"x": expected}'
+            )
+    if mutated_buffers is not None:
+        if isinstance(mutated_buffers, str):
+            raise AotiUsageError(
+                "mutated_buffers must be a set, list or tuple of buffer names, got the string "
+                f'{mutated_buffers!r}; write mutated_buffers={{"{mutated_buffers}"}}'
+            )
+        if not isinstance(mutated_buffers, (set, frozenset, list, tuple)) or not all(
+            isinstance(name, str) for name in mutated_buffers
+        ):
+            raise AotiUsageError(
+                "mutated_buffers must be a set, list or tuple of buffer names (str), got "
+                f'{mutated_buffers!r}; e.g. mutated_buffers={{"counter"}}'
+            )
 
 
 def _keyword_options(explicit: Mapping[str, Any], others: Mapping[str, Any]) -> dict[str, Any]:

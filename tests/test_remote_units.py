@@ -31,7 +31,7 @@ from pytest_aoti.compiling.signing import (  # noqa: E402
     generate_key_pair,
     load_trust,
 )
-from pytest_aoti.errors import AotiUsageError  # noqa: E402
+from pytest_aoti.errors import AotiUsageError, install_hint  # noqa: E402
 from pytest_aoti.reports.json_report import REPORT_VERSION  # noqa: E402
 from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
 from pytest_aoti.reports.remote import (  # noqa: E402
@@ -424,11 +424,11 @@ def test_unknown_schema_versions_and_non_reports_are_refused(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("hidden", "message"),
     [
-        ("fsspec", "--aoti-cache-url needs the 'fsspec' package: pip install pytest-aoti[remote]"),
+        ("fsspec", "--aoti-cache-url needs the 'fsspec' package: " + install_hint("remote")),
         (
             "cryptography.hazmat.primitives.asymmetric",
             "signed remote cache entries need the 'cryptography' package: "
-            "pip install pytest-aoti[remote]",
+            + install_hint("remote"),
         ),
     ],
 )

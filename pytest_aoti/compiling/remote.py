@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_aoti.compiling.signing import Trust
+from pytest_aoti.errors import install_hint
 
 __all__ = [
     "REMOTE_MODES",
@@ -70,7 +71,6 @@ _PROTOCOL_PACKAGES = {
     "http": ("aiohttp", "remote"),
     "https": ("aiohttp", "remote"),
 }
-_INSTALL = "pip install pytest-aoti[remote]"
 # storage options that hold secrets: they belong to the store's credential chain, not to a
 # file committed with the tests
 _CREDENTIAL_OPTIONS = frozenset(
@@ -510,7 +510,7 @@ def open_remote(
         import fsspec
     except ImportError:
         raise pytest.UsageError(
-            f"--aoti-cache-url needs the 'fsspec' package: {_INSTALL}"
+            f"--aoti-cache-url needs the 'fsspec' package: {install_hint('remote')}"
         ) from None
     try:
         trust = load_trust_for(ini_trusted)
@@ -522,7 +522,7 @@ def open_remote(
         package, extra = _PROTOCOL_PACKAGES.get(protocol, (str(error), "remote"))
         raise pytest.UsageError(
             f"--aoti-cache-url={url} needs the '{package}' package: "
-            f"pip install pytest-aoti[{extra}] (or pip install {package})"
+            f"{install_hint(extra)} (or pip install {package})"
         ) from None
     except (ValueError, TypeError) as error:
         raise pytest.UsageError(f"--aoti-cache-url={url}: {error}") from None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.errors import AotiUsageError, install_hint
 
 __all__ = [
     "SIGNING_KEY_ENV",
@@ -41,7 +41,6 @@ __all__ = [
 
 SIGNING_KEY_ENV = "PYTEST_AOTI_CACHE_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "PYTEST_AOTI_CACHE_TRUSTED_KEYS"
-_INSTALL = "pip install pytest-aoti[remote]"
 
 
 def canonical_bytes(document: Mapping[str, Any]) -> bytes:
@@ -56,7 +55,7 @@ def _crypto() -> Any:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
         raise AotiUsageError(
-            f"signed remote cache entries need the 'cryptography' package: {_INSTALL}"
+            f"signed remote cache entries need the 'cryptography' package: {install_hint('remote')}"
         ) from None
     return ed25519
 

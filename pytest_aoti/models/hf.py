@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from pytest_aoti.errors import install_hint
 from pytest_aoti.models.spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.option_values import HF_PREFIX
 
-INSTALL_HINT = "hf: specs need transformers: pip install 'pytest-aoti[hf]' (or transformers)"
+
+def install_transformers() -> str:
+    return f"hf: specs need transformers: {install_hint('hf')} (or pip install transformers)"
+
 
 LOADING_ARGS = ("attn_implementation", "dtype")
 """Spec overrides that go to the model class (``_from_config``), not to the config."""
@@ -102,7 +106,7 @@ def transformers_module(spec: str) -> Any:
     try:
         import transformers
     except ImportError:
-        raise usage_error(spec, INSTALL_HINT) from None
+        raise usage_error(spec, install_transformers()) from None
     return transformers
 
 
