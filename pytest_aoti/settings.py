@@ -541,13 +541,19 @@ def read_settings(config: pytest.Config) -> AotiSettings:
             value = _path(config, value)
             if option.path in ("dir", "file") and not hasattr(config, "workerinput"):
                 # the xdist controller checked it already
-                _check_writable_dir(value if option.path == "dir" else value.parent, option)
+                directory = value if option.path == "dir" else value.parent
+                _check_writable_dir(directory, option, value)
             if option.path == "file" and value.is_dir():
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
         if option.check:
             check_options[option.keyword_name] = value
         else:
             values[option.attribute] = value
+    if values.get("cache_clear") and values.get("cache_mode") != "readwrite":
+        raise pytest.UsageError(
+            f"--aoti-cache-clear empties the cache, which --aoti-cache={values['cache_mode']} "
+            "never writes: drop --aoti-cache-clear, or clear it with --aoti-cache=readwrite"
+        )
     return AotiSettings(**values, check_options=check_options)
 
 
@@ -556,8 +562,14 @@ def _path(config: pytest.Config, text: str) -> Path:
     return path if path.is_absolute() else config.rootpath / path
 
 
-def _check_writable_dir(path: Path, option: Option) -> None:
+def _check_writable_dir(path: Path, option: Option, given: Path) -> None:
     """Create ``path`` now, so an unusable directory stops the run before any compile."""
+    existing = next((place for place in (path, *path.parents) if place.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise pytest.UsageError(
+            f"--{option.name}={given}: {existing} is a file, not a directory; "
+            "pass a path whose parent is a directory (or does not exist yet)"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".pytest-aoti-write-test-{os.getpid()}"
@@ -565,7 +577,7 @@ def _check_writable_dir(path: Path, option: Option) -> None:
         probe.unlink()
     except OSError as error:
         raise pytest.UsageError(
-            f"--{option.name}={path}: cannot write there ({error.strerror or error}); "
+            f"--{option.name}={given}: cannot write in {path} ({error.strerror or error}); "
             "pass a directory you can write to"
         ) from None
 

@@ -262,3 +262,119 @@ def test_a_bad_marker_or_call_keyword_fails_its_test_before_any_compile(
         result.stdout.fnmatch_lines([f"E   *AotiUsageError: *{name}*"])
     assert_no_plugin_frame(result)
     assert compiles(pytester.path / "r.json") == 0
+
+
+# --------------------------------------------------------------------------- smaller traps
+
+
+@pytest.mark.parametrize("mode", ["read", "off"])
+def test_clearing_a_cache_the_run_does_not_write_is_a_usage_error(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--aoti-cache-clear", f"--aoti-cache={mode}", "-p", "no:xdist")
+    assert_clean_error(result)
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --aoti-cache-clear empties the cache, which --aoti-cache={mode} never writes*"]
+    )
+
+
+def test_a_missing_gpu_quotes_the_device_list_as_written(pytester: pytest.Pytester) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    pytester.makepyfile(test_x="def test_x(aoti_device):\n    pass\n")
+    result = pytester.runpytest("--aoti-device=cpu,cuda", "-p", "no:xdist")
+    assert_clean_error(result)
+    result.stderr.fnmatch_lines(
+        ["ERROR: --aoti-device=cpu,cuda (cuda): torch.cuda.is_available() is False*"]
+    )
+
+
+def test_an_hf_field_typo_gets_a_did_you_mean(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("transformers")
+    result = pytester.runpytest("--aoti-model=hf:bert?hiden_size=32", "-p", "no:xdist")
+    assert_clean_error(result)
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --aoti-model=hf:bert?hiden_size=32: *no field 'hiden_size' (did you mean hidden_size*"
+        ]
+    )
+
+
+def test_the_model_list_of_factories_imports_no_transformers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        zoo="import torch\n\n\ndef make():\n    return torch.nn.ReLU(), (torch.ones(2),)\n"
+    )
+    pytester.makeconftest(
+        "import sys\n\n\ndef pytest_unconfigure(config):\n"
+        "    print('transformers imported:', 'transformers' in sys.modules)\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--aoti-models-list", "--aoti-model=zoo.py:make", "-p", "no:xdist", timeout=120
+    )
+    result.stdout.fnmatch_lines(["zoo.py:make: ReLU(input=(2,) float32)"])
+    result.stdout.fnmatch_lines(["transformers imported: False"])
+
+
+def test_a_data_dependent_branch_is_cut_to_the_reason_line_and_hint(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_branch="""
+        import torch
+
+        class SignSwitch(torch.nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x + 1
+                return x - 1
+
+        def test_branch(aoti):
+            aoti.check(SignSwitch(), (torch.randn(3),))
+        """
+    )
+    result = pytester.runpytest("--aoti-device=cpu", "--aoti-cache=off", "-p", "no:xdist")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E       pytest_aoti.errors.AotiExportError: torch.export.export failed: "
+            "Could not guard on data-dependent expression*",
+            "E         at *test_branch.py:5 in forward",
+            "E             if x.sum() > 0:",
+            "E         What to try: *torch.cond*",
+        ]
+    )
+    text = result.stdout.str()
+    assert "def forward(self, arg0_1" not in text  # torch's partial graph, printed twice
+    assert "Unable to find user code" not in text
+    assert "E         Caused by: (_export" not in text
+    failure = text.split("= FAILURES =")[1].split("- aoti: slowest")[0]
+    assert len(failure.splitlines()) <= 45, failure  # 66 with torch's graph printed twice
+
+
+def test_a_wrong_dynamic_shapes_key_names_the_inputs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_spec="""
+        import torch
+        from torch.export import Dim
+
+        class Scale(torch.nn.Module):
+            def forward(self, tokens):
+                return tokens * 2
+
+        def test_spec(aoti):
+            aoti.check(Scale(), (torch.ones(3, 2),), dynamic_shapes={"token": {0: Dim("b")}})
+        """
+    )
+    result = pytester.runpytest("--aoti-device=cpu", "--aoti-report=r.json", "-p", "no:xdist")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E   *AotiUsageError: dynamic_shapes has key(s) 'token' (did you mean 'tokens'?), "
+            "but the inputs of Scale.forward are 'tokens': key the spec by those names*"
+        ]
+    )
+    assert "strict=True" not in result.stdout.str()
+    assert compiles(pytester.path / "r.json") == 0

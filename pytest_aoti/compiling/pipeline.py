@@ -50,6 +50,39 @@ def quiet_torch_deprecations() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _export_noise_dropped() -> Iterator[None]:
+    """Keep what torch.export writes to stderr, but the partial graph it prints (once per
+    wrapper, twice) with a data-dependent error and its log line "Unable to find user code
+    corresponding to {u0}": the failure names the user's line and the reason already."""
+    import io
+    import sys
+
+    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    unfound = _UnfoundUserCode()
+    shapes_log.addFilter(unfound)
+    written = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(written):
+            yield
+    except Exception as error:
+        graph = getattr(error, "partial_fx_graph", None)
+        text = written.getvalue()
+        if graph:
+            text = text.replace(f"{graph}\n", "")
+        sys.stderr.write(text)
+        raise
+    else:
+        sys.stderr.write(written.getvalue())
+    finally:
+        shapes_log.removeFilter(unfound)
+
+
+class _UnfoundUserCode(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unable to find user code corresponding")
+
+
 class _TorchTraceOnly(logging.Filter):
     """Let torch's structured trace records through only when TORCH_TRACE asked for them."""
 
@@ -82,7 +115,7 @@ def export_module(
     if strict is not None:
         export_options["strict"] = strict
     try:
-        with quiet_torch_deprecations():
+        with quiet_torch_deprecations(), _export_noise_dropped():
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         with quiet_torch_deprecations():

@@ -167,10 +167,15 @@ def _config(spec: str, target: str, rootpath: Path, transformers: Any) -> Any:
 def _apply_overrides(spec: str, config: Any, overrides: Mapping[str, str]) -> None:
     for name, text in overrides.items():
         if not hasattr(config, name):
+            import difflib
+
+            fields = [*config.to_dict(), *LOADING_ARGS]
+            close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise usage_error(
                 spec,
-                f"{type(config).__name__} has no field {name!r}; overrides are config fields "
-                f"or model-loading arguments ({', '.join(LOADING_ARGS)})",
+                f"{type(config).__name__} has no field {name!r}{hint}; overrides are config "
+                f"fields or model-loading arguments ({', '.join(LOADING_ARGS)})",
             )
         try:
             value = convert(text, getattr(config, name))
