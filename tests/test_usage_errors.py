@@ -14,6 +14,9 @@ import pytest
 
 from pytest_aoti.settings import OPTIONS
 
+NEEDS_CUDA = pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA device"
+)
 # a line of the plugin's own code in a traceback means the user saw our internals
 PLUGIN_FRAME = "pytest_aoti/"
 
@@ -107,11 +110,13 @@ def test_call(aoti):
         "meta-module",
     ],
 )
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
 def test_a_wrong_call_fails_at_the_users_line_before_any_compile(
-    pytester: pytest.Pytester, body: str, message: str
+    pytester: pytest.Pytester, body: str, message: str, device: str
 ) -> None:
+    """On CUDA too: a meta tensor must be refused before it is moved to the device."""
     pytester.makepyfile(test_call=CALL.format(body=body))
-    result = pytester.runpytest("--aoti-device=cpu", "--aoti-report=r.json", "-p", "no:xdist")
+    result = pytester.runpytest(f"--aoti-device={device}", "--aoti-report=r.json", "-p", "no:xdist")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f">*{body.split('(')[0]}*", message])
     assert "NotImplementedError" not in result.stdout.str()
