@@ -22,7 +22,9 @@ def resolve_devices(names: Sequence[str], given: str = "") -> tuple[str, ...]:
         if name == "auto":
             name = "cuda" if cuda else "cpu"
         elif name.startswith("cuda"):
-            option = f"--aoti-device={given or name}" + (f" ({name})" if given != name else "")
+            option = f"--aoti-device={given or name}" + (
+                f" ({name})" if given not in ("", name) else ""
+            )
             if not cuda:
                 raise pytest.UsageError(
                     f"{option}: torch.cuda.is_available() is False on this machine "
