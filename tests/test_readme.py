@@ -126,3 +126,37 @@ def test_ci_snippets_install_the_plugin_as_the_first_section_does() -> None:
     hint = install_hint("s3")
     assert "pytest-aoti[s3] @ " in hint or hint.endswith('[s3]"'), hint
     assert not BARE_INSTALL.search(hint)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "hint"),
+    [
+        (
+            '{"url": "file:///src/pytest-aoti", "dir_info": {"editable": true}}',
+            'pip install -e "/src/pytest-aoti[s3]"',
+        ),
+        (
+            '{"url": "file:///src/pytest-aoti", "dir_info": {}}',
+            'pip install "/src/pytest-aoti[s3]"',
+        ),
+        (
+            '{"url": "https://example.org/team/pytest-aoti", "vcs_info": {"vcs": "git"}}',
+            'pip install "pytest-aoti[s3] @ git+https://example.org/team/pytest-aoti"',
+        ),
+        (None, f"pip install {REPOSITORY_INSTALL.format('[s3]')}"),
+    ],
+)
+def test_the_install_hint_names_where_the_plugin_came_from(
+    monkeypatch: pytest.MonkeyPatch, recorded: str | None, hint: str
+) -> None:
+    from importlib import metadata
+
+    from pytest_aoti.errors import install_hint
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            return recorded if name == "direct_url.json" else None
+
+    monkeypatch.setattr(metadata, "distributions", lambda **_: [Installed()])
+    assert install_hint("s3") == hint
+    assert not BARE_INSTALL.search(install_hint("s3"))
