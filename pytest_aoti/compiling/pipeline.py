@@ -21,7 +21,9 @@ from pytest_aoti.compiling.explain import (
     compile_failure,
     decompose_failure,
     export_failure,
+    is_data_dependent,
     load_failure,
+    torch_reason,
 )
 from pytest_aoti.compiling.guards import guard_sources
 from pytest_aoti.errors import AotiCompileError, AotiExportError
@@ -130,6 +132,10 @@ def export_module(
             strict=bool(export_options.get("strict", False)),
             guard_lines=guard_lines,
         )
+        if is_data_dependent(error) and type(error).__str__ is BaseException.__str__:
+            # pytest prints the chained error above ours: its first line at the model's line
+            # is enough, the rest (torch's logging advice, the same line quoted) is above
+            error.args = (torch_reason(error)[0],)
         raise AotiExportError(message, stage="export") from error
 
 
