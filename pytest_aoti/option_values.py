@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 CACHE_MODES = ("off", "read", "readwrite")
@@ -250,3 +252,25 @@ def random_problem(name: str, value: Any) -> str:
     if value in RANDOM_MODES:
         return ""
     return f"{name} must be one of {', '.join(repr(mode) for mode in RANDOM_MODES)}, got {value!r}"
+
+
+def writable_dir_problem(path: Path, option: str) -> str:
+    """What stops the run writing in directory ``path`` ("" when nothing), made now so an
+    unusable place stops the run before any compile; ``option`` is the option as given."""
+    existing = next((place for place in (path, *path.parents) if place.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return (
+            f"{option}: {existing} is a file, not a directory; "
+            "pass a path whose parent is a directory (or does not exist yet)"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        return (
+            f"{option}: cannot write in {path} ({error.strerror or error}); "
+            "pass a directory you can write to"
+        )
+    return ""

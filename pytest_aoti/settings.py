@@ -12,7 +12,6 @@ Pure logic without torch: parsing here is what makes a bad value a usage error a
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -50,6 +49,7 @@ from pytest_aoti.option_values import (
     probes_skip_problem,
     random_problem,
     switch_problem,
+    writable_dir_problem,
 )
 
 __all__ = [
@@ -542,7 +542,9 @@ def read_settings(config: pytest.Config) -> AotiSettings:
             if option.path in ("dir", "file") and not hasattr(config, "workerinput"):
                 # the xdist controller checked it already
                 directory = value if option.path == "dir" else value.parent
-                _check_writable_dir(directory, option, value)
+                problem = writable_dir_problem(directory, f"--{option.name}={value}")
+                if problem:
+                    raise pytest.UsageError(problem)
             if option.path == "file" and value.is_dir():
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
         if option.check:
@@ -560,26 +562,6 @@ def read_settings(config: pytest.Config) -> AotiSettings:
 def _path(config: pytest.Config, text: str) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else config.rootpath / path
-
-
-def _check_writable_dir(path: Path, option: Option, given: Path) -> None:
-    """Create ``path`` now, so an unusable directory stops the run before any compile."""
-    existing = next((place for place in (path, *path.parents) if place.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise pytest.UsageError(
-            f"--{option.name}={given}: {existing} is a file, not a directory; "
-            "pass a path whose parent is a directory (or does not exist yet)"
-        )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".pytest-aoti-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise pytest.UsageError(
-            f"--{option.name}={given}: cannot write in {path} ({error.strerror or error}); "
-            "pass a directory you can write to"
-        ) from None
 
 
 def _value(config: pytest.Config, option: Option) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +285,7 @@ def test_missing_protocol_package_is_a_usage_error() -> None:
     else:
         pytest.skip("gcsfs is installed")
     with pytest.raises(
-        pytest.UsageError, match=r"needs the 'gcsfs' package: pip install pytest-aoti\[gcs\]"
+        pytest.UsageError, match=re.escape(f"needs the 'gcsfs' package: {install_hint('gcs')}")
     ):
         open_remote("gs://b/p", mode="read", ini_options=None, ini_trusted=(), on_problem=print)
 
