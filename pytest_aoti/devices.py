@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 
-def resolve_devices(names: Sequence[str]) -> tuple[str, ...]:
-    """Replace ``auto`` and check that every CUDA device asked for exists.
+def resolve_devices(names: Sequence[str], given: str = "") -> tuple[str, ...]:
+    """Replace ``auto`` and check that every CUDA device asked for exists; an error quotes
+    ``given``, what the user wrote (``cpu,cuda``), and names the device it is about.
 
     Asking for CUDA where there is none is a usage error, not a silent skip: a CI job
     that meant to test the GPU engine must not pass without testing it.
@@ -21,17 +22,19 @@ def resolve_devices(names: Sequence[str]) -> tuple[str, ...]:
         if name == "auto":
             name = "cuda" if cuda else "cpu"
         elif name.startswith("cuda"):
+            option = f"--aoti-device={given or name}" + (
+                f" ({name})" if given not in ("", name) else ""
+            )
             if not cuda:
                 raise pytest.UsageError(
-                    f"--aoti-device={name}: torch.cuda.is_available() is False on this machine "
+                    f"{option}: torch.cuda.is_available() is False on this machine "
                     f"(torch {torch.__version__}); use --aoti-device=cpu or auto"
                 )
             index = int(name.partition(":")[2] or 0)
             count = torch.cuda.device_count()
             if index >= count:
                 raise pytest.UsageError(
-                    f"--aoti-device={name}: this machine has {count} CUDA device(s), "
-                    f"cuda:0 to cuda:{count - 1}"
+                    f"{option}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
                 )
         if name not in resolved:
             resolved.append(name)

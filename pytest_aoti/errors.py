@@ -155,3 +155,38 @@ def user_facing(function: _F) -> _F:
             raise error.with_traceback(None) from cause
 
     return entry_point  # type: ignore[return-value]
+
+
+REPOSITORY = "git+https://github.com/<org>/pytest-aoti"
+"""The README's install source: this project's own repository (the URL it was cloned from)."""
+
+
+def install_hint(extra: str = "") -> str:
+    """The command that installs this project with ``extra`` (``s3``, ``hf``), from where it
+    was installed (pip's ``direct_url.json``), else from its repository as the README says.
+
+    Never the bare name from the package index: pytest-aoti is not published there, and
+    whoever registers the name there would be installed instead."""
+    import json
+    from importlib import metadata
+
+    requirement = f"pytest-aoti[{extra}]" if extra else "pytest-aoti"
+    source = REPOSITORY
+    recorded: Any = {}
+    for distribution in metadata.distributions(name="pytest-aoti"):
+        # a checkout's own egg-info may come first and records nothing
+        try:
+            recorded = json.loads(distribution.read_text("direct_url.json") or "{}")
+        except ValueError:
+            continue
+        if recorded:
+            break
+    url = recorded.get("url", "") if isinstance(recorded, dict) else ""
+    if isinstance(url, str) and url.startswith("file://") and "dir_info" in recorded:
+        path = url.removeprefix("file://")
+        editable = recorded["dir_info"].get("editable", False)
+        suffix = f"[{extra}]" if extra else ""
+        return f'pip install {"-e " if editable else ""}"{path}{suffix}"'
+    if isinstance(url, str) and url and "vcs_info" in recorded:
+        source = f"{recorded['vcs_info'].get('vcs', 'git')}+{url}"
+    return f'pip install "{requirement} @ {source}"'

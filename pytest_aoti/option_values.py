@@ -274,6 +274,18 @@ def count_problem(name: str, value: Any) -> str:
     return f"{name} must be a positive int, got {value!r}"
 
 
+def non_negative_problem(name: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return ""
+    return f"{name} must be an int >= 0, got {value!r}"
+
+
+def switch_problem(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return ""
+    return f"{name} must be True or False, got {value!r}"
+
+
 def bytes_problem(name: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return ""
@@ -286,13 +298,23 @@ def random_problem(name: str, value: Any) -> str:
     return f"{name} must be one of {', '.join(repr(mode) for mode in RANDOM_MODES)}, got {value!r}"
 
 
-def writable_dir_problem(path: Path) -> str:
-    """Create ``path`` and write a file there: ``""`` when that works, else what to do."""
+def writable_dir_problem(path: Path, option: str) -> str:
+    """What stops the run writing in directory ``path`` ("" when nothing), made now so an
+    unusable place stops the run before any compile; ``option`` is the option as given."""
+    existing = next((place for place in (path, *path.parents) if place.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return (
+            f"{option}: {existing} is a file, not a directory; "
+            "pass a path whose parent is a directory (or does not exist yet)"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".pytest-aoti-write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
-        return f"cannot write there ({error.strerror or error}); pass a directory you can write to"
+        return (
+            f"{option}: cannot write in {path} ({error.strerror or error}); "
+            "pass a directory you can write to"
+        )
     return ""

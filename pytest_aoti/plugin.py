@@ -146,6 +146,7 @@ def aoti(
     in-place mutations and the graph signature. Options of ``@pytest.mark.aoti(...)`` are
     the defaults of both.
     """
+    __tracebackhide__ = True  # a wrong marker option shows its message, not our frames
     from pytest_aoti.tester import AotiTester
 
     session = _session(request.config)

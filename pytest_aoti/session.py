@@ -75,7 +75,9 @@ class AotiSession:
                 self._devices, skipped = resolve_ini_devices(self.settings.devices)
                 self.skipped_devices.update(skipped)
             else:
-                self._devices = resolve_devices(self.settings.devices)
+                # quoted as written: "cpu,cuda", not the one device at fault
+                given = ",".join(self.settings.devices)
+                self._devices = resolve_devices(self.settings.devices, given)
         return self._devices
 
     @property

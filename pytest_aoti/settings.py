@@ -30,6 +30,7 @@ from pytest_aoti.option_values import (
     RANDOM_MODES,
     bytes_problem,
     count_problem,
+    non_negative_problem,
     parse_cache_mode,
     parse_cache_url,
     parse_devices,
@@ -50,6 +51,7 @@ from pytest_aoti.option_values import (
     probe_policy_problem,
     probes_skip_problem,
     random_problem,
+    switch_problem,
     writable_dir_problem,
 )
 
@@ -209,6 +211,7 @@ OPTIONS = (
         "torch.export's strict mode, above the export-options hook and --aoti-export.",
         marker=True,
         keyword=True,
+        problem=switch_problem,
     ),
     Option(
         "aoti-inductor-configs",
@@ -228,6 +231,7 @@ OPTIONS = (
         check="examples",
         marker=True,
         keyword=True,
+        problem=non_negative_problem,
     ),
     Option(
         "aoti-max-dim",
@@ -236,6 +240,7 @@ OPTIONS = (
         f"Largest size drawn for a generated dim, and the cap of unbounded ranges. Default: {DEFAULT_MAX_DIM}.",
         check="max_dim",
         marker=True,
+        problem=count_problem,
     ),
     Option(
         "aoti-localize",
@@ -245,6 +250,7 @@ OPTIONS = (
         "first diverging graph node and its source line: on or off. Default: on.",
         check="localize",
         marker=True,
+        problem=switch_problem,
     ),
     Option(
         "aoti-random",
@@ -563,26 +569,27 @@ def read_settings(config: pytest.Config) -> AotiSettings:
             value = _path(config, value)
             if option.path in ("dir", "file") and not hasattr(config, "workerinput"):
                 # the xdist controller checked it already
-                _check_writable_dir(value if option.path == "dir" else value.parent, option)
+                directory = value if option.path == "dir" else value.parent
+                problem = writable_dir_problem(directory, f"--{option.name}={value}")
+                if problem:
+                    raise pytest.UsageError(problem)
             if option.path == "file" and value.is_dir():
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
         if option.check:
             check_options[option.keyword_name] = value
         else:
             values[option.attribute] = value
+    if values.get("cache_clear") and values.get("cache_mode") != "readwrite":
+        raise pytest.UsageError(
+            f"--aoti-cache-clear empties the cache, which --aoti-cache={values['cache_mode']} "
+            "never writes: drop --aoti-cache-clear, or clear it with --aoti-cache=readwrite"
+        )
     return AotiSettings(**values, check_options=check_options)
 
 
 def _path(config: pytest.Config, text: str) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else config.rootpath / path
-
-
-def _check_writable_dir(path: Path, option: Option) -> None:
-    """Create ``path`` now, so an unusable directory stops the run before any compile."""
-    problem = writable_dir_problem(path)
-    if problem:
-        raise pytest.UsageError(f"--{option.name}={path}: {problem}")
 
 
 def _value(config: pytest.Config, option: Option) -> Any:

@@ -16,6 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti.calls import (
+    check_declarations,
+    check_module_and_inputs,
+    check_not_meta,
+    checked_samples,
+    keyword_values,
+)
 from pytest_aoti.checks.base import CheckPlan, CheckResult
 from pytest_aoti.checks.declared import names
 from pytest_aoti.checks.defaults import CheckDefaults
@@ -28,7 +35,7 @@ from pytest_aoti.errors import (
     user_facing,
     warn_at_caller,
 )
-from pytest_aoti.settings import keyword_options, option_problem
+from pytest_aoti.settings import option_problem
 
 if TYPE_CHECKING:
     import torch
@@ -179,7 +186,9 @@ class AotiTester:
         from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
-        _check_module_and_inputs(module, args, kwargs)
+        check_module_and_inputs(module, args, kwargs)
+        if option_problem("strict", strict):
+            raise AotiUsageError(option_problem("strict", strict))
         settings = self.defaults.overridden(inductor_configs=inductor_configs)
         check_inductor_configs(settings.inductor_configs)
         device_module = self._module_on_device(module)
@@ -285,15 +294,18 @@ class AotiTester:
         __tracebackhide__ = True
 
         started = time.perf_counter()
-        _check_module_and_inputs(module, args, kwargs)
+        check_module_and_inputs(module, args, kwargs)
         kwargs = dict(kwargs or {})
-        samples = _checked_samples(samples, dynamic_shapes)
+        samples = checked_samples(samples, dynamic_shapes)
+        for sample in samples:
+            check_not_meta(module, sample, None)
+        check_declarations(mutates, mutated_buffers)
         if calls is not None and (
             not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
         ):
             raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
         settings = self.defaults.overridden(
-            **_keyword_options(
+            **keyword_values(
                 {
                     "examples": examples,
                     "threads": threads,
@@ -485,63 +497,6 @@ def _same_device(actual: torch.device, wanted: torch.device) -> bool:
 
     wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
     return actual.index == wanted_index
-
-
-def _check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
-    __tracebackhide__ = True
-    import torch
-
-    if not isinstance(module, torch.nn.Module):
-        raise AotiUsageError(
-            f"module must be a torch.nn.Module, got {type(module).__name__}; "
-            "wrap a function in a Module whose forward calls it"
-        )
-    if not isinstance(args, tuple):
-        raise AotiUsageError(
-            f"args must be a tuple of positional inputs, got {type(args).__name__}; "
-            "write (x,) for a single input"
-        )
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise AotiUsageError(f"kwargs must be a dict, got {type(kwargs).__name__}")
-
-
-def _checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]:
-    __tracebackhide__ = True
-    if samples is None:
-        return []
-    if isinstance(samples, tuple) or not isinstance(samples, Sequence):
-        raise AotiUsageError(
-            "samples must be a list of argument tuples, e.g. samples=[(x2,), (x3,)]"
-        )
-    for index, sample in enumerate(samples):
-        if not isinstance(sample, tuple):
-            raise AotiUsageError(
-                f"samples[{index}] must be a tuple of positional inputs, got {type(sample).__name__}"
-            )
-    if samples and dynamic_shapes is None:
-        raise AotiUsageError(
-            'samples need dynamic_shapes: pass a torch.export spec or dynamic_shapes="auto"'
-        )
-    return list(samples)
-
-
-def _keyword_options(explicit: Mapping[str, Any], others: Mapping[str, Any]) -> dict[str, Any]:
-    """The per-check options a call passed (explicit keywords and ``**options``), checked
-    against their rows: an unknown name or a bad value is a usage error."""
-    __tracebackhide__ = True
-    allowed = keyword_options()
-    unknown = sorted(set(others) - set(allowed))
-    if unknown:
-        raise AotiUsageError(
-            f"aoti.check() got unknown option(s) {', '.join(unknown)}; "
-            f"per-check options: {', '.join(allowed)}"
-        )
-    values = {**explicit, **others}
-    for name, value in values.items():
-        problem = option_problem(name, value)
-        if problem:
-            raise AotiUsageError(problem)
-    return values
 
 
 def _random_ops(program: AotiProgram) -> tuple[RandomOp, ...]:

@@ -23,8 +23,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # findings, errors
     ("base", ("frames", "trees", "findings", "errors")),
     # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
-    # devices, the option values and the option table
-    ("rules", ("tolerance", "compare", "devices", "option_values", "settings")),
+    # devices, the option values and the option table, what a call says checked against it
+    ("rules", ("tolerance", "compare", "devices", "option_values", "settings", "calls")),
     # dynamic shapes, and their public Hypothesis strategies
     ("shapes", ("shapes", "strategies")),
     # export, decompose, compile, load, explain torch's errors; key, store, registry

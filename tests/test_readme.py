@@ -70,3 +70,93 @@ def test_cuda_in_the_ini_is_a_skip_but_on_the_command_line_an_error(
     result.stdout.fnmatch_lines(["aoti: skipped the [[]cuda] tests: *"])
     result = pytester.runpytest("--aoti-device=cpu,cuda")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+# `pip install` of the name alone (any extras), from the package index: not this project
+BARE_INSTALL = re.compile(
+    r"pip install\b[^\n`]*?(?<![\w/.@+-])([\"']?)pytest-aoti(\[[^\]\s]*\])?\1(?!\s*@)(?=[\s`;&)\"']|$)"
+)
+REPOSITORY_INSTALL = '"pytest-aoti{} @ git+https://github.com/<org>/pytest-aoti"'
+
+
+@pytest.mark.parametrize(
+    ("line", "bare"),
+    [
+        ("pip install pytest-aoti", True),
+        ('pip install "pytest-aoti[s3]"', True),
+        ("pip install 'pytest-aoti[hf]' (or transformers)", True),
+        ("pip install -e . pytest-aoti[remote] && python", True),
+        ('_INSTALL = "pip install pytest-aoti[remote]"', True),
+        ('f"pip install pytest-aoti[{extra}] (or pip install {package})"', True),
+        (f"pip install {REPOSITORY_INSTALL.format('[s3]')}", False),
+        ('pip install -e "/work/pytest-aoti[s3]"', False),
+        ("pip install /path/to/pytest-aoti", False),
+        ("pip install pytest-aoti-extras", False),
+    ],
+)
+def test_the_bare_install_pattern(line: str, bare: bool) -> None:
+    assert bool(BARE_INSTALL.search(line)) is bare
+
+
+def test_no_install_line_or_hint_names_the_bare_package() -> None:
+    """Every install line and hint installs this project, never the index's ``pytest-aoti``."""
+    package = README.parent / "pytest_aoti"
+    for path in [README, *sorted(package.rglob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        assert not [match.group(0) for match in BARE_INSTALL.finditer(text)], path
+
+
+def test_ci_snippets_install_the_plugin_as_the_first_section_does() -> None:
+    """The CI examples' install lines name this project's repository, as "Add it to your
+    project" does, and the code's hints name where it was installed from."""
+    from pytest_aoti.errors import install_hint
+
+    [first] = blocks(section("Add it to your project"), "bash")
+    assert f"pip install {REPOSITORY_INSTALL.format('')}" in first
+    fleet = section("CI fleet")
+    lines = [
+        line
+        for block in blocks(fleet, "yaml") + blocks(fleet, "")
+        for line in block.splitlines()
+        if "pip install" in line and "pytest-aoti" in line
+    ]
+    assert len(lines) >= 3, lines  # the store's extra, the shards and the merge job
+    for line in lines:
+        assert REPOSITORY_INSTALL.format("[s3]") in line or REPOSITORY_INSTALL.format("") in line
+    hint = install_hint("s3")
+    assert "pytest-aoti[s3] @ " in hint or hint.endswith('[s3]"'), hint
+    assert not BARE_INSTALL.search(hint)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "hint"),
+    [
+        (
+            '{"url": "file:///src/pytest-aoti", "dir_info": {"editable": true}}',
+            'pip install -e "/src/pytest-aoti[s3]"',
+        ),
+        (
+            '{"url": "file:///src/pytest-aoti", "dir_info": {}}',
+            'pip install "/src/pytest-aoti[s3]"',
+        ),
+        (
+            '{"url": "https://example.org/team/pytest-aoti", "vcs_info": {"vcs": "git"}}',
+            'pip install "pytest-aoti[s3] @ git+https://example.org/team/pytest-aoti"',
+        ),
+        (None, f"pip install {REPOSITORY_INSTALL.format('[s3]')}"),
+    ],
+)
+def test_the_install_hint_names_where_the_plugin_came_from(
+    monkeypatch: pytest.MonkeyPatch, recorded: str | None, hint: str
+) -> None:
+    from importlib import metadata
+
+    from pytest_aoti.errors import install_hint
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            return recorded if name == "direct_url.json" else None
+
+    monkeypatch.setattr(metadata, "distributions", lambda **_: [Installed()])
+    assert install_hint("s3") == hint
+    assert not BARE_INSTALL.search(install_hint("s3"))

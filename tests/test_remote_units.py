@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from pytest_aoti.compiling.signing import (  # noqa: E402
     generate_key_pair,
     load_trust,
 )
-from pytest_aoti.errors import AotiUsageError  # noqa: E402
+from pytest_aoti.errors import AotiUsageError, install_hint  # noqa: E402
 from pytest_aoti.reports.json_report import REPORT_VERSION  # noqa: E402
 from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
 from pytest_aoti.reports.remote import (  # noqa: E402
@@ -280,7 +281,7 @@ def test_missing_protocol_package_is_a_usage_error() -> None:
     else:
         pytest.skip("gcsfs is installed")
     with pytest.raises(
-        pytest.UsageError, match=r"needs the 'gcsfs' package: pip install pytest-aoti\[gcs\]"
+        pytest.UsageError, match=re.escape(f"needs the 'gcsfs' package: {install_hint('gcs')}")
     ):
         open_remote("gs://b/p", mode="read", ini_options=None, ini_trusted=(), on_problem=print)
 
@@ -420,11 +421,11 @@ def test_unknown_schema_versions_and_non_reports_are_refused(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("hidden", "message"),
     [
-        ("fsspec", "--aoti-cache-url needs the 'fsspec' package: pip install pytest-aoti[remote]"),
+        ("fsspec", "--aoti-cache-url needs the 'fsspec' package: " + install_hint("remote")),
         (
             "cryptography.hazmat.primitives.asymmetric",
             "signed remote cache entries need the 'cryptography' package: "
-            "pip install pytest-aoti[remote]",
+            + install_hint("remote"),
         ),
     ],
 )

@@ -215,6 +215,28 @@ def test_table_cells_for_untimed_rescued_and_repeated_checks() -> None:
     assert cells[4][1:5] == ["-", "0", "-", "-"]
 
 
+def test_a_ratio_is_a_figure_only_above_the_noise_floor_on_an_idle_machine() -> None:
+    """Both medians at least 1 ms and a load below one per CPU, or no figure: the tiny BERT
+    (0.38 ms against 111 ms) and the conv timed under load (74) read as broken."""
+    records = [
+        _record("bert", check_seconds=5.0, engine_seconds=3.8e-4, eager_seconds=0.111),
+        _record(
+            "conv",
+            check_seconds=4.0,
+            engine_seconds=0.074,
+            eager_seconds=1e-3,
+            timing_load=3.8,
+            cache_hit=True,
+        ),
+        _record("idle", check_seconds=3.0, engine_seconds=2e-3, eager_seconds=0.4, timing_load=0.2),
+    ]
+    cells = [row.split() for row in durations_table(records, limit=0)[1:]]
+    assert [row[4] for row in cells] == ["n/a", "busy", "0.005"]
+    assert [record.speed_ratio for record in records[:2]] == [None, None]
+    assert records[0].to_json()["engine_over_eager"] is None
+    assert records[1].to_json()["timing_load"] == 3.8
+
+
 def test_junit_leaves_out_an_absent_stage() -> None:
     finding = {"kind": "expectation", "message": "wrong", "stage": None}
     names = [name for name, _ in check_properties(_record("t", outcome="failed", finding=finding))]

@@ -138,7 +138,7 @@ def test_engine_mismatch_reproduces_with_figures(off_bundle: Path, elsewhere: Pa
     )
     for label in ("engine", "exported", "decomposed"):
         assert headline.format(label) in out, out
-    assert "REPRODUCED: the AOTI engine differs from eager (output at output)." in out
+    assert "REPRODUCED: the AOTI engine differs from eager (output difference at output)." in out
     assert "The exported program differs from eager too" in out
     assert "pytest-aoti reported: output differs between eager and the AOTI engine" in out
     assert "1 call; tolerance: torch.testing.assert_close's defaults for each dtype" in out
@@ -220,8 +220,72 @@ def test_bundle_that_cannot_run_exits_2(off_bundle: Path, tmp_path: Path, elsewh
     (script.parent / "package.pt2").unlink()
     result = run_repro(script, elsewhere)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "COULD NOT RUN: " in result.stderr
+    assert "COULD NOT RUN: package.pt2 missing from the bundle " in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_package_that_does_not_load_is_named(
+    off_bundle: Path, tmp_path: Path, elsewhere: Path
+) -> None:
+    script = copy_bundle(off_bundle, tmp_path)
+    (script.parent / "package.pt2").write_bytes(b"not a zip archive")
+    result = run_repro(script, elsewhere)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "COULD NOT RUN: package.pt2 does not load: " in result.stderr
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _has_torch(python: Path) -> bool:
+    found = subprocess.run([str(python), "-c", "import torch"], capture_output=True, timeout=120)
+    return found.returncode == 0
+
+
+@pytest.mark.parametrize("python", ["system", "isolated without site"])
+def test_a_python_without_torch_could_not_run_it(
+    off_bundle: Path, elsewhere: Path, python: str
+) -> None:
+    """Exit 2, said before the replay starts: never 1, the code of a reproduced finding."""
+    if python == "system":
+        if not SYSTEM_PYTHON.is_file() or _has_torch(SYSTEM_PYTHON):
+            pytest.skip("needs a system Python without torch")
+        command = [str(SYSTEM_PYTHON), "-I", str(off_bundle)]
+    else:  # this interpreter, its site-packages (and torch with them) left out
+        command = [sys.executable, "-I", "-S", str(off_bundle)]
+    result = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "COULD NOT RUN: torch is not importable by " in result.stderr
+    assert "Traceback" not in result.stderr
+    # the replay itself (a debugger's --in-process) says the same with the same code
+    inline = subprocess.run(
+        [*command, "--in-process"], cwd=elsewhere, capture_output=True, text=True, timeout=120
+    )
+    assert inline.returncode == 2, inline.stdout + inline.stderr
+    assert "COULD NOT RUN: torch" in inline.stderr
+
+
+def test_the_replay_runs_with_the_interpreters_flags(
+    off_bundle: Path, tmp_path: Path, elsewhere: Path
+) -> None:
+    script = copy_bundle(off_bundle, tmp_path)
+    text = script.read_text()
+    show = (
+        "def replay_bundle():\n"
+        "    print('child flags', sys.flags.isolated, sys.flags.dont_write_bytecode, "
+        "sys.flags.optimize)\n"
+        "    return 0\n"
+    )
+    script.write_text(text.replace("def replay_bundle():\n", show, 1))
+    result = subprocess.run(
+        [sys.executable, "-I", "-B", "-O", str(script)],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "child flags 1 1 1" in result.stdout
 
 
 def test_another_difference_does_not_count_as_reproduced(

@@ -162,8 +162,8 @@ class CheckResult:
     aliased inputs, boundary and generated shapes."""
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
-    ``engine_seconds``, ``eager_seconds``, ``profile``, ``measure_error`` where measured;
-    ``probes`` (a :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
+    ``engine_seconds``, ``eager_seconds``, ``load``, ``profile``, ``measure_error`` where
+    measured; ``probes`` (a :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
     """The checks that ran, in order (``signature``, ``parity``, ``timing``, ...)."""
 

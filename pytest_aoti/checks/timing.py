@@ -39,8 +39,8 @@ class TimingCheck:
     """Engine and eager call times, and the profiler trace where one was asked for.
 
     A measurement, not a verdict: it never fails a check. What went wrong measuring is the
-    figure ``measure_error``; the figures are ``engine_seconds``, ``eager_seconds`` and
-    ``profile`` (the trace's path).
+    figure ``measure_error``; the figures are ``engine_seconds``, ``eager_seconds``,
+    ``load`` (the load average per CPU when timed) and ``profile`` (the trace's path).
     """
 
     name = "timing"
@@ -56,12 +56,23 @@ class TimingCheck:
             figures["engine_seconds"], figures["eager_seconds"] = call_times(
                 program, engine, plan.module, args, kwargs
             )
+            figures["load"] = machine_load()
             path = context.profile_path()
             if path is not None:
                 figures["profile"] = str(write_profile(path, program, engine, args, kwargs))
         except Exception as problem:  # a measurement must never fail a passed check
             figures["measure_error"] = f"{type(problem).__name__}: {problem}"
         return Outcome(figures=figures)
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average per CPU (1.0: every CPU busy), None where unknown."""
+    import os
+
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 def call_times(

@@ -258,7 +258,9 @@ _NOISE = re.compile(
     r"^\s*(For more information, run with TORCH_LOGS|For extended logs when we create"
     r"|If you suspect the guard was triggered from C\+\+|For more debugging help, see"
     r"|For C\+\+ stack trace, run with|Set TORCHDYNAMO_VERBOSE=1|Use tlparse to see"
-    r"|Developer debug context:|The error above occurred when calling torch\.export)"
+    r"|Developer debug context:|The error above occurred when calling torch\.export"
+    # where inside torch the guard was raised: the user's line is shown instead
+    r"|Caused by: \(_?[\w/]+\.py:\d+ in \w+\)$)"
 )
 # where torch lists source frames; the innermost is shown on its own "at" line
 _FRAME_BLOCK = re.compile(

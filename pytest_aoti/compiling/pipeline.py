@@ -21,7 +21,9 @@ from pytest_aoti.compiling.explain import (
     compile_failure,
     decompose_failure,
     export_failure,
+    is_data_dependent,
     load_failure,
+    torch_reason,
 )
 from pytest_aoti.compiling.guards import guard_sources
 from pytest_aoti.errors import AotiCompileError, AotiExportError
@@ -48,6 +50,39 @@ def quiet_torch_deprecations() -> Iterator[None]:
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         yield
+
+
+@contextlib.contextmanager
+def _export_noise_dropped() -> Iterator[None]:
+    """Keep what torch.export writes to stderr, but the partial graph it prints (once per
+    wrapper, twice) with a data-dependent error and its log line "Unable to find user code
+    corresponding to {u0}": the failure names the user's line and the reason already."""
+    import io
+    import sys
+
+    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    unfound = _UnfoundUserCode()
+    shapes_log.addFilter(unfound)
+    written = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(written):
+            yield
+    except Exception as error:
+        graph = getattr(error, "partial_fx_graph", None)
+        text = written.getvalue()
+        if graph:
+            text = text.replace(f"{graph}\n", "")
+        sys.stderr.write(text)
+        raise
+    else:
+        sys.stderr.write(written.getvalue())
+    finally:
+        shapes_log.removeFilter(unfound)
+
+
+class _UnfoundUserCode(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unable to find user code corresponding")
 
 
 class _TorchTraceOnly(logging.Filter):
@@ -82,7 +117,7 @@ def export_module(
     if strict is not None:
         export_options["strict"] = strict
     try:
-        with quiet_torch_deprecations():
+        with quiet_torch_deprecations(), _export_noise_dropped():
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         with quiet_torch_deprecations():
@@ -97,6 +132,10 @@ def export_module(
             strict=bool(export_options.get("strict", False)),
             guard_lines=guard_lines,
         )
+        if is_data_dependent(error) and type(error).__str__ is BaseException.__str__:
+            # pytest prints the chained error above ours: its first line at the model's line
+            # is enough, the rest (torch's logging advice, the same line quoted) is above
+            error.args = (torch_reason(error)[0],)
         raise AotiExportError(message, stage="export") from error
 
 

@@ -20,6 +20,7 @@ from pytest_aoti.compiling.redact import redact
 from pytest_aoti.compiling.remote import Deadlines, RemoteStore, protocol_of
 from pytest_aoti.compiling.remote_guard import RemoteFault, RemoteMissing, bounded
 from pytest_aoti.compiling.signing import Trust
+from pytest_aoti.errors import install_hint
 
 __all__ = ["NOT_BEFORE_ENV", "credential_options", "open_remote", "storage_options"]
 
@@ -38,7 +39,6 @@ _PROTOCOL_PACKAGES = {
     "http": ("aiohttp", "remote"),
     "https": ("aiohttp", "remote"),
 }
-_INSTALL = "pip install pytest-aoti[remote]"
 # words of option names that hold secrets: they belong to the store's credential chain,
 # not to a file committed with the tests
 _CREDENTIAL_WORDS = frozenset(
@@ -131,7 +131,7 @@ def open_remote(
         import fsspec
     except ImportError:
         raise pytest.UsageError(
-            f"--aoti-cache-url needs the 'fsspec' package: {_INSTALL}"
+            f"--aoti-cache-url needs the 'fsspec' package: {install_hint('remote')}"
         ) from None
     try:
         trust = load_trust_for(ini_trusted)
@@ -144,7 +144,7 @@ def open_remote(
         package, extra = _PROTOCOL_PACKAGES.get(protocol, (str(error), "remote"))
         raise pytest.UsageError(
             f"--aoti-cache-url={shown} needs the '{package}' package: "
-            f"pip install pytest-aoti[{extra}] (or pip install {package})"
+            f"{install_hint(extra)} (or pip install {package})"
         ) from None
     except (ValueError, TypeError) as error:
         raise pytest.UsageError(f"--aoti-cache-url={shown}: {redact(str(error))}") from None

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.errors import AotiUsageError, install_hint
 
 __all__ = [
     "SIGNED_DOMAIN",
@@ -48,7 +48,6 @@ __all__ = [
 
 SIGNING_KEY_ENV = "PYTEST_AOTI_CACHE_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "PYTEST_AOTI_CACHE_TRUSTED_KEYS"
-_INSTALL = "pip install pytest-aoti[remote]"
 SIGNED_DOMAIN = b"pytest-aoti remote cache entry, format 2\n"
 """What the signed bytes start with: a signature made for anything else never verifies."""
 MAX_SIGNATURES = 16
@@ -84,7 +83,7 @@ def _crypto() -> Any:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
         raise AotiUsageError(
-            f"signed remote cache entries need the 'cryptography' package: {_INSTALL}"
+            f"signed remote cache entries need the 'cryptography' package: {install_hint('remote')}"
         ) from None
     return ed25519
 

@@ -96,8 +96,16 @@ def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) ->
 
 
 def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:
-    """Resolve ``texts`` (a usage error for one that does not resolve) and add the plugin."""
+    """Resolve ``texts`` (a usage error for one that does not resolve) and add the plugin.
+
+    ``--aoti-model`` on the command line with no path argument collects the specs alone:
+    the user asked for those models, not for the suite under ``testpaths`` or the current
+    directory. Paths given: both. Specs from the ini ``aoti_models`` join the usual
+    collection."""
     specs = resolve_specs(texts, config.rootpath, config.invocation_params.dir)
+    if config.getoption("aoti_model") and config.args_source is not pytest.Config.ArgsSource.ARGS:
+        # xdist workers get the same command line and decide the same
+        config.args = []
     plugin = ModelSpecs(specs)
     config.pluginmanager.register(plugin, PLUGIN_NAME)
     return plugin

@@ -54,11 +54,33 @@ def call_factory(factory: Callable[..., Any], device: torch.device, spec: str) -
 
     torch.manual_seed(0)
     try:
-        takes_device = "device" in inspect.signature(factory).parameters
+        signature: inspect.Signature | None = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin or C callable without a signature
-        takes_device = False
+        signature = None
+    takes_device = signature is not None and "device" in signature.parameters
+    if signature is not None:
+        _check_callable_as_factory(signature, spec)
     returned = factory(device=device) if takes_device else factory()
     return read_case(returned, spec)
+
+
+def _check_callable_as_factory(signature: inspect.Signature, spec: str) -> None:
+    """A factory is called with no argument but ``device``: one that needs others is a
+    usage error naming them, not Python's ``TypeError`` from inside the plugin."""
+    __tracebackhide__ = True
+    needed = [
+        name
+        for name, parameter in signature.parameters.items()
+        if name != "device"
+        and parameter.default is inspect.Parameter.empty
+        and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    if needed:
+        raise AotiUsageError(
+            f"{spec} needs the argument(s) {', '.join(map(repr, needed))}; a factory is called "
+            "with no arguments (or only device=): give them defaults, or name a function "
+            "that calls it with the values you want"
+        )
 
 
 def read_case(returned: Any, spec: str) -> ModelCase:

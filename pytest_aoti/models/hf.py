@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from pytest_aoti.errors import install_hint
 from pytest_aoti.models.spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.option_values import HF_PREFIX
 
-INSTALL_HINT = "hf: specs need transformers: pip install 'pytest-aoti[hf]' (or transformers)"
+
+def install_transformers() -> str:
+    return f"hf: specs need transformers: {install_hint('hf')} (or pip install transformers)"
+
 
 LOADING_ARGS = ("attn_implementation", "dtype")
 """Spec overrides that go to the model class (``_from_config``), not to the config."""
@@ -102,7 +106,7 @@ def transformers_module(spec: str) -> Any:
     try:
         import transformers
     except ImportError:
-        raise usage_error(spec, INSTALL_HINT) from None
+        raise usage_error(spec, install_transformers()) from None
     return transformers
 
 
@@ -163,10 +167,15 @@ def _config(spec: str, target: str, rootpath: Path, transformers: Any) -> Any:
 def _apply_overrides(spec: str, config: Any, overrides: Mapping[str, str]) -> None:
     for name, text in overrides.items():
         if not hasattr(config, name):
+            import difflib
+
+            fields = [*config.to_dict(), *LOADING_ARGS]
+            close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise usage_error(
                 spec,
-                f"{type(config).__name__} has no field {name!r}; overrides are config fields "
-                f"or model-loading arguments ({', '.join(LOADING_ARGS)})",
+                f"{type(config).__name__} has no field {name!r}{hint}; overrides are config "
+                f"fields or model-loading arguments ({', '.join(LOADING_ARGS)})",
             )
         try:
             value = convert(text, getattr(config, name))

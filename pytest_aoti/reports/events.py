@@ -133,6 +133,8 @@ class ItemEvents:
             # measured by the timing check (pytest_aoti.checks.timing), which never fails
             record.engine_seconds = result.engine_seconds
             record.eager_seconds = result.eager_seconds
+            load = result.figures.get("load")
+            record.timing_load = None if load is None else float(load)
             record.profile = result.figures.get("profile")
             problem = result.figures.get("measure_error")
             if problem:

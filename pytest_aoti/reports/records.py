@@ -11,11 +11,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TOO_SHORT_TO_TIME_SECONDS = 1e-4
-"""A median call shorter than this is not timed: on a busy machine one call of a few
-microseconds waits on the scheduler for longer than it runs, so the ratio of two such calls
-swings by orders of magnitude. Its ratio is shown as ``n/a`` (no extra calls are made to
-make it look measured)."""
+TOO_SHORT_TO_TIME_SECONDS = 1e-3
+"""A median call shorter than this is not timed: on a busy machine a call of a fraction of
+a millisecond waits on the scheduler (or a descheduled OpenMP thread) for longer than it
+runs, so the ratio of two such calls swings by orders of magnitude (0.38 ms against
+111 ms measured for a tiny BERT). Its ratio is shown as ``n/a`` (no extra calls are made
+to make it look measured)."""
+
+BUSY_LOAD = 1.0
+"""Load average per CPU at or above which the machine was saturated while a check was
+timed: its ratio is shown as ``busy``, not as a figure (74 measured for a tiny conv whose
+engine is faster than eager on an idle machine)."""
 
 
 @dataclass
@@ -49,6 +55,9 @@ class CheckRecord:
     """Median wall time of one engine call, after the first."""
     eager_seconds: float | None = None
     """Median wall time of one eager call, after the first."""
+    timing_load: float | None = None
+    """The machine's 1-minute load average per CPU when the calls were timed (None where
+    the platform does not say)."""
     profile: str | None = None
     """The Chrome trace written for this check (``--aoti-profile``)."""
     finding: dict[str, Any] | None = None
@@ -81,13 +90,25 @@ class CheckRecord:
     @property
     def speed_ratio(self) -> float | None:
         """Engine time over eager time per call: below 1, the engine is faster; None where
-        a side was not timed or one call is too short to time
-        (:data:`TOO_SHORT_TO_TIME_SECONDS`)."""
+        a side was not timed, one call is too short to time
+        (:data:`TOO_SHORT_TO_TIME_SECONDS`) or the machine was saturated (:attr:`busy`)."""
         if self.engine_seconds is None or self.eager_seconds is None:
             return None
-        if min(self.engine_seconds, self.eager_seconds) < TOO_SHORT_TO_TIME_SECONDS:
+        if self.too_short or self.busy:
             return None
         return self.engine_seconds / self.eager_seconds
+
+    @property
+    def too_short(self) -> bool:
+        """Both sides timed, and one call too short to time."""
+        if self.engine_seconds is None or self.eager_seconds is None:
+            return False
+        return min(self.engine_seconds, self.eager_seconds) < TOO_SHORT_TO_TIME_SECONDS
+
+    @property
+    def busy(self) -> bool:
+        """Timed on a saturated machine (:data:`BUSY_LOAD`): the times are no finding."""
+        return self.timing_load is not None and self.timing_load >= BUSY_LOAD
 
     @property
     def timed(self) -> bool:

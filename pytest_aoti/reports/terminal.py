@@ -54,7 +54,9 @@ def _error_text(record: CheckRecord) -> str:
 def _ratio_text(record: CheckRecord) -> str:
     ratio = record.speed_ratio
     if ratio is not None:
-        return f"{ratio:.2f}"
+        return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+    if record.timed and not record.too_short and record.busy:
+        return "busy"  # timed while the machine was saturated: no figure to read
     # timed, or a passed check whose timing gave no figure: too short to time
     return "n/a" if record.timed or (record.outcome == "passed" and record.program) else "-"
 

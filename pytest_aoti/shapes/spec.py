@@ -112,8 +112,34 @@ def check_dynamic_shapes(
     names neither the input nor the dim.
     """
     arguments = forward_arguments(module, args, kwargs)
-    if arguments is not None:
-        spec_axes(dynamic_shapes, arguments, strict=True)
+    if arguments is None:
+        return
+    if isinstance(dynamic_shapes, Mapping):
+        _check_spec_keys(module, dynamic_shapes, arguments)
+    spec_axes(dynamic_shapes, arguments, strict=True)
+
+
+def _check_spec_keys(
+    module: torch.nn.Module, dynamic_shapes: Mapping[Any, Any], arguments: Mapping[str, Any]
+) -> None:
+    """A dict spec is keyed by the names of the inputs the example passes (torch's own
+    error adds an unrelated hint about the export mode)."""
+    import difflib
+
+    parameters = inspect.signature(module.forward).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return  # **kwargs inputs: torch knows their names
+    unknown = [key for key in dynamic_shapes if key not in arguments]
+    if not unknown:
+        return
+    names = list(arguments)
+    close = difflib.get_close_matches(str(unknown[0]), names, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise AotiUsageError(
+        f"dynamic_shapes has key(s) {', '.join(map(repr, unknown))}{hint}, but the inputs "
+        f"of {type(module).__name__}.forward are {', '.join(map(repr, names))}: key the "
+        "spec by those names, or give a tuple in their order"
+    )
 
 
 def dim_label(dim: Any) -> str | None:

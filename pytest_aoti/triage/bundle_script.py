@@ -49,8 +49,9 @@ decomposition, or the AOTInductor compile itself.
 Exit status:
     1      REPRODUCED: the engine shows the reported finding again (same kind, same location)
     0      NOT REPRODUCED: it does not (other differences, if any, are printed)
-    2      COULD NOT RUN: a file is missing or unreadable, the device is absent, loading
-           or calling the engine raised (python repro.py --traceback shows where)
+    2      COULD NOT RUN: torch is not importable, a file is missing or unreadable, the
+           device is absent, loading or calling the engine raised (python repro.py
+           --traceback shows where)
     128+N  the replay died of signal N (e.g. 139: SIGSEGV inside the engine), said on stderr
 
 The replay runs in a child process, so that an engine that kills its process is reported
@@ -58,6 +59,7 @@ rather than mistaken for an exit status; python repro.py --in-process runs it in
 (for a debugger).
 """
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -65,12 +67,44 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+FILES = ("check.json", "finding.txt", "exported.pt2", "package.pt2", "inputs.pt", "eager.pt")
+
+
+def interpreter_flags():
+    """This interpreter's flags (-I, -S, -E, -s, -B, -P, -O), for the child to run as it does."""
+    flags = sys.flags
+    switches = (
+        ("-I", flags.isolated),
+        ("-S", flags.no_site),
+        ("-E", flags.ignore_environment and not flags.isolated),
+        ("-s", flags.no_user_site and not flags.isolated),
+        ("-B", flags.dont_write_bytecode),
+        ("-P", getattr(flags, "safe_path", False) and not flags.isolated),
+    )
+    return [flag for flag, on in switches if on] + ["-O"] * flags.optimize
+
+
+def could_not_run_here():
+    """Why the replay cannot start (torch missing, a file missing), or "" when it can."""
+    if importlib.util.find_spec("torch") is None:
+        return (
+            f"torch is not importable by {sys.executable} (flags: "
+            f"{' '.join(interpreter_flags()) or 'none'}): run this bundle with a Python "
+            "that has torch installed"
+        )
+    missing = [name for name in FILES if not (HERE / name).is_file()]
+    if missing:
+        return f"{', '.join(missing)} missing from the bundle {HERE}: copy the whole bundle directory"
+    return ""
 
 
 def supervise():
     """Run the replay in a child process; report a death by a signal as such."""
-    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-B", sys.flags.dont_write_bytecode)) if on]
-    child = subprocess.run([sys.executable, *flags, __file__, "--in-process", *sys.argv[1:]])
+    reason = could_not_run_here()
+    if reason:
+        print(f"COULD NOT RUN: {reason}", file=sys.stderr)
+        return 2
+    child = subprocess.run([sys.executable, *interpreter_flags(), __file__, "--in-process", *sys.argv[1:]])
     if child.returncode >= 0:
         return child.returncode
     number = -child.returncode
@@ -92,10 +126,14 @@ if __name__ == "__main__" and "--in-process" not in sys.argv[1:]:
 import traceback
 import warnings
 
-import torch
-import torch._inductor
-import torch.utils._pytree as pytree
-from torch.export.graph_signature import InputKind
+try:
+    import torch
+    import torch._inductor
+    import torch.utils._pytree as pytree
+    from torch.export.graph_signature import InputKind
+except ImportError as error:  # --in-process, or torch importable but broken
+    print(f"COULD NOT RUN: torch does not import here: {error}", file=sys.stderr)
+    sys.exit(2)
 
 # torch's notices about its own internals (run_decompositions copies deprecated tree specs)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -133,6 +171,9 @@ def main():
 
 
 def replay_bundle():
+    reason = could_not_run_here()
+    if reason:
+        raise CouldNotRun(reason)
     check = json.loads((HERE / "check.json").read_text())
     calls, rtol, atol = check["calls"], check["rtol"], check["atol"]
     device = torch.device(check["device"])
@@ -151,7 +192,11 @@ def replay_bundle():
     load_options = {}
     if device.type == "cuda" and device.index is not None:
         load_options["device_index"] = device.index
-    package = torch._inductor.aoti_load_package(str(HERE / "package.pt2"), **load_options)
+    try:
+        package = torch._inductor.aoti_load_package(str(HERE / "package.pt2"), **load_options)
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise CouldNotRun(f"package.pt2 does not load: {first}") from error
     # these files were written by pytest-aoti next to a compiled shared library, which runs
     # native code anyway: trust the bundle as a whole, or do not run it
     inputs = torch.load(HERE / "inputs.pt", map_location=device, weights_only=False)
@@ -202,7 +247,12 @@ def replay_bundle():
 
     print()
     wanted = (target.get("kind"), target.get("location"))
-    what = f"{wanted[0]} at {wanted[1] or 'the output'}" if target else "the reported finding"
+    if not target:
+        what = "the reported finding"
+    elif wanted[1]:
+        what = f"{wanted[0]} difference at {wanted[1]}"
+    else:
+        what = f"{wanted[0]} difference"
     # no location: any difference of that kind (a deployment probe names the input it varied)
     if not any(
         kind == wanted[0] and (not wanted[1] or location == wanted[1])
