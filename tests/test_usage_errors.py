@@ -169,6 +169,9 @@ BAD_VALUES = {
     "aoti-cache-url": "bucket/prefix",
     "aoti-cache-remote": "write",
     "aoti-cache-storage-options": "[1, 2]",
+    "aoti-cache-not-before": "yesterday",
+    "aoti-serving-checks": "maybe",
+    "aoti-hazards": "loud",
 }
 """A bad value of every option read at startup (its row has a parser); ``aoti-cache-dir``
 copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked where the
@@ -178,11 +181,17 @@ _NOT_HERE = {"aoti-cache-dir", "aoti-cache-trusted-keys", "aoti-cache-clear", "a
 STARTUP = [option for option in OPTIONS if option.parse is not None]
 
 
+def _name(option: object) -> str:
+    return str(getattr(option, "name", option))
+
+
 def test_the_table_covers_every_option_read_at_startup() -> None:
     assert {option.name for option in STARTUP} - _NOT_HERE == set(BAD_VALUES)
 
 
-@pytest.mark.parametrize("option", [o for o in STARTUP if o.name in BAD_VALUES and o.cli], ids=str)
+@pytest.mark.parametrize(
+    "option", [o for o in STARTUP if o.name in BAD_VALUES and o.cli], ids=_name
+)
 def test_a_bad_command_line_value_is_a_usage_error(
     pytester: pytest.Pytester, option: object
 ) -> None:
@@ -197,7 +206,7 @@ def test_a_bad_command_line_value_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
-    "option", [o for o in STARTUP if o.name in BAD_VALUES and o.ini_key], ids=str
+    "option", [o for o in STARTUP if o.name in BAD_VALUES and o.ini_key], ids=_name
 )
 def test_a_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester, option: object) -> None:
     from pytest_aoti.settings import Option
