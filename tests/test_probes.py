@@ -513,3 +513,91 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
         program, Double(), (x,), {}, tolerance=Tolerance(atol=1.0), cache=Cache()
     )
     assert len(calls) == 2 and not other.cached, "another tolerance probes again"
+
+
+def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkeypatch) -> None:
+    """A variant not run in time says nothing about the package: the next run probes again."""
+    import torch
+
+    from pytest_aoti.compare import Tolerance
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    x = torch.ones(3, 2)
+    program = _program_stub(Double(), (x,), set())
+    kept: dict[tuple[str, str], Any] = {}
+
+    class Cache:
+        def sidecar(self, key: str, name: str) -> Any:
+            return kept.get((key, name))
+
+        def keep_sidecar(self, key: str, name: str, data: Any) -> None:
+            kept[(key, name)] = dict(data)
+
+    def late_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
+        results: dict[Any, Any] = {
+            (index, checked): {"error": "refused"}
+            for index in range(len(variants))
+            for checked in (False, True)
+        }
+        results[(0, False)] = {"crashed": "not run: the probes ran out of time"}
+        return results
+
+    monkeypatch.setattr(probes, "run_child", late_child)
+    first, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    assert any(o.detail.startswith("not run:") for o in first.outcomes)
+    assert kept == {}
+    again, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    assert not again.cached
+
+
+@pytest.mark.parametrize(
+    ("message", "poisons"),
+    [
+        ("CUDA error: an illegal memory access was encountered", True),
+        ("input_handles[0]: unmatched stride value at 1, expected: 64, but got: 1", False),
+    ],
+)
+def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, poisons: bool
+) -> None:
+    """A CUDA error sticks to the process, so every later job would read as refused: the
+    child ends (the parent records a crash and starts a fresh child); an ordinary refusal
+    is the job's answer."""
+    import torch
+
+    from pytest_aoti.checks import probe_child
+
+    class Loader:
+        def __init__(self, *args: Any) -> None:
+            pass
+
+        def boxed_run(self, inputs: list[Any]) -> list[Any]:
+            raise RuntimeError(message)
+
+    def exit_now(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
+    monkeypatch.setattr(probe_child.os, "_exit", exit_now)
+    request = tmp_path / "request.pt"
+    torch.save(
+        {
+            "package": "p.pt2",
+            "device_index": None,
+            "inputs": [[torch.ones(2)]],
+            "jobs": [(0, False)],
+        },
+        request,
+    )
+    if poisons:
+        with pytest.raises(SystemExit) as exited:
+            probe_child.probe(str(request), str(tmp_path))
+        assert exited.value.code == 70
+        assert not (tmp_path / "job-0.pt").exists()
+    else:
+        probe_child.probe(str(request), str(tmp_path))
+        saved = torch.load(tmp_path / "job-0.pt", weights_only=False)
+        assert saved["error"].startswith("input_handles[0]: unmatched stride")

@@ -291,6 +291,14 @@ def hostile(entry_dir: Path, what: str) -> None:
         package.write_bytes(package.read_bytes()[:100])
     elif what == "torn-manifest":
         manifest.write_bytes(manifest.read_bytes()[:200])
+    elif what == "nan-manifest":
+        document = json.loads(manifest.read_text())
+        document["entry"]["compile_seconds"] = float("nan")
+        manifest.write_text(json.dumps(document))
+    elif what == "newer-format":
+        document = json.loads(manifest.read_text())
+        document["entry"]["format_version"] = 99
+        manifest.write_text(json.dumps(document))
     else:
         raise AssertionError(what)
 
@@ -307,6 +315,13 @@ HOSTILE = {
     "package-missing": ("its package is missing", True),
     "truncated-package": ("its package has 100 bytes, the signed entry says 4096", True),
     "torn-manifest": ("its manifest is not JSON (damaged or half-written)", True),
+    "nan-manifest": ("its manifest is not JSON (damaged or half-written)", True),
+    # a newer release's entry is left to the readers that can read it
+    "newer-format": (
+        "its entry is of format version 99, this version reads 2 "
+        "(entries of older versions are compiled again once)",
+        False,
+    ),
 }
 
 
@@ -517,6 +532,8 @@ def test_url_credentials_are_masked() -> None:
     )
     assert redact("https://h/p?X-Amz-Signature=abc&x=1") == "https://h/p?X-Amz-Signature=***&x=1"
     assert redact("file:///tmp/a@b") == "file:///tmp/a@b"
+    # a password holding "@": nothing of it is left
+    assert redact("ftp://user:p@ss@host/x") == "ftp://***@host/x"
 
 
 def test_credentials_nested_anywhere_in_storage_options_are_refused() -> None:
@@ -531,6 +548,15 @@ def test_credentials_nested_anywhere_in_storage_options_are_refused() -> None:
         "headers[0].Authorization-Token",
     ]
     assert credential_options({"client_kwargs": {"endpoint_url": "http://h"}}) == []
+    # any spelling: headers, camelCase, cookies
+    assert credential_options(
+        {
+            "headers": {"Authorization": "Bearer t", "Cookie": "c", "Accept": "x"},
+            "AccountKey": "k",
+            "AWSSecretAccessKey": "s",
+            "EndpointUrl": "http://h",
+        }
+    ) == ["headers.Authorization", "headers.Cookie", "AccountKey", "AWSSecretAccessKey"]
     with pytest.raises(pytest.UsageError, match=r"client_kwargs\.aws_secret_access_key"):
         open_remote("s3://b/p", mode="read", ini_options=options, ini_trusted=(), on_problem=print)
 

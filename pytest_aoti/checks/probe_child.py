@@ -90,6 +90,13 @@ def probe(request_path: str, outdir: str) -> None:
             result["outputs"] = pytree.tree_unflatten(outputs, out_spec)
             result["inputs"] = flat
         except Exception as error:  # the engine refused the input: that is the answer
+            if _poisons_process(error):
+                # a CUDA error sticks to the process: every later job would fail the same
+                # way and read as refused. End here; the parent records a crash and starts
+                # a fresh child for the jobs left.
+                sys.stderr.write(f"{type(error).__name__}: {str(error).strip()[:300]}\n")
+                sys.stderr.flush()
+                os._exit(70)
             text = str(error).strip()
             lines = [line for line in text.splitlines() if line.strip()]
             useful = [line for line in lines if "unmatched" in line or "Error:" in line]
@@ -98,6 +105,13 @@ def probe(request_path: str, outdir: str) -> None:
     _set_checks(False)
     engines.clear()
     gc.collect()
+
+
+def _poisons_process(error: BaseException) -> bool:
+    """Whether ``error`` leaves the process unusable for later engine calls (a CUDA error:
+    an illegal access or a device-side assert sticks to the CUDA context)."""
+    text = str(error)
+    return type(error).__name__ == "AcceleratorError" or "CUDA error" in text
 
 
 def _resident_bytes() -> int:

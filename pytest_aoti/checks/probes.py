@@ -278,7 +278,7 @@ def run_probes(
         seconds=time.perf_counter() - started,
         skipped=tuple(skipped_list),
     )
-    if cache is not None:
+    if cache is not None and not any(_transient(item) for item in report.outcomes):
         stored = dict(cache.sidecar(program.key, "probes") or {})
         stored[key] = {"outcomes": report.to_json(), "skipped": list(report.skipped)}
         try:
@@ -286,6 +286,12 @@ def run_probes(
         except Exception:  # keeping outcomes is an economy: never fail a check for it
             pass
     return report, variants
+
+
+def _transient(outcome: ProbeOutcome) -> bool:
+    """An outcome of the machine's moment, not of the engine (a variant not run in time, an
+    engine that did not return): kept, it would stand for the package on every later run."""
+    return outcome.detail.startswith("not run:") or "did not return within" in outcome.detail
 
 
 def _spec_digest(

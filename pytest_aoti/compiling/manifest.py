@@ -51,6 +51,11 @@ class Verdict:
     """Whether a publisher with a trusted key may replace the entry."""
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are no JSON a publisher writes: the manifest is damaged."""
+    raise ValueError(f"{name} in a manifest")
+
+
 def _refused(reason: str, repairable: bool = True) -> Verdict:
     return Verdict(reason=reason, repairable=repairable)
 
@@ -73,7 +78,7 @@ def read_manifest(raw: bytes, key: str, trust: Trust, not_before: float | None) 
     if len(raw) > MANIFEST_LIMIT:
         return _refused(f"its manifest is larger than {MANIFEST_LIMIT // 2**20} MiB")
     try:
-        manifest = json.loads(raw)
+        manifest = json.loads(raw, parse_constant=_no_constant)
     except RecursionError:
         return _refused("its manifest nests deeper than this version reads")
     except ValueError:
@@ -87,9 +92,12 @@ def read_manifest(raw: bytes, key: str, trust: Trust, not_before: float | None) 
         return _refused("its manifest has no entry")
     version = entry.get("format_version")
     if version != ENTRY_FORMAT_VERSION:
+        # an older or damaged entry is replaced once; a newer release's is left to its readers
+        newer = type(version) is int and version > ENTRY_FORMAT_VERSION
         return _refused(
             f"its entry is of format version {version!r}, this version reads "
-            f"{ENTRY_FORMAT_VERSION} (entries of older versions are compiled again once)"
+            f"{ENTRY_FORMAT_VERSION} (entries of older versions are compiled again once)",
+            repairable=not newer,
         )
     check = trust.check(entry, manifest.get("signatures"))
     if check.signer is None:

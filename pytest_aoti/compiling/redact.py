@@ -8,8 +8,9 @@ import re
 
 __all__ = ["redact"]
 
-# scheme://user:password@host or scheme://token@host: everything between "//" and "@"
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/@\s'\"]+)@")
+# scheme://user:password@host or scheme://token@host: everything between "//" and the last
+# "@" before the path (a password may hold "@" itself)
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s'\"]+)@")
 # ?X-Amz-Signature=…, &sig=…, &token=…: credentials in a query string (presigned URLs)
 _QUERY_SECRET = re.compile(
     r"(?P<name>[?&](?:[A-Za-z0-9_\-]*(?:signature|sig|token|secret|password|credential|key)"

@@ -11,6 +11,7 @@ are masked (:func:`~pytest_aoti.compiling.redact.redact`) and keys are never ech
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,7 +43,19 @@ _PROTOCOL_PACKAGES = {
 # words of option names that hold secrets: they belong to the store's credential chain,
 # not to a file committed with the tests
 _CREDENTIAL_WORDS = frozenset(
-    {"key", "secret", "token", "password", "passwd", "credential", "credentials", "sas"}
+    {
+        "key",
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "sas",
+        "authorization",
+        "cookie",
+        "bearer",
+    }
 )
 _CREDENTIAL_NAMES = frozenset({"username", "connection_string", "auth", "signature"})
 
@@ -54,7 +67,9 @@ def credential_options(options: Any, where: str = "") -> list[str]:
     if isinstance(options, Mapping):
         for name, value in options.items():
             dotted = f"{where}.{name}" if where else str(name)
-            words = set(str(name).lower().replace("-", "_").split("_"))
+            # AccountKey, aws-secret, client_secret: the words of any spelling
+            spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name)).lower()
+            words = set(re.split(r"[_\-\s.]+", spaced))
             if words & _CREDENTIAL_WORDS or str(name).lower() in _CREDENTIAL_NAMES:
                 found.append(dotted)
             else:

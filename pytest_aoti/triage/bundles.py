@@ -48,7 +48,13 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             finding_json=error.finding.to_json(),
             device=program.device,
             mutated_inputs=program.mutated_inputs,
-            eager_buffers=replay.eager_buffers(program) if program.mutated_buffers else None,
+            # only a buffer finding needs the buffers read back (torch's private runner);
+            # any other replays through the package's own loader
+            eager_buffers=(
+                replay.eager_buffers(program)
+                if program.mutated_buffers and error.finding.kind == "buffer"
+                else None
+            ),
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
