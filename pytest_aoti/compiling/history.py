@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from pytest_aoti.compiling.store_files import replace_text
 
 SEED_ADVICE = (
     "weights differ from the last run: seed the model, e.g. torch.manual_seed, to reuse the "
@@ -67,10 +67,7 @@ class KeyHistory:
         text = json.dumps({"format": _FORMAT, "test": nodeid, "checks": checks}, indent=1)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(text)
-            os.replace(name, self._path(nodeid))
+            replace_text(self._path(nodeid), text)
         except OSError:
             return  # a hint about seeds is not worth failing over
 

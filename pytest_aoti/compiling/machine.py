@@ -29,7 +29,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -244,19 +243,11 @@ def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None
 
 def write_record(path: Path, identity: Mapping[str, str], target: MachineTarget) -> None:
     """Write the record atomically: a temporary file in the same folder, then a rename."""
+    from pytest_aoti.compiling.store_files import replace_text
+
     data = {"format": RECORD_FORMAT, "identity": dict(identity), "target": asdict(target)}
     with contextlib.suppress(OSError):
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".cpu-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        replace_text(path, json.dumps(data, indent=1, sort_keys=True), sync=True)
 
 
 def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None:

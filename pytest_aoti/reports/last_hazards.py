@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -84,13 +82,10 @@ def keep(root: Path | None, shown: Mapping[str, str]) -> None:
             return float(entry.get("seen", 0)) if isinstance(entry, dict) else 0.0
 
         programs = dict(sorted(programs.items(), key=seen)[-MAX_PROGRAMS:])
-    name = ""
+    from pytest_aoti.compiling.store_files import replace_text
+
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=root, prefix=".tmp-hazards-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump({"format": _FORMAT, "programs": programs}, file)
-        os.replace(name, path)
+        replace_text(path, json.dumps({"format": _FORMAT, "programs": programs}))
     except OSError:
-        if name:
-            Path(name).unlink(missing_ok=True)
+        pass  # what a run showed is a convenience: the next run shows everything again
