@@ -474,26 +474,36 @@ def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:
     assert ArtifactStore(tmp_path / "cache").read_sidecar(key, "probes") == {"other": {}}
 
 
-def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
-    import torch
+class _KeptSidecars:
+    """A cache's sidecar interface over a dict, with a JSON round trip like the store's."""
 
-    from pytest_aoti.compare import Tolerance
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], Any] = {}
+
+    def sidecar(self, key: str, name: str) -> Any:
+        return self.kept.get((key, name))
+
+    def keep_sidecar(self, key: str, name: str, data: Any) -> None:
+        self.kept[(key, name)] = json.loads(json.dumps(dict(data)))
+
+
+def _doubling_program() -> tuple[Any, Any, Any]:
+    """A stub program of ``x * 2``, its module and its example input."""
+    import torch
 
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * 2
 
     x = torch.ones(3, 2)
-    program = _program_stub(Double(), (x,), set())
-    kept: dict[tuple[str, str], Any] = {}
+    return _program_stub(Double(), (x,), set()), Double(), x
 
-    class Cache:
-        def sidecar(self, key: str, name: str) -> Any:
-            return kept.get((key, name))
 
-        def keep_sidecar(self, key: str, name: str, data: Any) -> None:
-            kept[(key, name)] = json.loads(json.dumps(dict(data)))
+def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
+    from pytest_aoti.compare import Tolerance
 
+    program, double, x = _doubling_program()
+    cache = _KeptSidecars()
     calls = []
 
     def fake_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
@@ -505,36 +515,22 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
         }
 
     monkeypatch.setattr(probes, "run_child", fake_child)
-    first, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
-    again, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    first, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
+    again, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     assert len(calls) == 1 and not first.cached and again.cached
     assert again.outcomes == first.outcomes and {o.outcome for o in first.outcomes} == {"refused"}
     other, _ = probes.run_probes(
-        program, Double(), (x,), {}, tolerance=Tolerance(atol=1.0), cache=Cache()
+        program, double, (x,), {}, tolerance=Tolerance(atol=1.0), cache=cache
     )
     assert len(calls) == 2 and not other.cached, "another tolerance probes again"
 
 
 def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkeypatch) -> None:
     """A variant not run in time says nothing about the package: the next run probes again."""
-    import torch
-
     from pytest_aoti.compare import Tolerance
 
-    class Double(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x * 2
-
-    x = torch.ones(3, 2)
-    program = _program_stub(Double(), (x,), set())
-    kept: dict[tuple[str, str], Any] = {}
-
-    class Cache:
-        def sidecar(self, key: str, name: str) -> Any:
-            return kept.get((key, name))
-
-        def keep_sidecar(self, key: str, name: str, data: Any) -> None:
-            kept[(key, name)] = dict(data)
+    program, double, x = _doubling_program()
+    cache = _KeptSidecars()
 
     def late_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
         results: dict[Any, Any] = {
@@ -546,10 +542,10 @@ def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkey
         return results
 
     monkeypatch.setattr(probes, "run_child", late_child)
-    first, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    first, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     assert any(o.detail.startswith("not run:") for o in first.outcomes)
-    assert kept == {}
-    again, _ = probes.run_probes(program, Double(), (x,), {}, tolerance=Tolerance(), cache=Cache())
+    assert cache.kept == {}
+    again, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     assert not again.cached
 
 
