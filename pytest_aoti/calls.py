@@ -1,21 +1,155 @@
-"""What an ``aoti.check`` call says, checked before anything is exported or compiled.
+"""Resolving an ``aoti.check`` or ``aoti.compile`` call before anything is exported.
 
-The module and its inputs (no tensor on the ``meta`` device), ``samples``, the types of
-``mutates=`` and ``mutated_buffers=``, and every per-check option keyword against its row
-of :data:`~pytest_aoti.settings.OPTIONS`: a mistake is an ``AotiUsageError`` at the user's
-line that costs no compile.
+:func:`resolve_call` checks everything the call says: the module and its inputs (no
+tensor on the ``meta`` device), ``samples``, ``mutates=`` (a mapping of input name to
+value), ``mutated_buffers=`` (a set, list or tuple of names), ``calls=``,
+``dynamic_shapes``, every option keyword (through :mod:`pytest_aoti.options.resolve`) and
+the merged inductor configs; a mistake is an ``AotiUsageError`` at the user's line that
+costs no compile. It then moves the module and the input sets to the device, once, and
+returns one :class:`ResolvedCall` that compiling and the checks' plan both read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.settings import keyword_options, option_problem
+from pytest_aoti.options.resolve import call_options
 
 if TYPE_CHECKING:
     import torch
+
+    from pytest_aoti.checks.base import InputSet
+    from pytest_aoti.options.check_options import CheckOptions
+    from pytest_aoti.options.defaults import CheckDefaults
+    from pytest_aoti.tolerance import Tolerance
+
+
+CALL_ARGUMENTS = ("mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes")
+"""The keywords of ``aoti.check`` that say what the call checks, besides module, args and
+kwargs; its other keywords are options (rows with ``keyword=True``)."""
+
+
+@dataclass(frozen=True)
+class ResolvedCall:
+    """One call, checked and on its device: what compiling and the checks read."""
+
+    module: torch.nn.Module
+    """The module on the device (a moved copy where it was elsewhere: never the caller's,
+    moved)."""
+    input_sets: list[InputSet]
+    """The example, then each sample, on the device."""
+    options: CheckOptions
+    tolerance: Tolerance
+    inductor_configs: dict[str, Any]
+    """Merged: the ini file's, the hook's, the marker's, the call's; checked by Inductor."""
+    export_kwargs: dict[str, Any]
+    dynamic_shapes: Any = None
+    """The call's spec; ``"auto"`` until the tester infers it."""
+    mutates: Mapping[str, Any] | None = None
+    mutated_buffers: Iterable[str] | None = None
+    calls: int | None = None
+    """The call's ``calls=``; None: the tester chooses."""
+
+    @property
+    def expect_at(self) -> int:
+        """The call after which ``mutates`` values are checked."""
+        return self.calls if self.calls is not None else 1
+
+
+def resolve_call(
+    defaults: CheckDefaults,
+    device: torch.device,
+    module: Any,
+    args: Any,
+    kwargs: Any = None,
+    *,
+    samples: Any = None,
+    dynamic_shapes: Any = None,
+    mutates: Any = None,
+    mutated_buffers: Any = None,
+    calls: Any = None,
+    options: Mapping[str, Any] | None = None,
+) -> ResolvedCall:
+    """Check what a call says and move it to ``device`` (see the module's docstring)."""
+    __tracebackhide__ = True
+    from pytest_aoti.compiling.configs import check_inductor_configs
+
+    check_module_and_inputs(module, args, kwargs)
+    kwargs = dict(kwargs or {})
+    checked = checked_samples(samples, dynamic_shapes)
+    for sample in checked:
+        check_not_meta(module, sample, None)
+    check_declarations(mutates, mutated_buffers)
+    if calls is not None and (not isinstance(calls, int) or isinstance(calls, bool) or calls < 1):
+        raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
+    if isinstance(dynamic_shapes, str):
+        check_dynamic_shapes_mode(dynamic_shapes, checked)
+    resolved = call_options(defaults, options or {})
+    check_inductor_configs(resolved.inductor_configs)
+    return ResolvedCall(
+        module=module_on_device(module, device),
+        input_sets=[inputs_on_device(set_args, kwargs, device) for set_args in (args, *checked)],
+        options=resolved.options,
+        tolerance=resolved.tolerance,
+        inductor_configs=resolved.inductor_configs,
+        export_kwargs=resolved.export_kwargs,
+        dynamic_shapes=dynamic_shapes,
+        mutates=mutates,
+        mutated_buffers=mutated_buffers,
+        calls=calls,
+    )
+
+
+def check_dynamic_shapes_mode(mode: str, samples: Sequence[Any]) -> None:
+    """A string ``dynamic_shapes`` is ``"auto"``, which needs samples to infer from."""
+    __tracebackhide__ = True
+    if mode != "auto":
+        raise AotiUsageError(f'dynamic_shapes must be a torch.export spec or "auto", got {mode!r}')
+    if not samples:
+        raise AotiUsageError(
+            'dynamic_shapes="auto" needs samples=[...]: input sets of other sizes to infer from'
+        )
+
+
+def module_on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The module on ``device``; a moved copy, so the caller's module is untouched."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if all(_same_device(tensor.device, device) for tensor in tensors):
+        return module
+    return copy.deepcopy(module).to(device)
+
+
+def inputs_on_device(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], device: torch.device
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with every tensor on ``device`` (the caller's are not moved)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    def move(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and not _same_device(leaf.device, device):
+            return leaf.to(device)
+        return leaf
+
+    moved_args, moved_kwargs = pytree.tree_map(move, (tuple(args), dict(kwargs)))
+    return tuple(moved_args), moved_kwargs
+
+
+def _same_device(actual: torch.device, wanted: torch.device) -> bool:
+    if actual == wanted:
+        return True
+    if actual.type != wanted.type:
+        return False
+    if wanted.type != "cuda":
+        return True
+    import torch
+
+    wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
+    return actual.index == wanted_index
 
 
 def check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
@@ -109,22 +243,3 @@ def check_declarations(mutates: Any, mutated_buffers: Any) -> None:
                 "mutated_buffers must be a set, list or tuple of buffer names (str), got "
                 f'{mutated_buffers!r}; e.g. mutated_buffers={{"counter"}}'
             )
-
-
-def keyword_values(explicit: Mapping[str, Any], others: Mapping[str, Any]) -> dict[str, Any]:
-    """The per-check options a call passed (explicit keywords and ``**options``), checked
-    against their rows: an unknown name or a bad value is a usage error."""
-    __tracebackhide__ = True
-    allowed = keyword_options()
-    unknown = sorted(set(others) - set(allowed))
-    if unknown:
-        raise AotiUsageError(
-            f"aoti.check() got unknown option(s) {', '.join(unknown)}; "
-            f"per-check options: {', '.join(allowed)}"
-        )
-    values = {**explicit, **others}
-    for name, value in values.items():
-        problem = option_problem(name, value)
-        if problem:
-            raise AotiUsageError(problem)
-    return values

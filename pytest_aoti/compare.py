@@ -24,7 +24,6 @@ from pytest_aoti.tolerance import (
     LeafStats,
     NoReference,
     Tolerance,
-    ToleranceHook,
     abs_diff,
     beyond_tolerance,
     default_tolerance,
@@ -32,25 +31,10 @@ from pytest_aoti.tolerance import (
     fp64_rescue,
     leaf_figures,
     leaf_stats,
-    mismatch_counts,
     plain_tensor,
     type_name,
     unravel,
 )
-
-__all__ = [
-    "LeafStats",
-    "Tolerance",
-    "ToleranceHook",
-    "assert_unchanged",
-    "assert_values",
-    "compare_leaf",
-    "compare_trees",
-    "mismatch_counts",
-]
-"""The comparisons, and (re-exported from :mod:`pytest_aoti.tolerance`) the tolerance and
-figure names callers have always imported from here."""
-
 
 _EAGER = "eager"
 # the defaults of the comparisons: the dtype defaults, the hook and the options unset

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_aoti.frames import caller_stacklevel, pin_to_source
 
@@ -44,6 +44,27 @@ class _StageError(AotiError):
     @property
     def stage(self) -> str | None:
         return self._stage
+
+
+class Replay(Protocol):
+    """What a failure replays in its repro bundle: an input set, its module and the number
+    of calls (:class:`pytest_aoti.triage.attribution.Replay`)."""
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def calls(self) -> int: ...
+
+    def eager_run(
+        self, program: Any, *, buffers: bool = False
+    ) -> tuple[list[tuple[Any, dict[str, Any]]], list[dict[str, Any]] | None]:
+        """One eager run: per call, eager's outputs and every named input after the call;
+        with ``buffers``, also per call the registered buffers the program mutates."""
+        ...
 
 
 class AotiCheckError(AotiError, AssertionError):
@@ -80,9 +101,10 @@ class AotiCheckError(AotiError, AssertionError):
     def node(self) -> Any:
         return self.finding.node
 
-    replay: Any = None
-    """The input set and calls the failure happened on (:class:`pytest_aoti.checks.parity.Replay`),
-    for the repro bundle; None where the failure is not about one input set."""
+    replay: Replay | None = None
+    """The input set and calls the failure happened on
+    (:class:`pytest_aoti.triage.attribution.Replay`), for the repro bundle; None where the
+    failure is not about one input set."""
 
     def amended(self, finding: Finding) -> AotiCheckError:
         """The same error with ``finding`` in place of its own (keeps the traceback)."""
@@ -163,7 +185,8 @@ REPOSITORY = "git+https://github.com/<org>/pytest-aoti"
 
 def install_hint(extra: str = "") -> str:
     """The command that installs this project with ``extra`` (``s3``, ``hf``), from where it
-    was installed (pip's ``direct_url.json``), else from its repository as the README says.
+    was installed (pip's ``direct_url.json``), else from the repository its metadata names
+    (``Project-URL`` or ``Home-page``), else as the README says.
 
     Never the bare name from the package index: pytest-aoti is not published there, and
     whoever registers the name there would be installed instead."""
@@ -171,9 +194,10 @@ def install_hint(extra: str = "") -> str:
     from importlib import metadata
 
     requirement = f"pytest-aoti[{extra}]" if extra else "pytest-aoti"
-    source = REPOSITORY
+    source = ""
     recorded: Any = {}
     for distribution in metadata.distributions(name="pytest-aoti"):
+        source = source or _repository_of(getattr(distribution, "metadata", None))
         # a checkout's own egg-info may come first and records nothing
         try:
             recorded = json.loads(distribution.read_text("direct_url.json") or "{}")
@@ -181,6 +205,7 @@ def install_hint(extra: str = "") -> str:
             continue
         if recorded:
             break
+    source = source or REPOSITORY
     url = recorded.get("url", "") if isinstance(recorded, dict) else ""
     if isinstance(url, str) and url.startswith("file://") and "dir_info" in recorded:
         path = url.removeprefix("file://")
@@ -190,3 +215,26 @@ def install_hint(extra: str = "") -> str:
     if isinstance(url, str) and url and "vcs_info" in recorded:
         source = f"{recorded['vcs_info'].get('vcs', 'git')}+{url}"
     return f'pip install "{requirement} @ {source}"'
+
+
+_SOURCE_LABELS = ("source", "repository", "code", "homepage")
+
+
+def _repository_of(fields: Any) -> str:
+    """``git+https://…`` of the repository a distribution's metadata names: its
+    ``Project-URL`` labelled source, repository, code or homepage (in that order), else its
+    ``Home-page``; empty when it names none."""
+    if fields is None:
+        return ""
+    labelled: dict[str, str] = {}
+    for entry in fields.get_all("Project-URL") or []:
+        label, _, url = str(entry).partition(",")
+        labelled.setdefault(label.strip().lower(), url.strip())
+    found = [labelled.get(label, "") for label in _SOURCE_LABELS] + [fields.get("Home-page") or ""]
+    for url in found:
+        url = str(url).strip()
+        if url.startswith("git+"):
+            return url
+        if url.startswith("https://"):
+            return f"git+{url}"
+    return ""

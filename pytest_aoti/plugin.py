@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_aoti.options.settings import read_settings
+from pytest_aoti.options.table import add_options, marker_help
 from pytest_aoti.session import AotiSession
-from pytest_aoti.settings import add_options, marker_help, read_settings
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # resolving now turns a missing GPU on the command line into a usage error (one in
         # the ini skips its test ids) and shows the skip on the xdist controller too
         session.devices  # noqa: B018
-    session.check_cache_dir()
+    session.stores.check_cache_dir()
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if session.settings.models or session.settings.models_list:
         from pytest_aoti.models.collect import register
@@ -154,10 +155,10 @@ def aoti(
     defaults = session.defaults_for(item, aoti_device, aoti_export_mode)
     return AotiTester(
         aoti_device,
-        session.registry,
+        session.stores.registry,
         defaults,
         events=session.events_for(item, aoti_device),
-        hypothesis_database=session.hypothesis_database(),
+        hypothesis_database=session.stores.hypothesis_database(),
         label=item.nodeid,
         warned=session.warned_programs,
     )

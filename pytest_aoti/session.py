@@ -1,38 +1,34 @@
-"""Per-session state: settings, resolved devices, the program registry, the report collector.
+"""Per-session state: settings, resolved devices, the stores, the report collector.
 
-Registered as the ``aoti-session`` plugin, so its hook methods run like any plugin's. Heavy
-parts (torch, the registry, the store) are created on first use: a run without AOTI tests
-never imports torch. It runs no checks and renders nothing itself: the records and every
-view of them live in :mod:`pytest_aoti.reports`.
+Registered as the ``aoti-session`` plugin, so its hook methods run like any plugin's; each
+is glue that hands the work to the part that owns it: the stores' lifecycle to
+:class:`~pytest_aoti.compiling.run_stores.RunStores`, records and every view of them to
+:mod:`pytest_aoti.reports`. Heavy parts (torch, the registry, the store) are created on
+first use: a run without AOTI tests never imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.compiling.run_stores import RunStores
+from pytest_aoti.options.settings import AotiSettings
+from pytest_aoti.reports.artifacts import ArtifactPaths
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.progress import CompileProgress, write_own_line
-from pytest_aoti.settings import AotiSettings
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.compiling.history import KeyHistory
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.registry import CompileStats, ProgramRegistry
-    from pytest_aoti.compiling.remote import RemoteStore
-    from pytest_aoti.compiling.store import ArtifactStore, CacheMode
+    from pytest_aoti.options.defaults import CheckDefaults
     from pytest_aoti.reports.events import ItemEvents
-    from pytest_aoti.tester import CheckDefaults
 
 
 class AotiSession:
@@ -42,22 +38,22 @@ class AotiSession:
         self.config = config
         self.settings = settings
         self._devices: tuple[str, ...] | None = None
-        self._registry: ProgramRegistry | None = None
-        self._store: ArtifactStore | None = None
-        self._store_made = False
-        self._remote: RemoteStore | None = None
-        self._remote_made = False
-        self._workdir: Path | None = None
-        self._bundles: dict[str, int] = {}
         self._progress: CompileProgress | None = None
-        self._profiles: dict[str, int] = {}
         self.collector = ReportCollector()
         """Records and figures of this process (and, on the xdist controller, the workers')."""
+        self.stores = RunStores(
+            config,
+            settings,
+            on_problem=self.collector.cache_problem,
+            problems=self.collector.cache_problems,
+            watcher=lambda: self.progress,
+            on_ready=self._program_ready,
+        )
+        """The local store, the remote store and the registry of this process."""
+        self.artifacts = ArtifactPaths(settings.keep_failed, settings.profile)
+        """Where each test's repro bundles and engine traces go."""
         self.warned_programs: set[str] = set()
         """Programs whose buffer mutation was warned about: once per session."""
-        self._history: KeyHistory | None = None
-
-    # -- lazily created parts ---------------------------------------------------------
 
     @property
     def worker(self) -> str:
@@ -100,55 +96,6 @@ class AotiSession:
         return torch.device(name)
 
     @property
-    def store(self) -> ArtifactStore | None:
-        """The on-disk artifact store, or None when the cache is off or unavailable."""
-        if not self._store_made:
-            self._store_made = True
-            root = self.cache_root()
-            if root is not None and self.settings.cache_mode != "off":
-                from pytest_aoti.compiling.store import ArtifactStore
-
-                self._store = ArtifactStore(
-                    root,
-                    mode=cast("CacheMode", self.settings.cache_mode),
-                    max_bytes=self.settings.cache_max_size,
-                    on_problem=self.collector.cache_problem,
-                )
-        return self._store
-
-    @property
-    def remote(self) -> RemoteStore | None:
-        """The fleet's remote store (``--aoti-cache-url``), or None when there is none."""
-        if not self._remote_made:
-            self._remote_made = True
-            settings = self.settings
-            if settings.cache_url and settings.cache_remote != "off":
-                from pytest_aoti.compiling.remote_open import open_remote
-
-                self._remote = open_remote(
-                    settings.cache_url,
-                    mode=settings.cache_remote,
-                    ini_options=settings.cache_storage_options,
-                    ini_trusted=[
-                        str(self.config.rootpath / p) for p in settings.cache_trusted_keys
-                    ],
-                    on_problem=self.collector.cache_problem,
-                    not_before=settings.cache_not_before,
-                )
-        return self._remote
-
-    @property
-    def registry(self) -> ProgramRegistry:
-        if self._registry is None:
-            from pytest_aoti.compiling.registry import ProgramRegistry
-
-            self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
-            self._registry = ProgramRegistry(
-                self._workdir, self.store, self._program_ready, self.progress, remote=self.remote
-            )
-        return self._registry
-
-    @property
     def progress(self) -> CompileProgress:
         """Announces long compiles on the terminal (recorded only, on an xdist worker)."""
         if self._progress is None:
@@ -170,94 +117,10 @@ class AotiSession:
         with guard:
             write_own_line(reporter, line)
 
-    @property
-    def cache_problems(self) -> list[str]:
-        """Cache problems the store repaired or worked around: listed in the terminal
-        summary, never a warning (under ``filterwarnings = error`` it would fail a test
-        that then passes on the next run)."""
-        return self.collector.cache_problems
+    def _program_ready(self, program: AotiProgram) -> None:
+        self.config.hook.pytest_aoti_program_ready(config=self.config, program=program)
 
-    @property
-    def inferred(self) -> list[tuple[str, str]]:
-        return self.collector.inferred
-
-    def cache_root(self) -> Path | None:
-        if self.settings.cache_dir is not None:
-            return self.settings.cache_dir
-        cache = getattr(self.config, "cache", None)
-        if cache is None:  # -p no:cacheprovider
-            return None
-        try:
-            root = Path(cache.mkdir("aoti"))
-        except OSError as error:
-            self.collector.cache_problem(f"pytest-aoti cache off for this run: {error}")
-            return None
-        # pytest creates it under the umask (0o775 under umask 002); it is ours, and the
-        # store refuses a directory others can write to: make it private
-        root.chmod(0o700)
-        return root
-
-    def check_cache_dir(self) -> None:
-        """Open the store of ``--aoti-cache-dir`` now: a directory it cannot use at all is a
-        usage error at startup, not a cache that quietly turns itself off."""
-        where = self.settings.cache_dir
-        if where is None or self.settings.cache_mode == "off" or _is_xdist_worker(self.config):
-            return
-        store = self.store
-        if store is None or store.readable:
-            return
-        problems = self.cache_problems
-        reason = problems[-1] if problems else f"{where} cannot be used"
-        raise pytest.UsageError(
-            f"--aoti-cache-dir={where}: {reason}; pass a directory you can write to "
-            "(or --aoti-cache=off)"
-        )
-
-    def cache_state(self) -> str:
-        """The cache as the run will use it, for the header: ``readwrite at DIR``,
-        ``read at DIR (why)`` or ``off (why)``.
-
-        pytest's own cache folder is not created for the header: a run without AOTI tests
-        leaves no ``.pytest_cache/d/aoti`` behind."""
-        mode = self.settings.cache_mode
-        if mode == "off":
-            return "off"
-        if self.settings.cache_dir is None:
-            if getattr(self.config, "cache", None) is None:
-                return "off (pytest's cache provider is disabled; --aoti-cache-dir sets one)"
-            if not self._store_made:
-                return f"{mode} at .pytest_cache/d/aoti"
-        store = self.store
-        problems = self.cache_problems
-        why = problems[-1] if problems else "unusable"
-        if store is None or not store.readable:
-            return f"off ({why})"
-        if mode == "readwrite" and not store.writable:
-            return f"read at {store.root} ({why})"
-        return f"{mode} at {store.root}"
-
-    def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None:
-        """Note a test whose program was compiled because only its weights changed since
-        the last run (see :mod:`pytest_aoti.compiling.history`)."""
-        cache = getattr(self.config, "cache", None)
-        if cache is None:
-            return
-        if self._history is None:
-            from pytest_aoti.compiling.history import KeyHistory
-
-            self._history = KeyHistory(Path(cache.mkdir("aoti-keys")))
-        compiled = program.first_use and not program.cache_hit
-        if self._history.observe(item.nodeid, check, program.key_parts, compiled):
-            reseeded = self.collector.reseeded
-            if item.nodeid not in reseeded:
-                reseeded.append(item.nodeid)
-
-    def hypothesis_database(self) -> Path | None:
-        """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
-        cache = getattr(self.config, "cache", None)
-        return None if cache is None else Path(cache.mkdir("aoti-hypothesis"))
-
-    # -- what fixtures need -------------------------------------------------------------
+    # -- what fixtures and testers need ------------------------------------------------
 
     def defaults_for(
         self, item: pytest.Item, device: torch.device, export_mode: str = "default"
@@ -266,44 +129,53 @@ class AotiSession:
         the hooks, the ``--aoti-export`` variant, then the test's ``@pytest.mark.aoti(...)``
         (the closest marker wins; inductor configs are merged)."""
         __tracebackhide__ = True
-        from pytest_aoti.settings import marker_options, option_problem
-        from pytest_aoti.tester import CheckDefaults
+        from pytest_aoti.options.resolve import layered_defaults
 
         hook = self.config.hook
         export_options = _merged(hook.pytest_aoti_export_options(item=item))
         if export_mode != "default":
             export_options["strict"] = export_mode == "strict"
-        defaults = CheckDefaults(
-            inductor_configs={
-                **(self.settings.inductor_configs or {}),
-                **_merged(
-                    hook.pytest_aoti_inductor_configs(config=self.config, device=device, item=item)
-                ),
-            },
+        return layered_defaults(
+            self.settings,
+            reversed(list(item.iter_markers("aoti"))),
+            inductor_configs=_merged(
+                hook.pytest_aoti_inductor_configs(config=self.config, device=device, item=item)
+            ),
             export_options=export_options,
             tolerance_hook=lambda path, dtype: hook.pytest_aoti_tolerance(
                 item=item, path=path, dtype=dtype, device=device
             ),
-        ).overridden(**self.settings.check_defaults())
-        allowed = marker_options()
-        for marker in reversed(list(item.iter_markers("aoti"))):
-            if marker.args:
-                raise AotiUsageError(
-                    f"@pytest.mark.aoti takes keyword options only ({', '.join(allowed)}), "
-                    f"got positional {marker.args!r}"
-                )
-            unknown = sorted(set(marker.kwargs) - set(allowed))
-            if unknown:
-                raise AotiUsageError(
-                    f"@pytest.mark.aoti got unknown option(s) {', '.join(unknown)}; "
-                    f"allowed: {', '.join(allowed)}"
-                )
-            for name, value in marker.kwargs.items():
-                problem = option_problem(name, value)
-                if problem:
-                    raise AotiUsageError(f"@pytest.mark.aoti: {problem}")
-            defaults = defaults.overridden(**marker.kwargs)
-        return defaults
+        )
+
+    def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
+        """What the ``aoti`` fixture's tester reports to, for one test."""
+        from pytest_aoti.reports.events import ItemEvents
+
+        return ItemEvents(self, item, device)
+
+    def bundle_dir(self, item: pytest.Item) -> Path | None:
+        """Where the next repro bundle of ``item`` goes (``--aoti-keep-failed``), or None."""
+        return self.artifacts.bundle_dir(item.nodeid)
+
+    def profile_path(self, item: pytest.Item) -> Path | None:
+        """Where this test's next Chrome trace goes (``--aoti-profile``), or None."""
+        return self.artifacts.profile_path(item.nodeid)
+
+    def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None:
+        """Note a test whose program was compiled because only its weights changed since
+        the last run (see :mod:`pytest_aoti.compiling.history`)."""
+        reseeded = self.collector.reseeded
+        if self.stores.reseeded(item.nodeid, check, program) and item.nodeid not in reseeded:
+            reseeded.append(item.nodeid)
+
+    def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
+        """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from: the
+        terminal summary, the failure report and the JUnit properties."""
+        item.user_properties.append(("aoti_inferred_dynamic_shapes", spec_text))
+        item.add_report_section("call", "aoti inferred dynamic_shapes", spec_text)
+        self.collector.inferred.append((item.nodeid, spec_text))
+
+    # -- hooks ----------------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Check the ini file's inductor configs once AOTI tests are collected (it needs
@@ -318,56 +190,15 @@ class AotiSession:
             if problem:
                 raise pytest.UsageError(f"ini option aoti_inductor_configs: {problem}")
 
-    def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
-        """What the ``aoti`` fixture's tester reports to, for one test."""
-        from pytest_aoti.reports.events import ItemEvents
-
-        return ItemEvents(self, item, device)
-
-    def bundle_dir(self, item: pytest.Item) -> Path | None:
-        """Where the next repro bundle of ``item`` goes (``--aoti-keep-failed``), or None."""
-        root = self.settings.keep_failed
-        if root is None:
-            return None
-        from pytest_aoti.triage.repro import bundle_dir_name
-
-        name = bundle_dir_name(item.nodeid)
-        self._bundles[name] = self._bundles.get(name, 0) + 1
-        if self._bundles[name] > 1:  # a test that goes on after a failed check
-            name = f"{name}-{self._bundles[name]}"
-        return root / name
-
-    def profile_path(self, item: pytest.Item) -> Path | None:
-        """Where this test's next Chrome trace goes (``--aoti-profile``)."""
-        root = self.settings.profile
-        if root is None:
-            return None
-        from pytest_aoti.triage.repro import bundle_dir_name
-
-        name = bundle_dir_name(item.nodeid)
-        self._profiles[name] = self._profiles.get(name, 0) + 1
-        count = self._profiles[name]
-        return root / (f"{name}.json" if count == 1 else f"{name}-{count}.json")
-
-    def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
-        """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from: the
-        terminal summary, the failure report and the JUnit properties."""
-        item.user_properties.append(("aoti_inferred_dynamic_shapes", spec_text))
-        item.add_report_section("call", "aoti inferred dynamic_shapes", spec_text)
-        self.collector.inferred.append((item.nodeid, spec_text))
-
-    def _program_ready(self, program: AotiProgram) -> None:
-        self.config.hook.pytest_aoti_program_ready(config=self.config, program=program)
-
-    # -- hooks ----------------------------------------------------------------------------
-
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from pytest_aoti.reports.fleet import remote_header_line
         from pytest_aoti.reports.header import header_lines
-        from pytest_aoti.reports.remote import remote_header_line
 
         s = self.settings
-        remote = remote_header_line(s.cache_url, s.cache_remote, s.cache_trusted_keys)
-        return header_lines(self.settings.devices, self.cache_state()) + (
+        remote = remote_header_line(
+            s.cache_url, s.cache_remote, s.cache_trusted_keys, s.cache_not_before
+        )
+        return header_lines(self.settings.devices, self.stores.cache_state()) + (
             [remote] if remote else []
         )
 
@@ -385,45 +216,46 @@ class AotiSession:
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         result = yield
-        if self._registry is not None and "aoti" in getattr(item, "fixturenames", ()):
-            _return_freed_heap()
+        if "aoti" in getattr(item, "fixturenames", ()):
+            self.stores.after_test()
         return result
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.remote  # noqa: B018 - opening it now makes a missing package or bad key a usage error
-        if self.settings.cache_clear and not _is_xdist_worker(self.config):
-            store = self.store
-            if store is not None:
-                store.clear()
+        self.stores.start()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        stores = self.stores
         if _is_xdist_worker(self.config):
             from pytest_aoti.reports.xdist import send_payload
 
             events = self._progress.events if self._progress is not None else []
-            remote = None if self._remote is None else self._remote.stats.to_json()
-            send_payload(self.config, self.collector.payload(self.own_stats, events, remote))
+            payload = self.collector.payload(stores.stats, events, stores.remote_stats)
+            send_payload(self.config, payload)
             return
         if self.settings.report is not None:
-            self._write_report(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-        # evict once, here: on the xdist controller, which compiles nothing itself and so
-        # has no store yet, as soon as a worker used a program
+            from pytest_aoti.reports.json_report import write_run_report
+
+            write_run_report(
+                self.settings.report,
+                self.collector,
+                stats=stores.stats,
+                remote=stores.remote_stats,
+                cache_url=self.settings.cache_url,
+                devices=self.settings.devices,
+                interrupted=exitstatus == pytest.ExitCode.INTERRUPTED,
+            )
         workers = self.collector.worker_stats
-        used = self._store is not None or (workers is not None and bool(workers.programs))
-        store = self.store if used else None
-        if store is not None and store.writable:
-            store.evict()
+        stores.evict(workers_used_programs=workers is not None and bool(workers.programs))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        runner = sys.modules.get("pytest_aoti.checks.probe_runner")
+        runner = sys.modules.get("pytest_aoti.checks.probes.runner")
         if runner is not None:  # the probes ran: end their child process
             runner.shutdown()
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        self.stores.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_aoti.reports.remote import remote_summary_lines
+        from pytest_aoti.reports.fleet import remote_summary_lines
         from pytest_aoti.reports.terminal import write_summary
 
         settings = self.settings
@@ -436,79 +268,21 @@ class AotiSession:
         write_summary(
             terminalreporter,
             self.collector,
-            self.totals(),
+            self.collector.totals(self.stores.stats),
             durations=settings.durations,
             report=settings.report,
             remote=remote_summary_lines(
                 settings.cache_url,
-                self.remote_figures(),
+                self.collector.remote_figures(self.stores.remote_stats),
                 mode=settings.cache_remote,
                 ini_trusted=settings.cache_trusted_keys,
+                not_before=settings.cache_not_before,
             ),
             hazards="all" if self.config.get_verbosity() > 0 else settings.hazards,
-            serving_checks=bool(settings.serving_checks),
+            serving_checks=settings.checks.serving_checks,
             # kept where the plugin keeps its packages
-            memory=self.cache_root() if probed else None,
+            memory=self.stores.cache_root() if probed else None,
         )
-
-    # -- figures ----------------------------------------------------------------------------
-
-    @property
-    def own_stats(self) -> CompileStats | None:
-        """What this process spent on programs; None before it compiled anything."""
-        return None if self._registry is None else self._registry.stats
-
-    def totals(self) -> CompileStats:
-        """This process's and the workers' compile figures."""
-        return self.collector.totals(self.own_stats)
-
-    def remote_figures(self) -> list[dict[str, Any]]:
-        """``{"remote": ...}`` of this process and of each xdist worker with a remote store."""
-        own = [] if self._remote is None else [self._remote.stats.to_json()]
-        return [{"remote": figures} for figures in [*own, *self.collector.worker_remote]]
-
-    def summary_line(self) -> str:
-        """``aoti: 3 programs; 2 compiled in 14.1 s; 1 loaded from cache in 0.02 s``."""
-        from pytest_aoti.reports.terminal import summary_line
-
-        return summary_line(self.totals())
-
-    def _write_report(self, interrupted: bool) -> None:
-        from pytest_aoti.reports.json_report import write_json_report
-        from pytest_aoti.reports.remote import remote_totals
-
-        assert self.settings.report is not None
-        total = self.totals()
-        collector = self.collector
-        devices = sorted(
-            {record.device for record in collector.records}
-            | {record.device for record in collector.compiles}
-        )
-        write_json_report(
-            self.settings.report,
-            collector.records,
-            devices=devices or list(self.settings.devices),
-            totals={
-                **total.to_json(),
-                **remote_totals(self.settings.cache_url, self.remote_figures()),
-            },
-            interrupted=interrupted,
-            compiles=collector.compiles,
-        )
-
-
-def _return_freed_heap() -> None:
-    """Hand the heap pages a test's eager runs and copies freed back to the system: glibc
-    keeps them otherwise, about a quarter of a large model's size per program (measured
-    with ``benchmarks/bench_memory.py``). A no-op where the C library has no
-    ``malloc_trim``."""
-    import ctypes
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def _merged(results: list[Mapping[str, Any] | None]) -> dict[str, Any]:

@@ -9,12 +9,12 @@ Use them in your own ``@given`` tests::
         args, kwargs = inputs
         ...
 
-The public home of :mod:`pytest_aoti.shapes.strategies`, where they are built.
+The public home of :mod:`pytest_aoti.shapes.generation`, where they are built.
 """
 
 from __future__ import annotations
 
-from pytest_aoti.shapes.strategies import (
+from pytest_aoti.shapes.generation import (
     InputBuilder,
     assignments,
     distinct_like,

@@ -1,49 +1,43 @@
 """The object behind the ``aoti`` fixture: ``compile()`` and ``check()``.
 
-Orchestration only: exporting and compiling live in :mod:`pytest_aoti.compiling.pipeline` and
-:mod:`pytest_aoti.compiling.registry`; ``check()`` resolves its arguments and options into a
-:class:`~pytest_aoti.checks.base.CheckPlan` and runs the checks of
-:data:`pytest_aoti.checks.catalog.CHECKS` in order; a failure is explained by
+Orchestration only: a call is resolved (checked, its options layered, moved to the
+device) by :func:`pytest_aoti.calls.resolve_call` before anything is exported; exporting
+and compiling live in :mod:`pytest_aoti.compiling.pipeline` and
+:mod:`pytest_aoti.compiling.registry`; ``check()`` then runs its
+:class:`~pytest_aoti.checks.base.CheckPlan`: the checks of
+:data:`pytest_aoti.checks.catalog.CHECKS`, phase by phase around the export and the compile
+(:mod:`pytest_aoti.checks.run`); a failure is explained by
 :mod:`pytest_aoti.triage.attribution`.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.calls import (
-    check_declarations,
-    check_module_and_inputs,
-    check_not_meta,
-    checked_samples,
-    keyword_values,
-)
-from pytest_aoti.checks.base import CheckPlan, CheckResult
-from pytest_aoti.checks.declared import names
-from pytest_aoti.checks.defaults import CheckDefaults
+from pytest_aoti.calls import ResolvedCall, resolve_call
+from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult
+from pytest_aoti.checks.signature import names
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
     AotiCompileError,
     AotiExportError,
-    AotiUsageError,
     user_facing,
     warn_at_caller,
 )
-from pytest_aoti.settings import option_problem
+from pytest_aoti.options.defaults import CheckDefaults
 
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.run import PlanRun
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.randomness import RandomOp
     from pytest_aoti.compiling.registry import ProgramRegistry
-    from pytest_aoti.tolerance import LeafStats
+    from pytest_aoti.triage.attribution import Attribution
 
 
 __all__ = ["AotiTester", "CheckDefaults", "CheckEvents", "CheckResult"]
@@ -136,7 +130,9 @@ class AotiTester:
         per session, and once across sessions while the artifact cache holds it.
         """
         __tracebackhide__ = True
-        program = self._compile(module, args, kwargs, dynamic_shapes, strict, inductor_configs)
+        options = {"strict": strict, "inductor_configs": inductor_configs}
+        call = resolve_call(self.defaults, self.device, module, args, kwargs, options=options)
+        program = self._compile(replace(call, dynamic_shapes=dynamic_shapes))
         self._warn_buffers(program, declared=None, threads=1)
         if self._events is not None:
             self._events.compiled(program)
@@ -166,58 +162,36 @@ class AotiTester:
         if self._events is not None:
             self._events.note(message)
 
-    def _compile(
-        self,
-        module: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        dynamic_shapes: Any,
-        strict: bool | None,
-        inductor_configs: Mapping[str, Any] | None,
-        random_mode: str = "",
-        *,
-        eager_first: bool = False,
-    ) -> AotiProgram:
-        """Export and compile. ``eager_first``: eager PyTorch runs the example before
-        anything is exported (a failure there is stage ``"eager"``); ``random_mode="fail"``:
-        a program that draws random numbers fails once exported, before its compile."""
+    def _compile(self, call: ResolvedCall, *, checks: PlanRun | None = None) -> AotiProgram:
+        """Export and compile. ``checks``: a check's plan, whose ``"eager"`` checks run before
+        anything is exported (a failure there is stage ``"eager"``) and whose ``"exported"``
+        checks run once the program is exported, before its compile."""
         __tracebackhide__ = True
-        from pytest_aoti.compiling.configs import check_inductor_configs
         from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
-        check_module_and_inputs(module, args, kwargs)
-        if option_problem("strict", strict):
-            raise AotiUsageError(option_problem("strict", strict))
-        settings = self.defaults.overridden(inductor_configs=inductor_configs)
-        check_inductor_configs(settings.inductor_configs)
-        device_module = self._module_on_device(module)
-        device_args, device_kwargs = self._inputs_on_device(args, kwargs or {})
-        if eager_first:
-            from pytest_aoti.checks.eager import run_eager_first
-
-            run_eager_first(device_module, device_args, device_kwargs)
+        device_args, device_kwargs = call.input_sets[0]
+        if checks is not None:
+            checks.run("eager")
         # torch's own warnings here are notes; the user's code's follow the user's filters
         with library_warnings_recorded(self._note):
             exported = export_module(
-                device_module,
+                call.module,
                 device_args,
                 device_kwargs,
-                dynamic_shapes=dynamic_shapes,
-                options=self.defaults.export_kwargs(strict),
+                dynamic_shapes=call.dynamic_shapes,
+                options=call.export_kwargs,
             )
-            if random_mode == "fail":
-                from pytest_aoti.checks.randomness import assert_not_random
-
-                assert_not_random(exported)
+            if checks is not None:
+                checks.exported(exported)
             program = self._registry.program_for(
                 exported,
                 device=self.device,
-                inductor_configs=settings.inductor_configs,
+                inductor_configs=call.inductor_configs,
                 label=self._label,
             )
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
-        program.name_dims(dynamic_shapes, device_args, device_kwargs)
+        program.name_dims(call.dynamic_shapes, device_args, device_kwargs)
         return program
 
     @user_facing
@@ -231,157 +205,104 @@ class AotiTester:
         mutated_buffers: Iterable[str] | None = None,
         calls: int | None = None,
         samples: Sequence[tuple[Any, ...]] | None = None,
-        examples: int | None = None,
-        rtol: float | None = None,
-        atol: float | None = None,
-        strict: bool | None = None,
-        inductor_configs: Mapping[str, Any] | None = None,
         dynamic_shapes: Any = None,
-        threads: int | None = None,
-        max_extra_bytes: int | None = None,
-        random: str | None = None,
-        probes: str | None = None,
-        probes_skip: Any = None,
         **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
-        - parity of every output and of every input the program mutates, after each of
-          ``calls`` calls; inputs the program does not mutate must stay untouched. By
-          default one call, two for a program that mutates registered buffers (their
-          state carries from call to call);
-        - every buffer and input that eager changes is one the program records as mutated;
-        - example inputs that share storage are checked again as distinct tensors;
+        Eager runs the example first (stage ``"eager"``), then the program is exported,
+        compiled and checked: parity of every output, of every input it mutates and of every
+        buffer it mutates, after each of ``calls`` calls (default one; two for a program with
+        buffer state); inputs it does not mutate stay untouched; aliased examples are checked
+        again as distinct tensors; with dynamic dims, boundary and ``examples`` generated
+        shapes inside the exported ranges; then the deployment probes (``probes=``).
+
         - ``mutates={"x": expected}``: the program mutates exactly these inputs and the engine
-          writes ``expected`` into the caller's tensor in place (checked after the last of an
-          explicit ``calls``, else after the first call; ``expected`` may be a callable of the
-          original inputs); ``mutates={}``: none;
+          writes ``expected`` (or a callable of the original inputs) into the caller's tensor
+          in place, after the last explicit call, else the first; ``mutates={}``: none;
         - ``mutated_buffers={"counter"}``: the program mutates exactly these buffers;
-        - ``samples=[args2, ...]``: more input tuples for the same program (with
-          ``dynamic_shapes``), each checked the same way;
-        - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer one from ``args``
-          and ``samples``; with dynamic dims, ``examples`` generated input sets inside the
-          exported ranges are checked too;
-        - ``threads=K``: one engine serves K threads at once, each on inputs of its own, and
-          every thread's results match eager; a program that mutates registered buffers
-          fails (their state is shared by the threads);
-        - ``max_extra_bytes=N``: no engine call of the example allocates more than N bytes
-          of device memory beyond what was allocated before it (outputs included), e.g.
-          no copy of a cache it updates in place. Measured on CUDA; on the CPU it is not
-          measured (``CheckResult.extra_bytes`` is None, the terminal summary says so);
-        - ``random="shapes"``: for a program that draws random numbers (which fails the
-          check by default, as eager and the engine draw different ones), compare only the
-          output structure, shapes and dtypes, and the values of outputs no random op feeds;
-        - ``probes="report"`` (the default, or ``--aoti-probes``): once the check passed, the
-          raw engine is called with variants of the example (other layouts, sizes, dtypes,
-          devices, scalar values, aliased inputs) and the hazards are reported
-          (``CheckResult.probes``); ``probes="fail"`` fails the check where the engine
-          silently differs from eager on a variant the exported program accepts (with
-          ``--aoti-serving-checks``, not on one ``AOTI_RUNTIME_CHECK_INPUTS=1`` refuses);
-          ``probes="off"`` runs none. ``probes_skip={"x": {"channels_last"}}`` (or a set for
-          every input) leaves out variants the model deliberately does not support;
-        - ``**options``: any other per-check option of :data:`pytest_aoti.settings.OPTIONS`
-          (a row with ``keyword=True``), by name.
+        - ``samples=[args2, ...]``: more input tuples for the same program;
+        - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer it from the samples;
+        - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and each field
+          of :class:`~pytest_aoti.options.check_options.CheckOptions` that ``aoti.check``
+          takes (``examples``, ``threads``, ``max_extra_bytes``, ``random``, ``probes``,
+          ``probes_skip``; each field's help says what it does), checked before any export;
+          they override the marker and the command line.
 
-        Eager PyTorch runs the example first: a module that fails by itself fails the
-        check at once (stage ``"eager"``), before any export or compile.
-
-        Tensors passed in are never modified: eager and engine each run on their own clones.
-        Raises :class:`~pytest_aoti.AotiCheckError` on the first difference, with the
-        stage that introduced it (``.stage``) and, for the compile, the first diverging
-        graph node (``.node``).
+        Tensors passed in are never modified. Raises :class:`~pytest_aoti.AotiCheckError` on
+        the first difference, with the stage that introduced it (``.stage``) and, for the
+        compile, the first diverging graph node (``.node``).
         """
         __tracebackhide__ = True
-
         started = time.perf_counter()
-        check_module_and_inputs(module, args, kwargs)
-        kwargs = dict(kwargs or {})
-        samples = checked_samples(samples, dynamic_shapes)
-        for sample in samples:
-            check_not_meta(module, sample, None)
-        check_declarations(mutates, mutated_buffers)
-        if calls is not None and (
-            not isinstance(calls, int) or isinstance(calls, bool) or calls < 1
-        ):
-            raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
-        settings = self.defaults.overridden(
-            **keyword_values(
-                {
-                    "examples": examples,
-                    "threads": threads,
-                    "max_extra_bytes": max_extra_bytes,
-                    "random": random,
-                    "probes": probes,
-                    "probes_skip": probes_skip,
-                },
-                options,
-            )
-        )
-        tolerance = self.defaults.tolerance(rtol, atol)
-
-        if isinstance(dynamic_shapes, str):
-            dynamic_shapes = self._infer_dynamic_shapes(
-                dynamic_shapes, module, args, kwargs, samples
-            )
-        try:
-            program = self._compile(
-                module,
-                args,
-                kwargs,
-                dynamic_shapes,
-                strict,
-                inductor_configs,
-                settings.random,
-                eager_first=True,
-            )
-            self._warn_buffers(program, declared=mutated_buffers, threads=settings.threads)
-        except (AotiExportError, AotiCompileError, AotiCheckError) as error:
-            if self._events is not None:
-                self._events.not_compiled(error, time.perf_counter() - started)
-            raise
-        # a program with buffer state is wrong only from its second call on when the
-        # engine drops that state (pytorch/pytorch#165444): check two calls by default
-        run_calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
-        plan = CheckPlan(
-            module=self._module_on_device(module),
-            input_sets=[self._inputs_on_device(set_args, kwargs) for set_args in (args, *samples)],
-            tolerance=tolerance,
-            calls=run_calls,
+        call = resolve_call(
+            self.defaults,
+            self.device,
+            module,
+            args,
+            kwargs,
+            samples=samples,
+            dynamic_shapes=dynamic_shapes,
             mutates=mutates,
             mutated_buffers=mutated_buffers,
-            expect_at=calls if calls is not None else 1,
-            dynamic_shapes=dynamic_shapes,
-            inductor_configs=self.defaults.overridden(
-                inductor_configs=inductor_configs
-            ).inductor_configs,
-            options=settings.option_values(),
-            random_ops=_random_ops(program),
+            calls=calls,
+            options=options,
         )
+        if isinstance(call.dynamic_shapes, str):
+            call = replace(call, dynamic_shapes=self._infer_dynamic_shapes(call))
+        return self._run_plan(call, _plan(call), started)
+
+    def _run_plan(self, call: ResolvedCall, plan: CheckPlan, started: float) -> CheckResult:
+        """Run ``plan``'s checks phase by phase around the export and compile of the call's
+        module, and report the outcome to the session."""
+        __tracebackhide__ = True
+        from pytest_aoti.checks.run import PlanRun
+
+        events = self._events
+        checks = PlanRun(plan, self._context())
         try:
-            result = self._run_checks(program, plan)
+            program = self._compile(call, checks=checks)
+            self._warn_buffers(program, declared=plan.mutated_buffers, threads=plan.options.threads)
+        except (AotiExportError, AotiCompileError, AotiCheckError) as error:
+            if events is not None:
+                events.not_compiled(error, time.perf_counter() - started)
+            raise
+        checks.compiled(program, self._triage(program, plan), call.calls)
+        try:
+            result = checks.result()
         except BaseException as error:
             # never published from here: its check failed (or did not finish)
             self._registry.check_failed(program)
             if not isinstance(error, AotiCheckError):
                 raise
             failure = self._failed(program, error, plan)
-            if self._events is not None:
-                self._events.checked(program, None, failure, plan, time.perf_counter() - started)
+            if events is not None:
+                events.checked(program, None, failure, plan, time.perf_counter() - started)
             raise failure from None
         self._registry.check_passed(program)
-        if self._events is not None:
-            self._events.checked(program, result, None, plan, time.perf_counter() - started)
+        if events is not None:
+            events.checked(program, result, None, plan, time.perf_counter() - started)
         return result
 
-    def _run_checks(self, program: AotiProgram, plan: CheckPlan) -> CheckResult:
-        """Every check of :data:`~pytest_aoti.checks.catalog.CHECKS` that applies, in order."""
-        __tracebackhide__ = True
-        from pytest_aoti.checks import catalog
-        from pytest_aoti.checks.base import CheckContext
+    def _context(self) -> CheckContext:
+        """What the checks of one call share: the device, where Hypothesis keeps failing
+        shapes, the test id, the profile path and the registry's sidecars."""
+        events = self._events
+        return CheckContext(
+            device=self.device,
+            hypothesis_database=self._hypothesis_database,
+            label=self._label,
+            profile_path=events.profile_path if events is not None else lambda: None,
+            sidecars=self._registry,
+        )
+
+    def _triage(self, program: AotiProgram, plan: CheckPlan) -> Attribution:
+        """What explains a failed input set of ``program``: stage attribution and, with
+        ``localize``, the first diverging node (one instrumented compile, when needed)."""
         from pytest_aoti.triage.attribution import Attribution, compiling_localizer
 
         localizer = None
-        if plan.localize:
+        if plan.options.localize:
             localizer = compiling_localizer(
                 program,
                 self._registry,
@@ -390,35 +311,7 @@ class AotiTester:
                 configs=plan.inductor_configs,
                 label=self._label,
             )
-        events = self._events
-        context = CheckContext(
-            device=self.device,
-            triage=Attribution(localizer),
-            hypothesis_database=self._hypothesis_database,
-            label=self._label,
-            profile_path=events.profile_path if events is not None else lambda: None,
-            sidecars=self._registry,
-        )
-        stats: list[tuple[str, LeafStats]] = []
-        input_sets = 0
-        figures: dict[str, Any] = {}
-        ran: list[str] = []
-        for check in catalog.CHECKS:
-            if not check.applies(plan):
-                continue
-            outcome = check.run(program, plan, context)
-            ran.append(check.name)
-            stats += outcome.stats
-            input_sets += outcome.input_sets
-            figures.update(outcome.figures)
-        return CheckResult(
-            program=program,
-            stats=tuple(stats),
-            dynamic_shapes=plan.dynamic_shapes,
-            input_sets=input_sets,
-            figures=figures,
-            checks=tuple(ran),
-        )
+        return Attribution(localizer)
 
     def _failed(
         self, program: AotiProgram, error: AotiCheckError, plan: CheckPlan
@@ -437,73 +330,33 @@ class AotiTester:
         finding = error.finding
         return error.amended(replace(finding, footer=(*finding.footer, line)))
 
-    def _infer_dynamic_shapes(
-        self,
-        mode: str,
-        module: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        samples: Sequence[tuple[Any, ...]],
-    ) -> Any:
+    def _infer_dynamic_shapes(self, call: ResolvedCall) -> Any:
+        """The spec ``dynamic_shapes="auto"`` stands for, inferred from the input sets."""
         __tracebackhide__ = True
-        from pytest_aoti.shapes import format_dynamic_shapes, infer_dynamic_shapes
+        from pytest_aoti.shapes.formatting import format_dynamic_shapes
+        from pytest_aoti.shapes.infer import infer_dynamic_shapes
 
-        if mode != "auto":
-            raise AotiUsageError(
-                f'dynamic_shapes must be a torch.export spec or "auto", got {mode!r}'
-            )
-        if not samples:
-            raise AotiUsageError(
-                'dynamic_shapes="auto" needs samples=[...]: input sets of other sizes to infer from'
-            )
-        spec = infer_dynamic_shapes(
-            module, [(args, dict(kwargs))] + [(s, dict(kwargs)) for s in samples]
-        )
+        spec = infer_dynamic_shapes(call.module, call.input_sets)
         if self._events is not None:
             self._events.inferred(format_dynamic_shapes(spec))
         return spec
 
-    def _module_on_device(self, module: torch.nn.Module) -> torch.nn.Module:
-        """The module on :attr:`device`; a moved copy, so the caller's module is untouched."""
-        tensors = [*module.parameters(), *module.buffers()]
-        if all(
-            tensor.device == self.device or _same_device(tensor.device, self.device)
-            for tensor in tensors
-        ):
-            return module
-        return copy.deepcopy(module).to(self.device)
 
-    def _inputs_on_device(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        import torch
-        import torch.utils._pytree as pytree
-
-        def move(leaf: Any) -> Any:
-            if isinstance(leaf, torch.Tensor) and not _same_device(leaf.device, self.device):
-                return leaf.to(self.device)
-            return leaf
-
-        moved_args, moved_kwargs = pytree.tree_map(move, (tuple(args), dict(kwargs)))
-        return tuple(moved_args), moved_kwargs
-
-
-def _same_device(actual: torch.device, wanted: torch.device) -> bool:
-    if actual.type != wanted.type:
-        return False
-    if wanted.type != "cuda":
-        return True
-    import torch
-
-    wanted_index = wanted.index if wanted.index is not None else torch.cuda.current_device()
-    return actual.index == wanted_index
-
-
-def _random_ops(program: AotiProgram) -> tuple[RandomOp, ...]:
-    """The random operations of the exported graph (the same on a cache hit)."""
-    from pytest_aoti.compiling.randomness import random_ops
-
-    return tuple(random_ops(program.exported))
+def _plan(call: ResolvedCall) -> CheckPlan:
+    """What the checks read of a resolved call; the calls per input set are set once the
+    program is compiled (:meth:`~pytest_aoti.checks.run.PlanRun.compiled`)."""
+    return CheckPlan(
+        module=call.module,
+        input_sets=call.input_sets,
+        tolerance=call.tolerance,
+        calls=call.calls if call.calls is not None else 1,
+        mutates=call.mutates,
+        mutated_buffers=call.mutated_buffers,
+        expect_at=call.expect_at,
+        dynamic_shapes=call.dynamic_shapes,
+        inductor_configs=call.inductor_configs,
+        options=call.options,
+    )
 
 
 def _buffer_warning(program: AotiProgram) -> AotiBufferMutationWarning:

@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_aoti.compare import (
-    LeafStats,
-    Tolerance,
-    assert_unchanged,
-    assert_values,
-    compare_leaf,
-    compare_trees,
-)
+from pytest_aoti.compare import assert_unchanged, assert_values, compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.tolerance import LeafStats, Tolerance
 
 FP32_DEFAULT = Tolerance(rtol=1.3e-6, atol=1e-5)
 

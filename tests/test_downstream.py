@@ -201,8 +201,8 @@ def test_bad_export_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
 def test_each_xdist_worker_takes_its_own_gpu(
     monkeypatch: pytest.MonkeyPatch, worker: str, gpus: int, expected: str
 ) -> None:
+    from pytest_aoti.options.settings import AotiSettings
     from pytest_aoti.session import AotiSession
-    from pytest_aoti.settings import AotiSettings
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     config = types.SimpleNamespace(workerinput={"workerid": worker} if worker else {})

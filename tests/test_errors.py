@@ -18,6 +18,7 @@ from torch.export import Dim, ExportedProgram
 
 from pytest_aoti.checks.generated import Generation, _Failure, _report
 from pytest_aoti.compiling.explain import source_frame, torch_reason
+from pytest_aoti.compiling.mutation_maps import named_user_inputs, read_signature
 from pytest_aoti.compiling.pipeline import (
     check_constant_outputs,
     compile_package,
@@ -26,7 +27,6 @@ from pytest_aoti.compiling.pipeline import (
     load_engine,
 )
 from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact
-from pytest_aoti.compiling.signature import named_user_inputs, read_signature
 from pytest_aoti.errors import (
     AotiCompileError,
     AotiExportError,
@@ -34,7 +34,8 @@ from pytest_aoti.errors import (
     AotiUsageError,
     user_facing,
 )
-from pytest_aoti.shapes import read_program_shapes, validate_inputs
+from pytest_aoti.shapes.read import read_program_shapes
+from pytest_aoti.shapes.validate import validate_inputs
 
 HERE = str(Path(__file__).resolve())
 

@@ -10,6 +10,7 @@ import torch
 
 from pytest_aoti.checks.memory import PeakMemory, _assert_extra_bytes
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.options.check_options import CheckOptions
 
 
 class FakeCudaMemory:
@@ -34,7 +35,7 @@ class FakeCudaMemory:
 
 
 def _plan(limit: int) -> types.SimpleNamespace:
-    return types.SimpleNamespace(max_extra_bytes=limit)
+    return types.SimpleNamespace(options=CheckOptions(max_extra_bytes=limit))
 
 
 def _program() -> types.SimpleNamespace:
@@ -115,31 +116,34 @@ def test_memory_check_measures_the_example_calls(
         input_sets=[((example,), {})],
         tolerance=None,  # no comparison here
         calls=3,
-        options={"max_extra_bytes": 4096},
+        options=CheckOptions(max_extra_bytes=4096),
     )
     check = MemoryCheck()
     assert check.applies(plan)
-    outcome = check.run(program, plan, CheckContext(device=torch.device("cuda", 0)))
+    cuda = torch.device("cuda", 0)
+    outcome = check.run(plan, CheckContext(device=cuda, compiled=program))
     assert outcome.figures == {"extra_bytes": 4096}  # the largest of the three calls
     assert len(seen) == 3 and all(tensor is not example for tensor in seen)  # clones
 
     steps = iter([4097])
     plan.calls = 1
     with pytest.raises(AotiCheckError, match="allocated 4,097 bytes of cuda:0 memory"):
-        check.run(program, plan, CheckContext(device=torch.device("cuda", 0)))
+        check.run(plan, CheckContext(device=cuda, compiled=program))
     # the engine parity ran, where there is one: no second load of the package
     steps = iter([100])
     parity_engine_calls: list[int] = []
-    context = CheckContext(
-        device=torch.device("cuda", 0),
-        engine=lambda cache: parity_engine_calls.append(1) or engine(cache),
+    loads = iter([lambda cache: parity_engine_calls.append(1) or engine(cache)])
+    loaded = types.SimpleNamespace(
+        mutated_inputs={"k_cache"}, engine_in_exported_state=lambda: next(loads)
     )
-    assert check.run(program, plan, context).figures == {"extra_bytes": 100}
+    context = CheckContext(device=cuda, compiled=loaded)
+    context.fresh_engine()  # as parity takes it
+    assert check.run(plan, context).figures == {"extra_bytes": 100}
     assert parity_engine_calls == [1]
     # on the CPU nothing is measured, and nothing runs
-    plan.options = {"max_extra_bytes": 0}
-    cpu = check.run(program, plan, CheckContext(device=torch.device("cpu")))
+    plan.options = CheckOptions(max_extra_bytes=0)
+    cpu = check.run(plan, CheckContext(device=torch.device("cpu"), compiled=program))
     assert cpu.figures == {"extra_bytes": None}
     assert not MemoryCheck().applies(
-        CheckPlan(torch.nn.Identity(), [], None, 1, options={"max_extra_bytes": None})
+        CheckPlan(torch.nn.Identity(), [], None, 1, options=CheckOptions(max_extra_bytes=None))
     )

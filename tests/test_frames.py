@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import pytest_aoti
-from pytest_aoti.compare import Tolerance, compare_leaf, mismatch_counts
+from pytest_aoti.compare import compare_leaf
 from pytest_aoti.errors import AotiCheckError, warn_at_caller
 from pytest_aoti.frames import caller_stacklevel, is_library_file, is_user_file, pin_to_source
+from pytest_aoti.tolerance import Tolerance, mismatch_counts
 from pytest_aoti.trees import clone_tree
 
 HERE = str(Path(__file__).resolve())

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.checks import probes
+from pytest_aoti.checks.probes import check as probes
 from pytest_aoti.reports import last_hazards
 from pytest_aoti.reports.hazards import hazard_lines
 from pytest_aoti.reports.records import CheckRecord
@@ -168,13 +168,15 @@ def test_the_view_and_serving_options_are_validated_and_read(pytester: pytest.Py
     assert bad_ini.ret == pytest.ExitCode.USAGE_ERROR
     bad_ini.stderr.fnmatch_lines(["*aoti_serving_checks*expected on or off*"])
 
-    from pytest_aoti.settings import read_settings
+    from pytest_aoti.options.settings import read_settings
 
-    assert read_settings(pytester.parseconfig()).serving_checks is False
-    assert read_settings(pytester.parseconfig("--aoti-serving-checks")).serving_checks is True
+    assert read_settings(pytester.parseconfig()).checks.serving_checks is False
+    assert (
+        read_settings(pytester.parseconfig("--aoti-serving-checks")).checks.serving_checks is True
+    )
     pytester.makeini("[pytest]\naoti_serving_checks = true\naoti_hazards = all\n")
     settings = read_settings(pytester.parseconfig())
-    assert settings.serving_checks is True and settings.hazards == "all"
+    assert settings.checks.serving_checks is True and settings.hazards == "all"
 
 
 # --- pure logic, no compile ------------------------------------------------------------

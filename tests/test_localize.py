@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_aoti.compare import Tolerance
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.tolerance import Tolerance
 from pytest_aoti.triage.localize import Localization, _choose, localize
 
 Engine = Callable[..., Any]

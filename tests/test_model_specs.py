@@ -17,7 +17,7 @@ import torch
 from pytest_aoti.errors import AotiUsageError, install_hint
 from pytest_aoti.models.collect import resolve_specs
 from pytest_aoti.models.factories import call_factory, describe_inputs, read_case
-from pytest_aoti.models.spec import clean_id
+from pytest_aoti.models.model_spec import clean_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "aoti_models.py"
 
@@ -79,14 +79,19 @@ def test_a_wrong_return_shape_says_what_is_accepted(returned: object, message: s
 
 
 def test_a_mapping_takes_every_keyword_option_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """aoti.check takes a row's keyword through ``**options``: so does a factory's mapping."""
-    from pytest_aoti import settings
+    """aoti.check takes an option's keyword through ``**options``: so does a factory's mapping."""
+    from dataclasses import dataclass
 
-    row = settings.Option("aoti-probe-level", int, 1, "Probe level.", keyword=True)
+    from pytest_aoti.options import check_options
+
+    @dataclass(frozen=True)
+    class LevelOptions(check_options.CheckOptions):
+        probe_level: int = check_options.per_check(1, "Probe level.", keyword=True)
+
     case = {"module": torch.nn.Linear(2, 2), "args": (torch.ones(1, 2),), "probe_level": 3}
     with pytest.raises(AotiUsageError, match="unknown keys 'probe_level'"):
         read_case(case, "s")
-    monkeypatch.setattr(settings, "OPTIONS", (*settings.OPTIONS, row))
+    monkeypatch.setattr(check_options, "CheckOptions", LevelOptions)
     assert read_case(case, "s").check == {"probe_level": 3}
     with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
         read_case({**case, "options": {}}, "s")

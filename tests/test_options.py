@@ -1,20 +1,30 @@
-"""One row per option: a row of ``settings.OPTIONS`` drives the command line, the ini file,
-the marker (its keywords and help line), the ``aoti.check`` keyword and the check's plan;
-a check is one entry of ``checks.catalog.CHECKS``."""
+"""A new per-check option is one field of ``CheckOptions`` plus the check that reads it.
+
+The field's metadata is its row: it drives the command line, the ini file, the marker
+(its keywords and help line), the ``aoti.check`` keyword, ``CheckDefaults`` (which
+inherits the field) and the plan (``plan.options.NAME``). The tests below add a field and
+a check the way a contributor would, and nothing else: a subclass of ``CheckOptions``
+stands for the edited class (with the matching ``CheckDefaults``), and the check joins
+the catalog.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pytest
 
-from pytest_aoti import settings
 from pytest_aoti.checks import catalog
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
-from pytest_aoti.compiling.randomness import RandomOp
-from pytest_aoti.settings import OPTIONS, AotiSettings, Option
-from pytest_aoti.tester import CheckDefaults
+from pytest_aoti.checks.base import PHASES, CheckContext, CheckPlan, Outcome
+from pytest_aoti.compiling.random_ops import RandomOp
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.options import check_options, defaults, resolve, table
+from pytest_aoti.options.check_options import CheckOptions, per_check
+from pytest_aoti.options.defaults import CheckDefaults
+from pytest_aoti.options.settings import AotiSettings
+from pytest_aoti.options.values import ValueProblem
 
 
 def _probe_level(text: str) -> int:
@@ -24,27 +34,36 @@ def _probe_level(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def _level_problem(name: str, value: Any) -> str:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    return "" if ok else f"{name} must be a positive int, got {value!r}"
+def _check_level(name: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueProblem(f"{name} must be a positive int, got {value!r}")
 
 
-PROBE_ROW = Option(
-    "aoti-probe-level",
-    _probe_level,
-    1,
-    "Probe level of every AOTI check. Default: 1.",
-    check="probe_level",
-    marker=True,
-    keyword=True,
-    problem=_level_problem,
-)
+@dataclass(frozen=True)
+class LevelOptions(CheckOptions):
+    """``CheckOptions`` with one more field: the whole of a new option."""
+
+    probe_level: int = per_check(
+        1,
+        "Probe level of every AOTI check. Default: 1.",
+        parse=_probe_level,
+        check=_check_level,
+        marker=True,
+        keyword=True,
+    )
+
+
+@dataclass(frozen=True)
+class LevelDefaults(CheckDefaults, LevelOptions):
+    """``CheckDefaults`` as it is with the field added (it inherits ``CheckOptions``)."""
 
 
 class ProbeCheck:
     """A check that reads its option from the plan and reports it as a figure."""
 
     name = "probe"
+    phase = "engine"
 
     def __init__(self) -> None:
         self.seen: list[int] = []
@@ -52,56 +71,85 @@ class ProbeCheck:
     def applies(self, plan: CheckPlan) -> bool:
         return True
 
-    def run(self, program: Any, plan: CheckPlan, context: CheckContext) -> Outcome:
-        self.seen.append(plan.probe_level)
-        return Outcome(figures={"probe_level": plan.probe_level})
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        level = plan.options.probe_level  # type: ignore[attr-defined]
+        self.seen.append(level)
+        return Outcome(figures={"probe_level": level})
 
 
 @pytest.fixture
 def probe(monkeypatch: pytest.MonkeyPatch) -> ProbeCheck:
-    """The fake row and its check, added as a new option and check would be."""
+    """The new field and its check, added as a contributor would add them."""
     check = ProbeCheck()
-    monkeypatch.setattr(settings, "OPTIONS", (*OPTIONS, PROBE_ROW))
+    monkeypatch.setattr(check_options, "CheckOptions", LevelOptions)
+    monkeypatch.setattr(defaults, "CheckDefaults", LevelDefaults)
     monkeypatch.setattr(catalog, "CHECKS", [*catalog.CHECKS, check])
     return check
 
 
-def test_a_row_reaches_marker_help_keywords_and_defaults(probe: ProbeCheck) -> None:
-    assert "probe_level=None" in settings.marker_help()
-    assert settings.marker_options()[-1] == "probe_level"
-    assert settings.keyword_options()[-1] == "probe_level"
-    assert CheckDefaults().probe_level == 1
-    assert CheckDefaults().overridden(probe_level=4).probe_level == 4
-    read = AotiSettings(check_options={"probe_level": 3})
-    assert read.check_defaults()["probe_level"] == 3
-    assert CheckDefaults().overridden(**read.check_defaults()).option_values()["probe_level"] == 3
-    assert settings.option_problem("probe_level", 0) == "probe_level must be a positive int, got 0"
+def test_a_field_reaches_marker_help_keywords_and_defaults(probe: ProbeCheck) -> None:
+    assert "probe_level=None" in table.marker_help()
+    assert table.marker_options()[-1] == "probe_level"
+    assert table.keyword_options()[-1] == "probe_level"
+    row = {option.keyword_name: option for option in table.rows()}["probe_level"]
+    assert (row.name, row.ini_key, row.per_check) == ("aoti-probe-level", "aoti_probe_level", True)
+    assert LevelDefaults().probe_level == 1
+    read = AotiSettings(checks=LevelOptions(probe_level=3))
+    layered = resolve.layered_defaults(
+        read, [], inductor_configs={}, export_options={}, tolerance_hook=None
+    )
+    assert layered.probe_level == 3  # type: ignore[attr-defined]
+    call = resolve.call_options(layered, {"probe_level": 4, "threads": None})
+    assert call.options.probe_level == 4  # type: ignore[attr-defined]
+    assert call.options.threads == 1  # not given: the command line's, here the default
+    with pytest.raises(AotiUsageError, match="^probe_level must be a positive int, got 0$"):
+        resolve.checked({"probe_level": 0}, marker=False)
 
 
-def test_without_the_row_the_name_is_unknown() -> None:
-    assert "probe_level" not in settings.marker_help()
+def test_without_the_field_the_name_is_unknown() -> None:
+    assert "probe_level" not in table.marker_help()
     with pytest.raises(AttributeError):
-        CheckDefaults().probe_level  # noqa: B018
-    with pytest.raises(TypeError, match="unknown check option"):
-        CheckDefaults().overridden(probe_level=4)
+        CheckDefaults().probe_level  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AotiUsageError, match="unknown option.s. probe_level"):
+        resolve.checked({"probe_level": 4}, marker=False)
+    with pytest.raises(AotiUsageError, match="@pytest.mark.aoti got unknown option.s. probe_level"):
+        resolve.checked({"probe_level": 4}, marker=True)
 
 
 def test_rows_and_settings_agree() -> None:
-    """Every session row is an ``AotiSettings`` field; every per-check row with a command
-    line names the ``CheckDefaults`` value it sets; keywords are unique."""
-    fields = set(AotiSettings.__dataclass_fields__)
-    for option in OPTIONS:
-        if option.parse is not None and not option.check:
-            assert option.attribute in fields, option.name
+    """Every session row is an ``AotiSettings`` field; every per-check row is a field of
+    ``CheckOptions`` and so of ``CheckDefaults``; every marker or call keyword has a value
+    check; keywords are unique."""
+    settings_fields = set(AotiSettings.__dataclass_fields__)
+    option_names = {item.name for item in fields(CheckOptions)}
+    defaults_names = {item.name for item in fields(CheckDefaults)}
+    for option in table.rows():
+        if option.per_check:
+            assert option.keyword_name in option_names & defaults_names, option.name
+        elif option.parse is not None:
+            assert option.attribute in settings_fields, option.name
         if option.parse is None:
             assert option.marker or option.keyword, option.name
-    names = [option.keyword_name for option in OPTIONS if option.per_check]
+        if option.marker or option.keyword:
+            assert option.check is not None, option.name
+    names = [option.keyword_name for option in table.rows() if option.marker or option.keyword]
     assert len(names) == len(set(names))
-    # the marker's help line is the one pytest showed before the rows drove it
-    assert settings.marker_help().startswith(
+    # the marker's help line is the one pytest showed before the fields drove it
+    assert table.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
         "max_dim=None, localize=None, random=None, probes=None, probes_skip=None): "
     )
+
+
+def test_one_vocabulary_parses_and_checks_the_probe_policy() -> None:
+    from pytest_aoti.options.values import PROBE_POLICIES
+
+    assert PROBE_POLICIES.parse(" Fail ") == "fail"
+    assert resolve.checked({"probes": "FAIL"}, marker=True) == {"probes": "fail"}
+    with pytest.raises(argparse.ArgumentTypeError, match="off, report, fail"):
+        PROBE_POLICIES.parse("loud")
+    with pytest.raises(AotiUsageError, match="^@pytest.mark.aoti: probes must be one of off"):
+        resolve.checked({"probes": "loud"}, marker=True)
 
 
 PROBE_TESTS = """
@@ -142,7 +190,7 @@ def test_declared_signature_is_its_own_kind(aoti):
 """
 
 
-def test_a_row_drives_flag_marker_keyword_and_plan(
+def test_a_field_drives_flag_marker_keyword_and_plan(
     probe: ProbeCheck, run_aoti, pytester: pytest.Pytester
 ) -> None:
     result = run_aoti(PROBE_TESTS, "--aoti-probe-level=3")
@@ -158,7 +206,7 @@ def test_a_row_drives_flag_marker_keyword_and_plan(
     helped.stdout.fnmatch_lines(["*--aoti-probe-level=PROBE_LEVEL*", "*aoti_probe_level*"])
 
 
-def test_a_row_reads_its_ini_key(probe: ProbeCheck, run_aoti, pytester: pytest.Pytester) -> None:
+def test_a_field_reads_its_ini_key(probe: ProbeCheck, run_aoti, pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\naoti_probe_level = 4\n")
     result = run_aoti(
         """
@@ -169,8 +217,14 @@ def test_a_row_reads_its_ini_key(probe: ProbeCheck, run_aoti, pytester: pytest.P
     result.assert_outcomes(passed=1)
 
 
-def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
-    names = [check.name for check in catalog.CHECKS]
+def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
+    phases = [check.phase for check in catalog.CHECKS]
+    assert phases == sorted(phases, key=PHASES.index)  # listed in the order they run
+    names = [check.name for check in catalog.CHECKS if check.phase == "engine"]
+    assert [check.name for check in catalog.CHECKS if check.phase != "engine"] == [
+        "eager",  # before anything is exported
+        "not random",  # once exported, before the compile
+    ]
     assert names == [
         "signature",
         "random",
@@ -182,22 +236,32 @@ def test_the_catalog_lists_each_check_once_with_timing_last() -> None:
         "probes",
         "timing",
     ]
+    engine = [check for check in catalog.CHECKS if check.phase == "engine"]
     plan = CheckPlan(module=None, input_sets=[], tolerance=None, calls=1)  # no module needed
-    plan.options = {"threads": 1, "max_extra_bytes": None, "examples": 20}
-    applying = [check.name for check in catalog.CHECKS if check.applies(plan)]
+    plan.options = CheckOptions(threads=1, max_extra_bytes=None, examples=20)
+    applying = [check.name for check in engine if check.applies(plan)]
     # no declaration, one thread, no memory limit, no dynamic dims; probes by default
     assert applying == ["parity", "aliasing", "probes", "timing"]
-    plan.options = {"threads": 4, "max_extra_bytes": 0, "examples": 20}
+    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+        "eager",
+        *applying,
+    ]
+    plan.options = CheckOptions(threads=4, max_extra_bytes=0, examples=20)
     plan.mutates, plan.dynamic_shapes = {}, {"x": {0: "batch"}}
     # the random check applies only to a program that draws random numbers
-    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+    assert [check.name for check in engine if check.applies(plan)] == [
         name for name in names if name != "random"
     ]
-    # and then no check that compares values does
+    # and then no check that compares values does; it fails before its compile unless
+    # random="shapes" asks for what can be compared
     plan.random_ops = (RandomOp(op="aten.bernoulli.p", node="bernoulli"),)
     assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+        "eager",
+        "not random",
         "signature",
         "random",
         "memory",
         "timing",
     ]
+    plan.options = replace(plan.options, random="shapes")
+    assert "not random" not in [check.name for check in catalog.CHECKS if check.applies(plan)]

@@ -402,7 +402,7 @@ def test_default_cache_is_private_under_a_group_writable_umask(pytester: pytest.
         import stat
 
         def test_store(request):
-            store = request.config.pluginmanager.get_plugin("aoti-session").store
+            store = request.config.pluginmanager.get_plugin("aoti-session").stores.store
             assert store is not None and store.writable
             mode = (request.config.rootpath / ".pytest_cache" / "d" / "aoti").stat().st_mode
             assert stat.S_IMODE(mode) == 0o700

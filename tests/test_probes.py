@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.checks import probe_runner, probes
+from pytest_aoti.checks.probes import check as probes
+from pytest_aoti.checks.probes import runner as probe_runner
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.options.values import PROBE_KINDS, PROBE_POLICIES, ValueProblem
 
 PROBED = """
 import torch
@@ -289,12 +292,12 @@ def test_check_skip_and_policy() -> None:
     assert probes.check_skip(None) == {}
     assert probes.check_skip({"channels_last"}) == {"*": frozenset({"channels_last"})}
     assert probes.check_skip({"x": "size"}) == {"x": frozenset({"size"})}
-    assert probes.check_skip({"x": {"*"}})["x"] == frozenset(probes.KINDS)
-    with pytest.raises(probes.AotiUsageError, match="unknown variant kind"):
+    assert probes.check_skip({"x": {"*"}})["x"] == frozenset(PROBE_KINDS)
+    with pytest.raises(AotiUsageError, match="unknown variant kind"):
         probes.check_skip({"diagonal"})
-    assert probes.check_policy("FAIL") == "fail"
-    with pytest.raises(probes.AotiUsageError, match="off, report, fail"):
-        probes.check_policy("loud")
+    assert PROBE_POLICIES.check("probes", "FAIL") == "fail"
+    with pytest.raises(ValueProblem, match="off, report, fail"):
+        PROBE_POLICIES.check("probes", "loud")
 
 
 def _program_stub(module: Any, args: tuple[Any, ...], mutated: set[str]) -> Any:
@@ -500,7 +503,7 @@ def _doubling_program() -> tuple[Any, Any, Any]:
 
 
 def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
-    from pytest_aoti.compare import Tolerance
+    from pytest_aoti.tolerance import Tolerance
 
     program, double, x = _doubling_program()
     cache = _KeptSidecars()
@@ -527,7 +530,7 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
 
 def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkeypatch) -> None:
     """A variant not run in time says nothing about the package: the next run probes again."""
-    from pytest_aoti.compare import Tolerance
+    from pytest_aoti.tolerance import Tolerance
 
     program, double, x = _doubling_program()
     cache = _KeptSidecars()
@@ -564,7 +567,7 @@ def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
     is the job's answer."""
     import torch
 
-    from pytest_aoti.checks import probe_child
+    from pytest_aoti.checks.probes import child as probe_child
 
     class Loader:
         def __init__(self, *args: Any) -> None:

@@ -160,3 +160,48 @@ def test_the_install_hint_names_where_the_plugin_came_from(
     monkeypatch.setattr(metadata, "distributions", lambda **_: [Installed()])
     assert install_hint("s3") == hint
     assert not BARE_INSTALL.search(install_hint("s3"))
+
+
+@pytest.mark.parametrize(
+    ("fields", "hint"),
+    [
+        (
+            [
+                ("Project-URL", "Documentation, https://docs.example.org/aoti"),
+                ("Project-URL", "Source, https://example.org/team/pytest-aoti"),
+            ],
+            'pip install "pytest-aoti[s3] @ git+https://example.org/team/pytest-aoti"',
+        ),
+        (
+            [("Home-page", "https://example.org/home/pytest-aoti")],
+            'pip install "pytest-aoti[s3] @ git+https://example.org/home/pytest-aoti"',
+        ),
+        (
+            [("Project-URL", "Documentation, https://docs.example.org/aoti")],
+            f"pip install {REPOSITORY_INSTALL.format('[s3]')}",
+        ),
+    ],
+)
+def test_the_install_hint_falls_back_to_the_repository_the_metadata_names(
+    monkeypatch: pytest.MonkeyPatch, fields: list[tuple[str, str]], hint: str
+) -> None:
+    """Installed without pip's record of where from (a wheel from a local index, a build
+    tool that writes none): the repository the package's metadata names."""
+    from email.message import Message
+    from importlib import metadata
+
+    from pytest_aoti.errors import install_hint
+
+    message = Message()
+    for name, value in fields:
+        message[name] = value
+
+    class Installed:
+        metadata = message
+
+        def read_text(self, name: str) -> str | None:
+            return None
+
+    monkeypatch.setattr(metadata, "distributions", lambda **_: [Installed()])
+    assert install_hint("s3") == hint
+    assert not BARE_INSTALL.search(hint)

@@ -29,13 +29,13 @@ from pytest_aoti.compiling.signing import (  # noqa: E402
     load_trust,
 )
 from pytest_aoti.errors import AotiUsageError, install_hint  # noqa: E402
-from pytest_aoti.reports.json_report import REPORT_VERSION  # noqa: E402
-from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
-from pytest_aoti.reports.remote import (  # noqa: E402
+from pytest_aoti.reports.fleet import (  # noqa: E402
     remote_header_line,
     remote_summary_lines,
     remote_totals,
 )
+from pytest_aoti.reports.json_report import REPORT_VERSION  # noqa: E402
+from pytest_aoti.reports.merge import ReportMergeError, merge_reports, summary_lines  # noqa: E402
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
 CALLER = {"signature": {"mutated_inputs": ["x"]}, "compile_seconds": 6.5}
@@ -247,6 +247,58 @@ def test_header_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert remote_header_line("https://h/p", "readwrite", ("k.pub",)) == (
         "aoti: remote cache https://h/p (readwrite); publishes nothing: read-only protocol"
     )
+
+
+def test_a_not_before_time_in_the_future_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_aoti.compiling.remote_open import NOT_BEFORE_ENV
+    from pytest_aoti.options.values import parse_utc_time
+
+    monkeypatch.setenv(SIGNING_KEY_ENV, "k.pem")  # read by name only, never loaded
+    monkeypatch.delenv(NOT_BEFORE_ENV, raising=False)
+    future = parse_utc_time("2999-01-01T00:00:00Z")
+    line = remote_header_line("s3://b/p", "readwrite", (), future)
+    assert line == (
+        "aoti: remote cache s3://b/p (readwrite); loads nothing: the not-before time "
+        "2999-01-01T00:00:00Z is in the future"
+    )
+    # a time already past refuses only older entries: nothing to say
+    past = parse_utc_time("2020-01-01T00:00:00Z")
+    assert remote_header_line("s3://b/p", "readwrite", (), past) == (
+        "aoti: remote cache s3://b/p (readwrite)"
+    )
+    # the summary says it too, for -q, where there is no header
+    assert remote_summary_lines("s3://b/p", [], not_before=future) == [
+        "aoti: remote cache s3://b/p (readwrite): loads nothing: the not-before time "
+        "2999-01-01T00:00:00Z is in the future"
+    ]
+    # from the variable as well; one that is no time is left to the store's usage error
+    monkeypatch.setenv(NOT_BEFORE_ENV, "2999-01-01T00:00:00Z")
+    assert remote_header_line("s3://b/p", "readwrite", ()) == line
+    monkeypatch.setenv(NOT_BEFORE_ENV, "soon")
+    assert (
+        remote_header_line("s3://b/p", "readwrite", ()) == "aoti: remote cache s3://b/p (readwrite)"
+    )
+
+
+def test_a_run_with_a_future_not_before_time_says_so_under_q(
+    pytester: pytest.Pytester, keypairs: dict[str, tuple[Path, Path]]
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    pytester.makeini(f"[pytest]\naoti_cache_trusted_keys = {keypairs['K1'][1]}\n")
+    result = pytester.runpytest(
+        "-q",
+        f"--aoti-cache-url=file://{pytester.path}/remote",
+        "--aoti-cache-remote=read",
+        "--aoti-cache-not-before=2999-01-01T00:00:00Z",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "aoti: remote cache file://*/remote (read): loads nothing: the not-before time "
+            "2999-01-01T00:00:00Z is in the future"
+        ]
+    )
+    assert result.stdout.str().count("is in the future") == 1
 
 
 def test_totals_and_summary_sum_the_workers() -> None:

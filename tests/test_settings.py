@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pytest_aoti.settings import parse_cache_mode, parse_devices, parse_size
+from pytest_aoti.options.values import parse_cache_mode, parse_devices, parse_size
 
 
 @pytest.mark.parametrize(

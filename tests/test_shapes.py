@@ -10,21 +10,13 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.export.dynamic_shapes import _DerivedDim
 
-from pytest_aoti.compiling.signature import named_user_inputs
+from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiInputError, AotiUsageError
-from pytest_aoti.shapes import (
-    InputSpec,
-    ProgramShapes,
-    SymbolRange,
-    boundary_assignments,
-    cap_range,
-    format_dynamic_shapes,
-    infer_dynamic_shapes,
-    read_program_shapes,
-    shapes_from_assignment,
-    solve_sizes,
-    validate_inputs,
-)
+from pytest_aoti.shapes.boundaries import boundary_assignments, cap_range, shapes_from_assignment
+from pytest_aoti.shapes.formatting import format_dynamic_shapes
+from pytest_aoti.shapes.infer import infer_dynamic_shapes
+from pytest_aoti.shapes.read import InputSpec, ProgramShapes, SymbolRange, read_program_shapes
+from pytest_aoti.shapes.validate import solve_sizes, validate_inputs
 
 
 class BatchSeq(torch.nn.Module):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.settings import OPTIONS
+from pytest_aoti.options.table import Option, rows
 
 NEEDS_CUDA = pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs a CUDA device"
@@ -178,7 +178,7 @@ copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked w
 remote store opens (tests/test_remote_units.py)."""
 _NOT_HERE = {"aoti-cache-dir", "aoti-cache-trusted-keys", "aoti-cache-clear", "aoti-models-list"}
 
-STARTUP = [option for option in OPTIONS if option.parse is not None]
+STARTUP = [option for option in rows() if option.parse is not None]
 
 
 def _name(option: object) -> str:
@@ -195,7 +195,6 @@ def test_the_table_covers_every_option_read_at_startup() -> None:
 def test_a_bad_command_line_value_is_a_usage_error(
     pytester: pytest.Pytester, option: object
 ) -> None:
-    from pytest_aoti.settings import Option
 
     assert isinstance(option, Option)
     pytester.makefile("", afile="")
@@ -209,7 +208,6 @@ def test_a_bad_command_line_value_is_a_usage_error(
     "option", [o for o in STARTUP if o.name in BAD_VALUES and o.ini_key], ids=_name
 )
 def test_a_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester, option: object) -> None:
-    from pytest_aoti.settings import Option
 
     assert isinstance(option, Option) and option.ini_key is not None
     pytester.makefile("", afile="")
@@ -238,7 +236,7 @@ BAD_KEYWORDS = {
 
 
 def test_the_keyword_table_covers_every_marker_and_call_keyword() -> None:
-    keywords = {o.keyword_name for o in OPTIONS if o.marker or o.keyword}
+    keywords = {o.keyword_name for o in rows() if o.marker or o.keyword}
     assert keywords == set(BAD_KEYWORDS)
 
 
@@ -246,7 +244,7 @@ def test_the_keyword_table_covers_every_marker_and_call_keyword() -> None:
 def test_a_bad_marker_or_call_keyword_fails_its_test_before_any_compile(
     pytester: pytest.Pytester, where: str
 ) -> None:
-    options = {o.keyword_name: o for o in OPTIONS}
+    options = {o.keyword_name: o for o in rows()}
     names = [
         name
         for name in BAD_KEYWORDS

@@ -56,7 +56,7 @@ def test_random_shapes_compares_shapes_and_the_deterministic_outputs(
     result = run_aoti(
         RANDOM_MODELS
         + """
-from pytest_aoti.compiling.randomness import random_outputs
+from pytest_aoti.compiling.random_ops import random_outputs
 
 def test_shapes(aoti):
     result = aoti.check(Noisy(), (noisy_input(),), random="shapes")
@@ -343,8 +343,9 @@ def test_bool_leaves_compare_with_the_engines_0_dim_bool_tensor() -> None:
 def test_the_zero_tolerance_note_only_where_the_default_holds() -> None:
     import torch
 
-    from pytest_aoti.compare import Tolerance, compare_leaf
+    from pytest_aoti.compare import compare_leaf
     from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.tolerance import Tolerance
 
     zero = Tolerance(rtol=0, atol=0)
     eager = torch.tensor([1.0, 2.0])
@@ -364,7 +365,7 @@ def test_the_zero_tolerance_note_only_where_the_default_holds() -> None:
 def test_random_ops_are_read_from_the_exported_graph() -> None:
     import torch
 
-    from pytest_aoti.compiling.randomness import random_ops, random_outputs
+    from pytest_aoti.compiling.random_ops import random_ops, random_outputs
 
     class Mixed(torch.nn.Module):
         def __init__(self) -> None:
@@ -394,7 +395,7 @@ def test_random_ops_are_read_from_the_exported_graph() -> None:
 def test_attention_without_dropout_is_not_random() -> None:
     import torch
 
-    from pytest_aoti.compiling.randomness import random_ops
+    from pytest_aoti.compiling.random_ops import random_ops
 
     class Attention(torch.nn.Module):
         def __init__(self, p: float) -> None:
@@ -415,7 +416,7 @@ def test_a_value_dependent_assertion_is_told_apart() -> None:
     import torch
     from torch.export import Dim
 
-    from pytest_aoti.checks.refused import Refusal, RefusalCheck, has_runtime_asserts
+    from pytest_aoti.checks.refused import Refusal, UncompiledProgram, has_runtime_asserts
 
     class Pick(torch.nn.Module):
         def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -427,7 +428,7 @@ def test_a_value_dependent_assertion_is_told_apart() -> None:
         Pick(), (torch.randn(3, 1), mask), dynamic_shapes=({0: d}, {0: d})
     )
     assert has_runtime_asserts(exported)
-    check = RefusalCheck(exported)
+    check = UncompiledProgram(exported)
     accepted = (torch.randn(4, 1), torch.tensor([True, True, False, False]))
     assert check.refusal(accepted, {}) is None
     refusal = check.refusal((torch.randn(4, 1), torch.tensor([True, False, False, False])), {})

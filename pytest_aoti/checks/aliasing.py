@@ -14,14 +14,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Stats
 from pytest_aoti.checks.parity import InputRun, sample_label
 from pytest_aoti.errors import AotiCheckError
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
-
-    from pytest_aoti.compiling.program import AotiProgram
 
 
 class AliasingCheck:
@@ -31,12 +29,14 @@ class AliasingCheck:
     """
 
     name = "aliasing"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
         return not plan.random_ops  # a random program's values cannot match
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
+        program = context.program
         stats: Stats = ()
         checked = 0
         for index, (args, kwargs) in enumerate(plan.input_sets):
@@ -51,6 +51,7 @@ class AliasingCheck:
                 tolerance=plan.tolerance,
                 label=", ".join(filter(None, [label, "distinct copies of the aliased inputs"])),
                 triage=context.triage,
+                engine=context.fresh_engine,
             )
             try:
                 stats += tuple(run.check(plan.calls, None, values_too=False))
@@ -88,7 +89,7 @@ def aliased_inputs(
     """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
     import torch
 
-    from pytest_aoti.compiling.signature import named_user_inputs
+    from pytest_aoti.compiling.mutation_maps import named_user_inputs
 
     groups: dict[tuple[str, int], list[str]] = {}
     for name, leaf in named_user_inputs(program, args, kwargs).items():
@@ -109,7 +110,7 @@ def distinct_inputs(
     hide a graph that reads one input in place of another)."""
     import torch.utils._pytree as pytree
 
-    from pytest_aoti.compiling.signature import read_signature_names
+    from pytest_aoti.compiling.mutation_maps import read_signature_names
     from pytest_aoti.strategies import distinct_like
 
     names = read_signature_names(program)

@@ -1,12 +1,16 @@
 """What every check is: one small protocol, the plan it reads and the outcome it returns.
 
-A check looks at one compiled program and one plan (the module, the input sets, the
-tolerance, every per-check option) and either returns an :class:`Outcome` (the figures it
-measured) or raises :class:`~pytest_aoti.AotiCheckError` with a
-:class:`~pytest_aoti.findings.Finding`. The tester runs the checks of
-:data:`pytest_aoti.checks.catalog.CHECKS` in order; adding a check is a module with one
-:class:`Check` and its line there. A check reads its options from the plan by name
-(``plan.threads``): an option is a row of :data:`pytest_aoti.settings.OPTIONS`.
+A check reads one plan (the module, the input sets, the tolerance, every per-check option)
+and what its :class:`CheckContext` holds at its phase (the exported program, the compiled
+program and its engine), and either returns an :class:`Outcome` (the figures it measured)
+or raises :class:`~pytest_aoti.AotiCheckError` with a :class:`~pytest_aoti.findings.Finding`.
+Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is exported,
+``"exported"`` once the program is exported and before its compile, ``"engine"`` once it is
+compiled. :mod:`pytest_aoti.checks.run` runs the checks of
+:data:`pytest_aoti.checks.catalog.CHECKS` phase by phase, in order; adding a check is a
+module with one :class:`Check` and its line there. A check reads its options as typed fields
+of the plan's :class:`~pytest_aoti.options.check_options.CheckOptions`
+(``plan.options.threads``).
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
     import torch
+    from torch.export import ExportedProgram
 
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.randomness import RandomOp
+    from pytest_aoti.compiling.random_ops import RandomOp
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
@@ -30,15 +37,16 @@ InputSet = tuple[tuple[Any, ...], dict[str, Any]]
 Stats = tuple[tuple[str, "LeafStats"], ...]
 """``(context, stats)`` per compared leaf, e.g. ``("call 2, sample 1", LeafStats(...))``."""
 
+Phase = Literal["eager", "exported", "engine"]
+PHASES: tuple[Phase, ...] = ("eager", "exported", "engine")
+"""When a check runs: on eager PyTorch before any export, on the exported program before
+its compile, or on the compiled program's engine."""
+
 
 @dataclass
 class CheckPlan:
-    """What one ``aoti.check`` call checks, once its arguments are resolved.
-
-    Every per-check option (a row of :data:`pytest_aoti.settings.OPTIONS`: ``examples``,
-    ``max_dim``, ``threads``, ``max_extra_bytes``, ...) is in :attr:`options` and reads as
-    an attribute: ``plan.threads``, its row's default where :attr:`options` lacks it.
-    """
+    """What one ``aoti.check`` call checks, once its arguments are resolved; every
+    per-check option is a field of :attr:`options` (``plan.options.threads``)."""
 
     module: torch.nn.Module
     """The module on the tester's device."""
@@ -55,23 +63,34 @@ class CheckPlan:
     """The spec the program was exported with (inferred for ``"auto"``)."""
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     """The configs the program was compiled with, for the localizer's compile."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """Every per-check option's value for this check, by name."""
+    options: CheckOptions = field(default_factory=CheckOptions)
+    """Every per-check option's value for this check."""
     random_ops: tuple[RandomOp, ...] = ()
     """The program's random operations, read from the exported graph: for such a program
-    no check that compares values applies; the random check judges it (``plan.random``)."""
+    no check that compares values applies; the random check judges it (``plan.options.random``)."""
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached for names that are not fields: the per-check options
-        options = self.__dict__.get("options", {})
-        if name in options:
-            return options[name]
-        from pytest_aoti.settings import check_option
 
-        option = None if name.startswith("_") else check_option(name)
-        if option is None:
-            raise AttributeError(f"{type(self).__name__} has no option {name!r}")
-        return option.default  # a plan made with some options only: the row's default
+@dataclass(frozen=True)
+class RecordPart:
+    """What a check adds to the report's record of its ``aoti.check``
+    (:class:`~pytest_aoti.reports.records.CheckRecord`): a new figure is a field here, set
+    by its check and by nothing else."""
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the check's JSON record, by name, e.g. ``{"engine_seconds": 0.002}``; a
+    name the record does not declare is a JSON field of its own (an additive one)."""
+    notes: tuple[str, ...] = ()
+    """What the check says without failing: the record's notes and the terminal summary."""
+    properties: tuple[tuple[str, Any], ...] = ()
+    """JUnit properties beyond the ones rendered from the record, e.g.
+    ``(("aoti_measure_error", "..."),)``."""
+
+    def __add__(self, other: RecordPart) -> RecordPart:
+        return RecordPart(
+            {**self.fields, **other.fields},
+            self.notes + other.notes,
+            self.properties + other.properties,
+        )
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,25 @@ class Outcome:
     """How many input sets it ran through the engine."""
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Named figures for the :class:`~pytest_aoti.CheckResult`, e.g. ``{"extra_bytes": 0}``."""
+    record: RecordPart = field(default_factory=RecordPart)
+    """What the check adds to the report's record."""
+
+
+class ComparedRun(Protocol):
+    """One input set that eager and the engine ran side by side
+    (:class:`~pytest_aoti.checks.parity.InputRun`): what stage attribution replays."""
+
+    program: AotiProgram
+    module: torch.nn.Module
+
+    def fresh_inputs(self) -> InputSet:
+        """New clones of the input set, as the check received it."""
+        ...
+
+    def differs_with(self, replacement: Any, calls: int) -> bool:
+        """Whether ``replacement`` (an uncompiled program in place of the engine) differs
+        from eager on this input set."""
+        ...
 
 
 class Triage(Protocol):
@@ -91,11 +129,16 @@ class Triage(Protocol):
     The tester hands it to the checks, so no check imports triage."""
 
     def explain(
-        self, error: AotiCheckError, run: Any, calls: int, *, attribute: bool
+        self, error: AotiCheckError, run: ComparedRun, calls: int, *, attribute: bool
     ) -> AotiCheckError:
-        """``error`` with its replay, and with ``attribute`` its stage and node; ``run`` is
-        the :class:`~pytest_aoti.checks.parity.InputRun` that failed (typed loosely: the
-        parity check builds on this module)."""
+        """``error`` with the replay of ``run``'s inputs, and with ``attribute`` its stage
+        and node."""
+        ...
+
+    def replayed(
+        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
+    ) -> AotiCheckError:
+        """``error`` with the replay of ``inputs`` on ``module``, its stage already known."""
         ...
 
 
@@ -114,7 +157,12 @@ class Sidecars(Protocol):
 
 @dataclass
 class CheckContext:
-    """What the checks of one ``aoti.check`` call share beyond the plan."""
+    """What the checks of one ``aoti.check`` call share beyond the plan: where they run,
+    and what each phase adds (the exported program, then the compiled one and its engine).
+
+    The runner of the plan (:mod:`pytest_aoti.checks.run`) sets :attr:`exported` and
+    :attr:`program` as the phases are reached; checks only read them.
+    """
 
     device: torch.device
     triage: Triage | None = None
@@ -124,26 +172,56 @@ class CheckContext:
     """The test id: tells this check's saved examples and compiles from others'."""
     profile_path: Callable[[], Path | None] = lambda: None
     """Where a Chrome trace of the engine's calls goes (``--aoti-profile``); None: none."""
-    engine: Any = None
-    """The engine of the first input set's parity run, kept for timing: loading another
-    one for a program with buffer state would map the package again, for good."""
     sidecars: Sidecars | None = None
     """Where a check keeps what it learnt about a program's package (the probes' outcomes),
     so that later checks and sessions sharing the program reuse it."""
+    exported: ExportedProgram | None = None
+    """The exported program, from the ``"exported"`` phase on."""
+    compiled: AotiProgram | None = None
+    """The compiled program, in the ``"engine"`` phase."""
+    _engine: Any = field(default=None, init=False, repr=False)
+    _engine_handed_out: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def program(self) -> AotiProgram:
+        """The compiled program (``"engine"`` phase checks only)."""
+        if self.compiled is None:
+            raise RuntimeError("the program is compiled only for checks of the engine phase")
+        return self.compiled
+
+    def engine(self) -> Any:
+        """The program's engine, loaded once and shared by the checks that measure it
+        (memory, timing): its buffers may be past other checks' calls. Loading another one
+        for a program with buffer state would map the package again, for good."""
+        if self._engine is None:
+            self._engine = self.program.engine_in_exported_state()
+        self._engine_handed_out = True
+        return self._engine
+
+    def fresh_engine(self) -> Any:
+        """An engine whose buffers hold their exported values: the shared one while no
+        check has called it, else a new one (for a program without buffer state, the one
+        engine every user of the package shares)."""
+        if not self._engine_handed_out:
+            return self.engine()
+        return self.program.engine_in_exported_state()
 
 
 class Check(Protocol):
-    """One kind of check: a name, whether it applies to a plan, and the run itself."""
+    """One kind of check: a name, its phase, whether it applies to a plan, and the run."""
 
     name: str
     """Short and stable: ``parity``, ``aliasing``, ``memory``, ..."""
+    phase: Phase
+    """When it runs (:data:`PHASES`); the checks of a phase run in the catalog's order."""
 
     def applies(self, plan: CheckPlan) -> bool:
-        """Whether this check has anything to do for ``plan`` (e.g. ``plan.threads > 1``)."""
+        """Whether this check has anything to do for ``plan`` (e.g. ``plan.options.threads > 1``)."""
         ...
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
-        """Check ``program``; raise :class:`~pytest_aoti.AotiCheckError` on a difference."""
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        """Check what ``context`` holds at this phase; raise
+        :class:`~pytest_aoti.AotiCheckError` on a difference."""
         ...
 
 
@@ -163,9 +241,13 @@ class CheckResult:
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
     ``engine_seconds``, ``eager_seconds``, ``load``, ``profile``, ``measure_error`` where
-    measured; ``probes`` (a :class:`~pytest_aoti.checks.probes.ProbeReport`) where probes ran."""
+    measured; ``probes`` (a :class:`~pytest_aoti.checks.probes.check.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
-    """The checks that ran, in order (``signature``, ``parity``, ``timing``, ...)."""
+    """The checks of the compiled program that ran, in order (``signature``, ``parity``,
+    ``timing``, ...)."""
+    record: RecordPart = field(default_factory=RecordPart)
+    """What the checks add to the report's record of this check (JSON fields, notes, JUnit
+    properties), for the session's reports."""
 
     @property
     def examples(self) -> int:
@@ -194,7 +276,7 @@ class CheckResult:
     @property
     def probes(self) -> Any:
         """The deployment probes of the program, a
-        :class:`~pytest_aoti.checks.probes.ProbeReport` (typed loosely: that module builds
+        :class:`~pytest_aoti.checks.probes.check.ProbeReport` (typed loosely: that module builds
         on this one); None with ``probes="off"`` or where the check did not get that far."""
         return self.figures.get("probes")
 

@@ -2,7 +2,8 @@
 
 A module that fails by itself (an int64 input to ``nn.Linear``, a float64 module fed
 float32) would otherwise fail only after an export and a compile, as torch's raw error.
-Here it fails at once, as a finding of stage ``"eager"`` at the user's line.
+Here it fails at once, as a finding of stage ``"eager"`` at the user's line: the first
+check of the catalog, of phase ``"eager"``.
 """
 
 from __future__ import annotations
@@ -10,11 +11,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 
 if TYPE_CHECKING:
     import torch
+
+
+class EagerCheck:
+    """Eager PyTorch runs the example before anything is exported: a module that fails by
+    itself fails the check at once (stage ``"eager"``)."""
+
+    name = "eager"
+    phase: Phase = "eager"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        return True
+
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        run_eager_first(plan.module, *plan.input_sets[0])
+        return Outcome()
 
 
 def run_eager_first(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Triage
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Triage
 from pytest_aoti.errors import AotiCheckError
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.parity import InputRun
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.findings import Finding
-    from pytest_aoti.shapes import ProgramShapes
+    from pytest_aoti.shapes.read import ProgramShapes
     from pytest_aoti.strategies import InputBuilder
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
@@ -31,22 +31,25 @@ class GeneratedCheck:
     exported ranges, through the one compiled program."""
 
     name = "generated"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
-        return plan.dynamic_shapes is not None and bool(plan.examples) and not plan.random_ops
+        return (
+            plan.dynamic_shapes is not None and bool(plan.options.examples) and not plan.random_ops
+        )
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         count, stats = check_generated(
-            program,
+            context.program,
             plan.module,
             plan.input_sets[0],
             calls=plan.calls,
             mutates=plan.mutates,
             tolerance=plan.tolerance,
             generation=Generation(
-                examples=plan.examples,
-                max_dim=plan.max_dim,
+                examples=plan.options.examples,
+                max_dim=plan.options.max_dim,
                 database=context.hypothesis_database,
                 label=context.label,
             ),
@@ -78,6 +81,8 @@ class _Failure(Exception):
         self.error = error
         self.boundary = False
         """Found at an exported boundary, not drawn by Hypothesis."""
+        self.rerun: str | None = None
+        """How to run the search that found it again (``--hypothesis-seed=...``)."""
 
 
 def check_generated(
@@ -97,7 +102,7 @@ def check_generated(
     :class:`~pytest_aoti.AotiCheckError` naming the smallest failing shape found.
     """
     __tracebackhide__ = True
-    from pytest_aoti.shapes import boundary_assignments
+    from pytest_aoti.shapes.boundaries import boundary_assignments
     from pytest_aoti.strategies import InputBuilder
 
     builder = InputBuilder(program, like=inputs[0], like_kwargs=inputs[1])
@@ -155,11 +160,11 @@ class _ShapeChecker:
         self.tolerance = tolerance
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
-        from pytest_aoti.checks.refused import RefusalCheck, has_runtime_asserts
+        from pytest_aoti.checks.refused import UncompiledProgram, has_runtime_asserts
 
         # only a program with runtime assertions can refuse a shape inside its ranges
         self._refusals = (
-            RefusalCheck(program.exported) if has_runtime_asserts(program.exported) else None
+            UncompiledProgram(program.exported) if has_runtime_asserts(program.exported) else None
         )
 
     def _input_run(self, values: dict[str, int], seed: int, *, attribute: bool = False) -> InputRun:
@@ -253,7 +258,7 @@ def _search(
     except _Failure:
         # Hypothesis re-runs the shrunk example last, so ``last`` holds the smallest
         failure = last[0]
-        failure.replay = _replay_hint(generated_shapes)  # type: ignore[attr-defined]
+        failure.rerun = _rerun_hint(generated_shapes)
         return failure
     except (pytest.skip.Exception, unittest.SkipTest):
         # a profile that generates nothing (phases without generate, and nothing saved to
@@ -262,7 +267,7 @@ def _search(
     return None
 
 
-def _replay_hint(search: Any) -> str:
+def _rerun_hint(search: Any) -> str:
     """How to run the same search again.
 
     No ``@seed`` is applied: a seeded search would not save the failing shape in the
@@ -280,7 +285,7 @@ def _replay_hint(search: Any) -> str:
 
 def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
     """``x=(3, 8), y=(3,)``: the concrete shape of every tensor input."""
-    from pytest_aoti.shapes import shapes_from_assignment
+    from pytest_aoti.shapes.boundaries import shapes_from_assignment
 
     concrete = shapes_from_assignment(shapes, values)
     return ", ".join(f"{name}={tuple(shape)}" for name, shape in concrete.items())
@@ -294,7 +299,7 @@ def _report(
     from dataclasses import replace
 
     from pytest_aoti.findings import plain_finding
-    from pytest_aoti.shapes import shapes_from_assignment
+    from pytest_aoti.shapes.boundaries import shapes_from_assignment
 
     concrete = shapes_from_assignment(shapes, failure.values)
     dims = []
@@ -309,17 +314,17 @@ def _report(
                 )
     from pytest_aoti.checks.refused import Refusal, refusal_lines
 
-    replay = getattr(failure, "replay", None)
-    if replay is None:
-        replay = "found at an exported boundary (the search did not shrink it further)"
+    rerun = failure.rerun
+    if rerun is None:
+        rerun = "found at an exported boundary (the search did not shrink it further)"
     elif generation.database is not None:
-        replay += " (the failing shape is also saved and tried first on the next run)"
+        rerun += " (the failing shape is also saved and tried first on the next run)"
     described = _describe_shapes(shapes, failure.values)
     what = "boundary shape" if failure.boundary else "generated shape"
     headline = f"{what} fails: {described}"
     # a replay seed only for a shape Hypothesis drew
     seed_line = (
-        f"values seed {failure.seed}; {replay}"
+        f"values seed {failure.seed}; {rerun}"
         if not failure.boundary
         else (f"at the exported boundary; values seed {failure.seed}")
     )

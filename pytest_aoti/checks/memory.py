@@ -13,14 +13,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, RecordPart
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 
 if TYPE_CHECKING:
     import torch
-
-    from pytest_aoti.compiling.program import AotiProgram
 
 
 class MemoryCheck:
@@ -28,23 +26,25 @@ class MemoryCheck:
     device memory beyond what was allocated before it (outputs included)."""
 
     name = "memory"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
-        return plan.max_extra_bytes is not None
+        return plan.options.max_extra_bytes is not None
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         from pytest_aoti.trees import clone_tree
 
         memory = PeakMemory(context.device)
-        if not memory.measured:
-            return Outcome(figures={"extra_bytes": None})
+        if not memory.measured:  # the record says so: the terminal summary counts these
+            unmeasured = {"extra_bytes": None, "extra_bytes_unmeasured": True}
+            return Outcome(figures={"extra_bytes": None}, record=RecordPart(unmeasured))
         import torch
 
-        # the example's calls, only the engine's measured; on the engine parity ran where
-        # there is one (the values of its buffers do not change what a call allocates, and
-        # another load of a program with buffer state would map the package again, for good)
-        engine = context.engine or program.engine_in_exported_state()
+        # the example's calls, only the engine's measured, on the shared engine (the values
+        # of its buffers do not change what a call allocates)
+        program = context.program
+        engine = context.engine()
         args, kwargs = clone_tree(plan.input_sets[0])
         with torch.no_grad():
             for _ in range(plan.calls):
@@ -52,7 +52,8 @@ class MemoryCheck:
                     outputs = engine(*args, **kwargs)
                 del outputs
         _assert_extra_bytes(memory, plan, program)
-        return Outcome(figures={"extra_bytes": memory.peak_bytes})
+        measured = {"extra_bytes": memory.peak_bytes}
+        return Outcome(figures=measured, record=RecordPart(measured))
 
 
 class PeakMemory:
@@ -83,9 +84,9 @@ class PeakMemory:
 
 
 def _assert_extra_bytes(memory: PeakMemory, plan: Any, program: Any) -> None:
-    """Fail when ``memory``'s measured peak is above ``plan.max_extra_bytes``."""
+    """Fail when ``memory``'s measured peak is above ``plan.options.max_extra_bytes``."""
     __tracebackhide__ = True
-    limit = plan.max_extra_bytes
+    limit = plan.options.max_extra_bytes
     if limit is None or not memory.measured or memory.peak_bytes <= limit:
         return
     mutated = sorted(program.mutated_inputs)

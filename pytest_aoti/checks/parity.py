@@ -8,12 +8,21 @@ in :mod:`pytest_aoti.triage.attribution`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Stats, Triage
+from pytest_aoti.checks.base import (
+    CheckContext,
+    CheckPlan,
+    Outcome,
+    Phase,
+    RecordPart,
+    Stats,
+    Triage,
+)
+from pytest_aoti.checks.float64 import Float64Reference
+from pytest_aoti.checks.side_by_side import eager_module
 from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
 from pytest_aoti.compare import (
     assert_unchanged,
@@ -21,7 +30,7 @@ from pytest_aoti.compare import (
     compare_leaf,
     compare_trees,
 )
-from pytest_aoti.compiling.signature import named_user_inputs
+from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 from pytest_aoti.tolerance import LeafStats, Tolerance
@@ -39,12 +48,14 @@ class ParityCheck:
     untouched."""
 
     name = "parity"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
         return not plan.random_ops  # a random program's values cannot match
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
+        program = context.program
         stats: Stats = ()
         buffers: list[BufferState] = []
         for index, (args, kwargs) in enumerate(plan.input_sets):
@@ -56,14 +67,27 @@ class ParityCheck:
                 tolerance=plan.tolerance,
                 label=sample_label(index, len(plan.input_sets)),
                 triage=context.triage,
+                engine=context.fresh_engine,
             )
             stats += tuple(
                 run.check(plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at)
             )
-            context.engine = context.engine or run.engine
             buffers += run.buffers
-        figures = {"buffers": merge_states(buffers)} if buffers else {}
-        return Outcome(stats=stats, input_sets=len(plan.input_sets), figures=figures)
+        if not buffers:
+            return Outcome(stats=stats, input_sets=len(plan.input_sets))
+        states = merge_states(buffers)
+        record = RecordPart(
+            {"buffers": [state.to_json() for state in states]},
+            # never silence: the record and the summary say so
+            notes=tuple(
+                f"state of '{state.name}' not verified: {state.reason}"
+                for state in states
+                if not state.verified
+            ),
+        )
+        return Outcome(
+            stats=stats, input_sets=len(plan.input_sets), figures={"buffers": states}, record=record
+        )
 
 
 def sample_label(index: int, count: int) -> str:
@@ -74,8 +98,10 @@ def sample_label(index: int, count: int) -> str:
 class InputRun:
     """Eager and engine side by side on their own clones of one input set.
 
-    Eager runs a deep copy of the module, the engine is freshly loaded from the package:
-    both start from the module's own state, and they never share a tensor.
+    Eager runs a copy of a module that holds buffers (see
+    :func:`~pytest_aoti.checks.side_by_side.eager_module`), the engine is one in its exported
+    state (``engine``: where it comes from; by default the program's): both start from the
+    module's own state, and they never share a tensor.
     """
 
     def __init__(
@@ -89,6 +115,7 @@ class InputRun:
         label: str = "",
         triage: Triage | None = None,
         attribute: bool = True,
+        engine: Callable[[], Any] | None = None,
     ) -> None:
         self.program = program
         self.module = module
@@ -98,8 +125,7 @@ class InputRun:
         self._originals = clone_tree((tuple(args), dict(kwargs)))
         self._reference = Float64Reference(program, module, *self._originals)
         self._triage = triage
-        self.engine: Any = None
-        """The engine the check ran (its state is past the check's calls)."""
+        self._engine = engine or program.engine_in_exported_state
         self.buffers: list[BufferState] = []
         """How each buffer the program mutates was compared with eager's in the last run."""
 
@@ -123,7 +149,7 @@ class InputRun:
         """
         __tracebackhide__ = True
         self.program.validate(*self._originals[0], **self._originals[1])
-        engine = self.engine = self.program.engine_in_exported_state()
+        engine = self._engine()
         try:
             return self._run(
                 engine, calls, mutates, values_too=values_too, expect_at=expect_at or calls
@@ -166,7 +192,7 @@ class InputRun:
         import torch
 
         exported = self.program.exported
-        eager_module = copy.deepcopy(self.module)
+        eager = eager_module(self.module)
         eager_args, eager_kwargs = clone_tree(self._originals)
         engine_args, engine_kwargs = clone_tree(self._originals)
         eager_inputs = named_user_inputs(exported, eager_args, eager_kwargs)
@@ -187,9 +213,9 @@ class InputRun:
         )
         for call in range(1, calls + 1):
             context = self._context(call, calls)
-            before = _EagerState(eager_module, eager_inputs, skip_inputs=mutated)
+            before = _EagerState(eager, eager_inputs, skip_inputs=mutated)
             with torch.no_grad():
-                eager_out = clone_tree(eager_module(*eager_args, **eager_kwargs))
+                eager_out = clone_tree(eager(*eager_args, **eager_kwargs))
             try:
                 before.assert_recorded(self.program, context)
                 raw_out = engine(*engine_args, **engine_kwargs)
@@ -197,14 +223,12 @@ class InputRun:
                 del raw_out
                 # a buffer found wrong beats an output it feeds later
                 if state is not None:
-                    stats += state.after_call(
-                        context, eager_module, self._reference.buffer_at(call)
-                    )
+                    stats += state.after_call(context, eager, self._reference.buffer_at(call))
                     self.buffers = state.states
                 elif not engine_is_compiled and isinstance(engine, torch.nn.Module):
                     # a replayed program (stage attribution) holds its buffers itself
                     compare_buffers(
-                        eager_module,
+                        eager,
                         dict(engine.named_buffers()),
                         sorted(self.program.mutated_buffers),
                         context=context,
@@ -349,30 +373,7 @@ class InputRun:
         return ", ".join(parts)
 
 
-def eager_history(
-    program: AotiProgram,
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    calls: int,
-) -> list[tuple[Any, dict[str, Any]]]:
-    """Eager PyTorch called ``calls`` times on a copy of ``module`` and clones of the
-    inputs (state carries from call to call): per call, the outputs and every named input
-    after the call."""
-    import torch
-
-    eager = copy.deepcopy(module)
-    call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
-    named = named_user_inputs(program.exported, call_args, call_kwargs)
-    history = []
-    with torch.no_grad():
-        for _ in range(calls):
-            outputs = clone_tree(eager(*call_args, **call_kwargs))
-            history.append((outputs, clone_tree(named)))
-    return history
-
-
-PARITY_KINDS = frozenset({"output", "mutated input", "untouched input"})
+PARITY_KINDS = frozenset({"output", "mutated input", "untouched input", "expected value"})
 """Finding kinds of a parity difference: what stage attribution looks into."""
 
 
@@ -472,8 +473,9 @@ def _expectation_or(
     context: str,
     tolerance: Tolerance,
 ) -> AotiCheckError:
-    """The engine missed the test's expected value: if eager misses it as well, the
-    expectation is what is wrong, and the report says so with eager's value."""
+    """The engine missed the test's expected value: kind ``expected value`` where eager
+    produces it; if eager misses it as well, the expectation is what is wrong, and the
+    report says so with eager's value (kind ``expectation``)."""
     try:
         assert_values(
             expected, eager_value, location=location, context=context, tolerance=tolerance
@@ -489,67 +491,7 @@ def _expectation_or(
                 notes=("eager and the AOTI engine agree: the expectation is what is wrong",),
             )
         )
-    return error
-
-
-class Float64Reference:
-    """Eager PyTorch in float64 on the same inputs, run only if a comparison needs it.
-
-    It decides whether an element outside the default tolerance is the engine's error or
-    ordinary float32 rounding that eager shares (see :mod:`pytest_aoti.compare`).
-    """
-
-    def __init__(
-        self,
-        program: AotiProgram,
-        module: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        self._program = program
-        self._module = module
-        self._inputs = (args, kwargs)
-        self._state: tuple[Any, Any, Any] | None = None
-        self._history: list[tuple[Any, dict[str, Any]]] = []
-        self._buffers: list[dict[str, Any]] = []
-
-    def outputs_after(self, call: int) -> Callable[[], Any]:
-        """A callable giving the float64 outputs of call number ``call``."""
-        return lambda: self._run_until(call)[0]
-
-    def input_after(self, call: int, name: str) -> Callable[[], Any]:
-        """A callable giving input ``name`` in float64 after ``call`` calls."""
-        return lambda: self._run_until(call)[1][name]
-
-    def buffer_at(self, call: int) -> Callable[[str], Callable[[], Any]]:
-        """Per buffer name, a callable giving that buffer in float64 after ``call`` calls."""
-
-        def reference(name: str) -> Callable[[], Any]:
-            def value() -> Any:
-                self._run_until(call)
-                return self._buffers[call - 1][name]
-
-            return value
-
-        return reference
-
-    def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
-        import torch
-
-        if self._state is None:
-            module = copy.deepcopy(self._module).to(torch.float64)
-            args, kwargs = to_float64(clone_tree(self._inputs))
-            self._state = (module, args, kwargs)
-        module, args, kwargs = self._state
-        while len(self._history) < call:
-            with torch.no_grad():
-                outputs = clone_tree(module(*args, **kwargs))
-            inputs = named_user_inputs(self._program.exported, args, kwargs)
-            self._history.append((outputs, clone_tree(inputs)))
-            self._buffers.append(
-                {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
-            )
-        return self._history[call - 1]
+    return error.amended(replace(error.finding, kind="expected value"))
 
 
 def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context: str) -> None:
@@ -565,18 +507,3 @@ def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context:
                 stage="compile",
             )
         )
-
-
-def to_float64(tree: Any) -> Any:
-    """Floating tensors of a pytree in float64; others unchanged."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map(
-        lambda leaf: (
-            leaf.to(torch.float64)
-            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
-            else leaf
-        ),
-        tree,
-    )

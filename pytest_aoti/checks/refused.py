@@ -48,8 +48,10 @@ def has_runtime_asserts(exported: ExportedProgram) -> bool:
     return any(node.target in targets for node in exported.graph.nodes)
 
 
-class RefusalCheck:
-    """Runs input sets through (a copy of) the exported program, without compiling."""
+class UncompiledProgram:
+    """The exported program run without compiling (a copy of ``exported.module()``): which
+    input sets it refuses. Not a check of the catalog: the generated-shapes check asks it
+    before the engine runs a shape."""
 
     def __init__(self, exported: ExportedProgram) -> None:
         from pytest_aoti.compiling.pipeline import quiet_torch_deprecations

@@ -190,28 +190,3 @@ def _buffer_error(error: AotiCheckError, name: str) -> AotiCheckError:
             extra={**finding.extra, "buffers": [name]},
         )
     )
-
-
-def eager_buffer_history(
-    program: AotiProgram,
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    calls: int,
-) -> list[dict[str, Any]]:
-    """Eager PyTorch called ``calls`` times on a copy of ``module`` and clones of the inputs:
-    per call, the buffers the program mutates, after the call (for a repro bundle)."""
-    import copy
-
-    import torch
-
-    eager = copy.deepcopy(module)
-    call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
-    names = sorted(program.mutated_buffers)
-    history = []
-    with torch.no_grad():
-        for _ in range(calls):
-            eager(*call_args, **call_kwargs)
-            buffers = dict(eager.named_buffers())
-            history.append({name: buffers[name].detach().clone() for name in names})
-    return history

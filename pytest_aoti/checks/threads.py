@@ -12,10 +12,9 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
-from pytest_aoti.checks.parity import eager_history
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
+from pytest_aoti.checks.side_by_side import CallRecord, call_history
 from pytest_aoti.compare import compare_leaf, compare_trees
-from pytest_aoti.compiling.signature import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 from pytest_aoti.tolerance import LeafStats, Tolerance
@@ -35,17 +34,19 @@ class ThreadsCheck:
     every thread's results match eager; a program that mutates registered buffers fails."""
 
     name = "threads"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
-        return bool(plan.threads > 1) and not plan.random_ops
+        return bool(plan.options.threads > 1) and not plan.random_ops
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         stats = check_threads(
-            program,
+            context.program,
+            context.fresh_engine(),
             plan.module,
             *plan.input_sets[0],
-            threads=plan.threads,
+            threads=plan.options.threads,
             calls=plan.calls,
             tolerance=plan.tolerance,
         )
@@ -54,6 +55,7 @@ class ThreadsCheck:
 
 def check_threads(
     program: AotiProgram,
+    engine: Any,
     module: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -62,28 +64,23 @@ def check_threads(
     calls: int,
     tolerance: Tolerance,
 ) -> list[tuple[str, LeafStats]]:
-    """Run one engine from ``threads`` threads at once, each on inputs of its own for
+    """Run ``engine`` (in its exported state) from ``threads`` threads at once, each on inputs of its own for
     ``calls`` calls, and compare every thread's outputs and inputs after each call with
     eager run on the same inputs, one thread's calls after another's."""
     __tracebackhide__ = True
-    import torch
-
     thread_inputs = [_inputs_for(index, program, args, kwargs) for index in range(threads)]
-    expected = [eager_history(program, module, *inputs, calls) for inputs in thread_inputs]
-    engine = program.engine_in_exported_state()
-    results: list[list[tuple[Any, dict[str, Any]]]] = [[] for _ in range(threads)]
+    expected = [
+        call_history(program, module, *inputs, calls, eager=True) for inputs in thread_inputs
+    ]
+    results: list[list[CallRecord]] = [[] for _ in range(threads)]
     errors: list[BaseException | None] = [None] * threads
     start = threading.Barrier(threads)
 
     def serve(index: int) -> None:
-        call_args, call_kwargs = clone_tree(thread_inputs[index])
-        named = named_user_inputs(program.exported, call_args, call_kwargs)
         try:
-            start.wait()
-            with torch.no_grad():
-                for _ in range(calls):
-                    outputs = clone_tree(engine(*call_args, **call_kwargs))
-                    results[index].append((outputs, clone_tree(named)))
+            results[index] = call_history(
+                program, engine, *thread_inputs[index], calls, ready=start.wait
+            )
         except BaseException as error:  # reported below, on the test's own thread
             errors[index] = error
 

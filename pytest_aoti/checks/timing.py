@@ -7,7 +7,6 @@ every timed call is synchronized.
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 import warnings
@@ -15,7 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, RecordPart
+from pytest_aoti.checks.side_by_side import eager_module
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
@@ -44,15 +44,17 @@ class TimingCheck:
     """
 
     name = "timing"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
         return True
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         args, kwargs = plan.input_sets[0]
         figures: dict[str, Any] = {}
         try:
-            engine = context.engine or program.engine_in_exported_state()
+            program = context.program
+            engine = context.engine()
             figures["engine_seconds"], figures["eager_seconds"] = call_times(
                 program, engine, plan.module, args, kwargs
             )
@@ -62,7 +64,21 @@ class TimingCheck:
                 figures["profile"] = str(write_profile(path, program, engine, args, kwargs))
         except Exception as problem:  # a measurement must never fail a passed check
             figures["measure_error"] = f"{type(problem).__name__}: {problem}"
-        return Outcome(figures=figures)
+        load = figures.get("load")
+        record = RecordPart(
+            {
+                "engine_seconds": figures.get("engine_seconds"),
+                "eager_seconds": figures.get("eager_seconds"),
+                "timing_load": None if load is None else float(load),
+                "profile": figures.get("profile"),
+            },
+            properties=(
+                (("aoti_measure_error", figures["measure_error"]),)
+                if figures.get("measure_error")
+                else ()
+            ),
+        )
+        return Outcome(figures=figures, record=record)
 
 
 def machine_load() -> float | None:
@@ -89,7 +105,7 @@ def call_times(
     """
     import torch
 
-    eager = copy.deepcopy(module)
+    eager = eager_module(module, program)
     sync = _synchronizer(program.device)
 
     def timed(function: Callable[..., Any]) -> float:

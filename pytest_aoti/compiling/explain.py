@@ -123,7 +123,7 @@ def _export_advice(
 ) -> tuple[str | None, list[str], str]:
     """The headline (when better than torch's first line), detail lines and the hint that
     fit why export failed."""
-    from pytest_aoti.shapes.spec import sizes_export_specializes, sizes_outside_spec
+    from pytest_aoti.shapes.user_spec import sizes_export_specializes, sizes_outside_spec
 
     text = str(error)
     if is_data_dependent(error):

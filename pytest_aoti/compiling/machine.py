@@ -282,15 +282,14 @@ def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None
 
 def find_target() -> MachineTarget:
     """Ask Inductor and the compiler; builds and loads Inductor's ISA test programs."""
-    from torch._inductor import cpu_vec_isa
+    from pytest_aoti.compiling.vec_isa import find_isa
 
-    isa = cpu_vec_isa.pick_vec_isa()
-    valid = tuple(str(item) for item in cpu_vec_isa.valid_vec_isa_list())
+    isa, isa_flags, valid = find_isa()
     compiler, arch_flags = _inductor_compiler_and_arch()
     march, features = resolve_arch(compiler, arch_flags) if compiler else ("", ())
     return MachineTarget(
-        isa=str(isa),
-        isa_flags=isa.build_arch_flags() if isa else "",
+        isa=isa,
+        isa_flags=isa_flags,
         arch_flag=" ".join(arch_flags),
         march=march,
         features=features,

@@ -109,7 +109,7 @@ def export_module(
     """
     import torch
 
-    from pytest_aoti.shapes.spec import check_dynamic_shapes
+    from pytest_aoti.shapes.user_spec import check_dynamic_shapes
 
     if dynamic_shapes is not None:
         check_dynamic_shapes(module, args, kwargs, dynamic_shapes)
@@ -199,31 +199,11 @@ def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
     returns Inductor's own ISA object of that name. A process that compiles or asked
     before is left alone: its answer is cached by Inductor.
     """
-    from torch._inductor import cpu_vec_isa
-
     from pytest_aoti.compiling.machine import settled_target
+    from pytest_aoti.compiling.vec_isa import answering_isa
 
     target = settled_target()
-    try:
-        if target is None or cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
-            return contextlib.nullcontext()
-        known = [*cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.invalid_vec_isa]
-    except AttributeError:  # another torch's internals: let it search as it does
-        return contextlib.nullcontext()
-    isa = next((item for item in known if str(item) == target.isa), None)
-    if isa is None:
-        return contextlib.nullcontext()
-    return _answering_pick_vec_isa(cpu_vec_isa, isa)
-
-
-@contextlib.contextmanager
-def _answering_pick_vec_isa(module: Any, isa: object) -> Iterator[None]:
-    original = module.pick_vec_isa
-    module.pick_vec_isa = lambda: isa
-    try:
-        yield
-    finally:
-        module.pick_vec_isa = original
+    return contextlib.nullcontext() if target is None else answering_isa(target.isa)
 
 
 def check_constant_outputs(program: ExportedProgram) -> None:

@@ -11,8 +11,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.mutation_maps import MutationSignature, named_user_inputs
 from pytest_aoti.compiling.pipeline import decompose, load_engine
-from pytest_aoti.compiling.signature import MutationSignature, named_user_inputs
 from pytest_aoti.errors import user_facing
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ class AotiProgram:
         ``Dim("batch")`` on an axis, that axis's symbol is shown as ``batch`` instead of
         ``s77``. ``Dim.AUTO`` and other unnamed dims keep torch's symbol.
         """
-        from pytest_aoti.shapes.spec import name_symbols
+        from pytest_aoti.shapes.user_spec import name_symbols
 
         named = name_symbols(self.exported, self.shapes, dynamic_shapes, args, kwargs or {})
         self.__dict__["shapes"] = named  # replaces the cached_property's value

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.compiling.key import ProgramKey, program_key
+from pytest_aoti.compiling.mutation_maps import MutationSignature, read_signature
 from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import (
     DEFAULT_ENGINE_BUDGET,
@@ -30,7 +31,6 @@ from pytest_aoti.compiling.program import (
     CompiledArtifact,
     EnginePool,
 )
-from pytest_aoti.compiling.signature import MutationSignature, read_signature
 from pytest_aoti.compiling.store_files import sha256_of
 from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
 

@@ -150,7 +150,7 @@ def open_remote(
         ) from None
     try:
         trust = load_trust_for(ini_trusted)
-        not_before = _not_before(not_before)
+        not_before = not_before_time(not_before)
         options = storage_options(protocol, ini_options)
         fsspec.get_filesystem_class(protocol)
     except AotiUsageError as error:
@@ -185,12 +185,13 @@ def open_remote(
     )
 
 
-def _not_before(given: float | None) -> float | None:
-    """The ini/command-line time, else ``PYTEST_AOTI_CACHE_NOT_BEFORE``'s."""
+def not_before_time(given: float | None) -> float | None:
+    """The ini/command-line time, else ``PYTEST_AOTI_CACHE_NOT_BEFORE``'s (a usage error
+    when that is no UTC time)."""
     import argparse
 
     from pytest_aoti.errors import AotiUsageError
-    from pytest_aoti.option_values import parse_utc_time
+    from pytest_aoti.options.values import parse_utc_time
 
     text = os.environ.get(NOT_BEFORE_ENV, "").strip()
     if given is not None or not text:

@@ -252,11 +252,6 @@ def load_public_keys(path: str, what: str) -> list[Any]:
     return keys
 
 
-def load_public_key(path: str, what: str) -> Any:
-    """The first ``Ed25519PublicKey`` of a PEM file."""
-    return load_public_keys(path, what)[0]
-
-
 def _shown(text: str) -> str:
     """A path as it may be printed: PEM text given in its place is not."""
     return "the PEM text given" if "-----BEGIN" in text else text.strip()

@@ -1,6 +1,9 @@
 """Zero-code checks: ``pytest --aoti-model=SPEC`` collects one AOTI test per model spec.
 
-``spec`` parses and resolves specs at startup, ``factories`` calls a factory inside its test
-and reads what it returned, ``hf`` builds Hugging Face architectures from tiny configs,
-``collect`` puts the tests into the pytest session. No torch at import time.
+``model_spec`` parses and resolves factory specs at startup, ``prefixes`` sends ``hf:``,
+``timm:`` and ``torchvision:`` specs to their resolver, ``factories`` calls a factory inside
+its test and reads what it returned, ``hf`` builds Hugging Face architectures from tiny
+configs, ``timm`` and ``torchvision`` build those libraries' models with random weights
+(``vision`` holds what they share), ``collect`` puts the tests into the pytest session. No
+torch at import time.
 """

@@ -1,7 +1,8 @@
 """The tests of ``--aoti-model`` specs: a virtual module under the session, no test file.
 
-:func:`resolve_specs` resolves each spec at startup (factories in ``models.spec``, ``hf:``
-in ``models.hf``); :func:`register` adds the plugin that collects their tests.
+:func:`resolve_specs` resolves each spec at startup (factories in ``models.model_spec``;
+``hf:``, ``timm:``, ``torchvision:`` through ``models.prefixes``); :func:`register` adds the
+plugin that collects their tests.
 
 The module ``aoti-model`` holds one test function, ``test_model``, parametrized by spec; the
 plugin parametrizes it by device and export variant as any AOTI test, so the ``aoti``
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.models.spec import ModelSpec, make_importable, resolve_factory
-from pytest_aoti.option_values import HF_PREFIX, parse_model_spec
+from pytest_aoti.models.model_spec import ModelSpec, make_importable, resolve_factory
+from pytest_aoti.models.prefixes import resolver_of
+from pytest_aoti.options.values import parse_model_spec
 
 if TYPE_CHECKING:
     from pytest_aoti.tester import AotiTester
@@ -86,10 +88,9 @@ def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) ->
             parse_model_spec(text)
         except Exception as error:  # argparse.ArgumentTypeError from an ini line
             raise pytest.UsageError(f"--aoti-model={text}: {error}") from None
-        if text.startswith(HF_PREFIX):
-            from pytest_aoti.models.hf import resolve_hf
-
-            specs.append(resolve_hf(text, rootpath))
+        resolver = resolver_of(text)
+        if resolver is not None:
+            specs.append(resolver(text, rootpath))
         else:
             specs.extend(resolve_factory(text, rootpath))
     return specs
@@ -132,7 +133,9 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
             failed = True
             write(f"{spec.id}: the factory failed: {type(error).__name__}: {error}")
             continue
-        write(f"{spec.id}: {type(case.module).__name__}({describe_inputs(case)})")
+        line = f"{spec.id}: {type(case.module).__name__}({describe_inputs(case)})"
+        rule = getattr(spec.factory, "input_rule", None)  # timm:, torchvision: say which size
+        write(f"{line}; input: {rule}" if rule else line)
     return 1 if failed else 0
 
 

@@ -31,18 +31,12 @@ class ModelCase:
 
 
 def check_keywords() -> frozenset[str]:
-    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: its named
-    parameters and every option row's keyword (``**options``)."""
-    from pytest_aoti.settings import keyword_options
-    from pytest_aoti.tester import AotiTester
+    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: what the
+    call checks and every option row's keyword (``**options``)."""
+    from pytest_aoti.calls import CALL_ARGUMENTS
+    from pytest_aoti.options.table import keyword_options
 
-    parameters = inspect.signature(AotiTester.check).parameters
-    named = {
-        name
-        for name, parameter in parameters.items()
-        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
-    }
-    return frozenset(named | set(keyword_options())) - {"self", *_CASE_KEYS}
+    return frozenset((*CALL_ARGUMENTS, *keyword_options()))
 
 
 @user_facing
@@ -160,7 +154,11 @@ def describe_inputs(case: ModelCase) -> str:
 
     named = _by_name(case)
     spec = case.check.get("dynamic_shapes")
-    specs = spec if isinstance(spec, Mapping) else {}
+    specs: Mapping[str, Any] = {}
+    if isinstance(spec, Mapping):
+        specs = spec
+    elif isinstance(spec, (tuple, list)):  # positional: one entry per argument, in order
+        specs = {name: dims for (name, _), dims in zip(named, spec)}
 
     def one(value: Any, dims: Any) -> str:
         if isinstance(value, torch.Tensor):

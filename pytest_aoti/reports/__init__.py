@@ -1,5 +1,12 @@
-"""Everything a user reads about checks: records (:mod:`.records`), what the session's
-testers report (:mod:`.events`), the terminal summary (:mod:`.terminal`), the JSON report
-(:mod:`.json_report`), JUnit properties (:mod:`.junit`), the header (:mod:`.header`),
-compile progress (:mod:`.progress`) and the xdist payload (:mod:`.collector`, :mod:`.xdist`).
+"""Everything a user reads about a run, made from records.
+
+The data: one record per check and per compile (:mod:`.records`), the recorder a test's
+tester reports to (:mod:`.events`), everything a session's reports are made of
+(:mod:`.collector`) and the one payload an xdist worker sends (:mod:`.xdist`), where a
+test's bundles and traces go (:mod:`.artifacts`). The views: the header (:mod:`.header`),
+compile progress (:mod:`.progress`), the terminal summary (:mod:`.terminal`), the
+deployment hazards (:mod:`.hazards`, kept for the next run by :mod:`.last_hazards`), the
+remote store's lines and totals (:mod:`.fleet`), the JSON report (:mod:`.json_report`),
+JUnit properties (:mod:`.junit`), shards' reports merged (:mod:`.merge`), and Hypothesis'
+summary left out of a run that never used it (:mod:`.idle_hypothesis`).
 """

@@ -61,6 +61,12 @@ class ReportCollector:
                 total.merge(stats)
         return total
 
+    def remote_figures(self, own: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+        """``{"remote": ...}`` of this process (``own``, where it has a remote store) and of
+        each xdist worker that had one."""
+        mine = [] if own is None else [dict(own)]
+        return [{"remote": figures} for figures in [*mine, *self.worker_remote]]
+
     def payload(
         self,
         stats: CompileStats | None,

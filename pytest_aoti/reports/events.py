@@ -126,29 +126,11 @@ class ItemEvents:
             )
             record.fp64_rescued = any(leaf.rescued_by_fp64 for _, leaf in result.stats)
             record.shapes_tried = result.input_sets
-            record.extra_bytes = result.extra_bytes
-            record.extra_bytes_unmeasured = (
-                plan.max_extra_bytes is not None and result.extra_bytes is None
-            )
-            # measured by the timing check (pytest_aoti.checks.timing), which never fails
-            record.engine_seconds = result.engine_seconds
-            record.eager_seconds = result.eager_seconds
-            load = result.figures.get("load")
-            record.timing_load = None if load is None else float(load)
-            record.profile = result.figures.get("profile")
-            problem = result.figures.get("measure_error")
-            if problem:
-                self._item.user_properties.append(("aoti_measure_error", problem))
-            record.buffers = [state.to_json() for state in result.figures.get("buffers", ())]
-            for state in record.buffers:
-                if not state["verified"]:  # never silence: the record and the summary say so
-                    self.note(f"state of '{state['name']}' not verified: {state['reason']}")
-            probes = result.probes
-            if probes is not None:
-                record.probes = probes.to_json()
-                record.probes_cached = probes.cached
-                if probes.error:  # the probes could not run: a note, never a failure
-                    self._item.user_properties.append(("aoti_probes_error", probes.error))
+            # what each check adds to the record: its figures, notes and properties
+            record.update(result.record.fields)
+            for note in result.record.notes:
+                self.note(note)
+            self._item.user_properties.extend(result.record.properties)
         if error is not None:
             record.finding = error.finding.to_json()
             if error.finding.kind == "probe":  # probes="fail": the outcomes that failed it

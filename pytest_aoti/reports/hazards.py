@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_aoti.option_values import PROBE_LAYOUT_KINDS
+from pytest_aoti.options.values import PROBE_LAYOUT_KINDS
 from pytest_aoti.reports.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.reports.records import CheckRecord
 
@@ -75,7 +75,7 @@ class Probed:
 
 def group_of(probe: Mapping[str, Any]) -> str:
     """A probe's group (``none``, ``input_checks``, ``silent``), from its outcome."""
-    from pytest_aoti.checks.probes import hazard_group
+    from pytest_aoti.checks.probes.check import hazard_group
 
     checks = probe.get("refused_with_checks")
     return hazard_group(str(probe.get("outcome")), None if checks is None else bool(checks))

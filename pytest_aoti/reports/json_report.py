@@ -11,10 +11,14 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.reports.header import torch_build, torch_version
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
+
+if TYPE_CHECKING:
+    from pytest_aoti.compiling.registry import CompileStats
+    from pytest_aoti.reports.collector import ReportCollector
 
 REPORT_VERSION = 2
 """2: ``finding.stage`` is the stage that failed (``decompose`` for run_decompositions),
@@ -39,6 +43,36 @@ def write_json_report(
         records, devices=devices, totals=totals, interrupted=interrupted, compiles=compiles
     )
     write_report_document(path, document)
+
+
+def write_run_report(
+    path: Path,
+    collector: ReportCollector,
+    *,
+    stats: CompileStats | None,
+    remote: Mapping[str, Any] | None,
+    cache_url: str | None,
+    devices: Sequence[str],
+    interrupted: bool,
+) -> None:
+    """The report of this run: the collector's records, with this process's compile
+    figures ``stats`` and remote store figures ``remote`` added to the workers'.
+    ``devices`` are listed where no record names one."""
+    from pytest_aoti.reports.fleet import remote_totals
+
+    used = {record.device for record in collector.records}
+    used |= {record.device for record in collector.compiles}
+    write_json_report(
+        path,
+        collector.records,
+        devices=sorted(used) or list(devices),
+        totals={
+            **collector.totals(stats).to_json(),
+            **remote_totals(cache_url, collector.remote_figures(remote)),
+        },
+        interrupted=interrupted,
+        compiles=collector.compiles,
+    )
 
 
 def report_document(

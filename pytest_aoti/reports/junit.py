@@ -40,6 +40,12 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
         "aoti_extra_bytes": record.extra_bytes,
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
+    # a check's own fields (see CheckRecord.update): the plain values among them
+    props += [
+        (f"aoti_{name}", value)
+        for name, value in record.other_fields.items()
+        if isinstance(value, (bool, int, float, str))
+    ]
     if record.probes:
         outcomes = [probe.get("outcome") for probe in record.probes]
         props += [

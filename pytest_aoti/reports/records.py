@@ -86,6 +86,16 @@ class CheckRecord:
     ``max_rel``, and ``reason`` where not verified."""
     probes_cached: bool = False
     """The probes' outcomes came from the cache: no engine was called for them."""
+    other_fields: dict[str, Any] = field(default_factory=dict)
+    """Fields a check adds that this record does not declare: JSON fields of their own."""
+
+    def update(self, fields: Mapping[str, Any]) -> None:
+        """Set the fields a check reported (its figures), declared here or not."""
+        for name, value in fields.items():
+            if name in _DECLARED:
+                setattr(self, name, value)
+            else:
+                self.other_fields[name] = value
 
     @property
     def speed_ratio(self) -> float | None:
@@ -131,13 +141,23 @@ class CheckRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data.update(data.pop("other_fields"))
         data["engine_over_eager"] = self.speed_ratio
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckRecord:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{key: value for key, value in data.items() if key in names})
+        names = _DECLARED
+        record = cls(**{key: value for key, value in data.items() if key in names})
+        record.other_fields = {
+            key: value for key, value in data.items() if key not in names and key not in _DERIVED
+        }
+        return record
+
+
+_DECLARED = frozenset(CheckRecord.__dataclass_fields__) - {"other_fields"}
+_DERIVED = frozenset({"engine_over_eager"})
+"""JSON fields computed from others, never read back."""
 
 
 @dataclass

@@ -86,7 +86,7 @@ def write_summary(
     memory: Path | None = None,
 ) -> None:
     """Everything pytest-aoti adds to pytest's terminal summary; ``remote``: the remote
-    store's lines (:func:`pytest_aoti.reports.remote.remote_summary_lines`); ``hazards``,
+    store's lines (:func:`pytest_aoti.reports.fleet.remote_summary_lines`); ``hazards``,
     ``serving_checks`` and ``memory``: how the deployment hazards are shown and where what
     they were is remembered (:func:`pytest_aoti.reports.hazards.write_hazards`)."""
     if collector.inferred:

@@ -14,14 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.checks.parity import PARITY_KINDS, eager_history
-from pytest_aoti.checks.state import eager_buffer_history
+from pytest_aoti.checks.parity import PARITY_KINDS
+from pytest_aoti.checks.side_by_side import call_history, eager_module
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.checks.parity import InputRun
+    from pytest_aoti.checks.base import ComparedRun, InputSet
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.errors import AotiCheckError
@@ -44,13 +44,29 @@ class Replay:
     kwargs: dict[str, Any]
     calls: int
 
-    def eager_results(self, program: AotiProgram) -> list[tuple[Any, dict[str, Any]]]:
-        """Per call, eager's outputs and every named input after the call."""
-        return eager_history(program, self.module, self.args, self.kwargs, self.calls)
+    def eager_run(
+        self, program: AotiProgram, *, buffers: bool = False
+    ) -> tuple[list[tuple[Any, dict[str, Any]]], list[dict[str, Any]] | None]:
+        """One eager run of the replay: per call, eager's outputs and every named input
+        after the call; with ``buffers``, also per call the registered buffers the program
+        mutates, after the call (else None)."""
+        eager = eager_module(self.module)
+        names = sorted(program.mutated_buffers)
+        states: list[dict[str, Any]] = []
 
-    def eager_buffers(self, program: AotiProgram) -> list[dict[str, Any]]:
-        """Per call, eager's registered buffers that the program mutates, after the call."""
-        return eager_buffer_history(program, self.module, self.args, self.kwargs, self.calls)
+        def read_buffers() -> None:
+            live = dict(eager.named_buffers())
+            states.append({name: live[name].detach().clone() for name in names})
+
+        results = call_history(
+            program,
+            eager,
+            self.args,
+            self.kwargs,
+            self.calls,
+            after_call=read_buffers if buffers else None,
+        )
+        return results, (states if buffers else None)
 
 
 class Attribution:
@@ -60,17 +76,24 @@ class Attribution:
         self._localizer = localizer
 
     def explain(
-        self, error: AotiCheckError, run: InputRun, calls: int, *, attribute: bool
+        self, error: AotiCheckError, run: ComparedRun, calls: int, *, attribute: bool
     ) -> AotiCheckError:
         """``error`` with the replay of ``run``'s inputs and, with ``attribute``, the stage
         and node (a search that runs many failing shapes attributes only the last)."""
         finding = self.attributed(error.finding, run, calls) if attribute else error.finding
-        amended = error.amended(finding)
-        args, kwargs = run.fresh_inputs()
-        amended.replay = Replay(run.module, args, kwargs, calls)
+        return self.replayed(error.amended(finding), run.module, run.fresh_inputs(), calls)
+
+    def replayed(
+        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
+    ) -> AotiCheckError:
+        """``error`` with the replay of ``inputs`` on ``module`` (a new error: the one given
+        is left as it is)."""
+        amended = error.amended(error.finding)
+        args, kwargs = inputs
+        amended.replay = Replay(module, tuple(args), dict(kwargs), calls)
         return amended
 
-    def attributed(self, finding: Finding, run: InputRun, calls: int) -> Finding:
+    def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:
         """``finding`` with the stage that introduced the difference, and its node."""
         # a "buffer" finding that comes here is a parity finding named after its buffers
         if finding.stage is not None or finding.kind not in {*PARITY_KINDS, "buffer"}:
@@ -96,7 +119,7 @@ class Attribution:
         return replace(finding, node=localization.node, node_reason=localization.reason)
 
 
-def _replay_differs(run: InputRun, program: ExportedProgram, calls: int) -> bool:
+def _replay_differs(run: ComparedRun, program: ExportedProgram, calls: int) -> bool:
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 
     with quiet_torch_deprecations():

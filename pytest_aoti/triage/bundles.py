@@ -34,6 +34,11 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
     # only a tolerance the test set goes into the bundle: the others are torch's defaults
     explicit = bool(tolerance.get("explicit"))
     try:
+        # only a buffer finding needs the buffers read back (torch's private runner);
+        # any other replays through the package's own loader
+        eager_results, eager_buffers = replay.eager_run(
+            program, buffers=bool(program.mutated_buffers) and error.finding.kind == "buffer"
+        )
         script = write_bundle(
             directory,
             exported=program.exported,
@@ -41,20 +46,14 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             args=replay.args,
             kwargs=replay.kwargs,
             calls=replay.calls,
-            eager_results=replay.eager_results(program),
+            eager_results=eager_results,
             rtol=tolerance.get("rtol") if explicit else None,
             atol=tolerance.get("atol") if explicit else None,
             finding_text=error.finding.render(),
             finding_json=error.finding.to_json(),
             device=program.device,
             mutated_inputs=program.mutated_inputs,
-            # only a buffer finding needs the buffers read back (torch's private runner);
-            # any other replays through the package's own loader
-            eager_buffers=(
-                replay.eager_buffers(program)
-                if program.mutated_buffers and error.finding.kind == "buffer"
-                else None
-            ),
+            eager_buffers=eager_buffers,
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]

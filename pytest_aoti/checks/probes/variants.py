@@ -14,16 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.option_values import PROBE_KINDS, PROBE_LAYOUT_KINDS, probes_skip_problem
+from pytest_aoti.options.values import PROBE_KINDS, probes_skip_problem
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.compiling.program import AotiProgram
-
-LAYOUT_KINDS = PROBE_LAYOUT_KINDS
-KINDS = PROBE_KINDS
-"""Variant kinds; ``probes_skip`` names these (the option's row checks them)."""
 
 
 def check_skip(value: Any) -> dict[str, frozenset[str]]:
@@ -41,7 +37,7 @@ def check_skip(value: Any) -> dict[str, frozenset[str]]:
 
     def kinds(names: Any) -> frozenset[str]:
         chosen = frozenset(str(name) for name in ({names} if isinstance(names, str) else names))
-        return frozenset(KINDS) if "*" in chosen else chosen
+        return frozenset(PROBE_KINDS) if "*" in chosen else chosen
 
     if isinstance(value, Mapping):
         return {str(name): kinds(names) for name, names in value.items()}
@@ -261,7 +257,7 @@ def _devices(leaf: torch.Tensor) -> list[str]:
 
 
 def _user_input_names(exported: Any) -> tuple[str, ...]:
-    from pytest_aoti.compiling.signature import read_signature_names
+    from pytest_aoti.compiling.mutation_maps import read_signature_names
 
     return read_signature_names(exported)
 

@@ -9,7 +9,9 @@ this process and of every xdist worker (carried in the worker's payload,
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from pytest_aoti.compiling.redact import redact
@@ -35,6 +37,7 @@ def remote_summary_lines(
     *,
     mode: str = "readwrite",
     ini_trusted: Sequence[str] = (),
+    not_before: float | None = None,
 ) -> list[str]:
     """``aoti: remote cache s3://…: 3 hits (2.1 MB in 0.4 s), 1 miss, 1 upload …``, and
     the line that says why the store loads or publishes nothing, if it does not (shown
@@ -43,7 +46,7 @@ def remote_summary_lines(
         return []
     shown = redact(url)
     lines = []
-    notes = remote_notes(url, mode, ini_trusted)
+    notes = remote_notes(url, mode, ini_trusted, not_before)
     if notes:
         lines.append(f"aoti: remote cache {shown} ({mode}): {'; '.join(notes)}")
     t = RemoteStats()
@@ -65,20 +68,31 @@ def remote_summary_lines(
     return [*lines, f"aoti: remote cache {shown}: " + ", ".join(parts)]
 
 
-def remote_notes(url: str, mode: str, ini_trusted: Sequence[str]) -> list[str]:
+def remote_notes(
+    url: str,
+    mode: str,
+    ini_trusted: Sequence[str],
+    not_before: float | None = None,
+    now: float | None = None,
+) -> list[str]:
     """Why a configured store loads nothing or publishes nothing, read from the
-    environment without loading any key: ``["loads nothing: no trusted key (…)"]``."""
+    environment without loading any key: ``["loads nothing: no trusted key (…)"]``.
+    ``not_before``: ``--aoti-cache-not-before`` (else its variable's); a time after ``now``
+    refuses every entry."""
     from importlib.util import find_spec
 
     from pytest_aoti.compiling.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
     signing = bool(os.environ.get(SIGNING_KEY_ENV, "").strip())
     trusted = signing or bool(os.environ.get(TRUSTED_KEYS_ENV, "").strip()) or bool(ini_trusted)
+    future = _future_not_before(not_before, time.time() if now is None else now)
     notes = []
     if find_spec("cryptography") is None:
         return ["loads and publishes nothing: the 'cryptography' package is not installed"]
     if not trusted:
         notes.append(f"loads nothing: no trusted key ({TRUSTED_KEYS_ENV})")
+    elif future:
+        notes.append(f"loads nothing: the not-before time {future} is in the future")
     if mode == "readwrite" and protocol_of(url) in READ_ONLY_PROTOCOLS:
         notes.append("publishes nothing: read-only protocol")
     elif mode == "readwrite" and not signing:
@@ -86,15 +100,32 @@ def remote_notes(url: str, mode: str, ini_trusted: Sequence[str]) -> list[str]:
     return notes
 
 
-def remote_header_line(url: str | None, mode: str, ini_trusted: Sequence[str]) -> str | None:
+def remote_header_line(
+    url: str | None, mode: str, ini_trusted: Sequence[str], not_before: float | None = None
+) -> str | None:
     """What the run does with the store, and which key is missing for the rest."""
     if not url:
         return None
     shown = redact(url)
     if mode == "off":
         return f"aoti: remote cache {shown}: off"
-    notes = remote_notes(url, mode, ini_trusted)
+    notes = remote_notes(url, mode, ini_trusted, not_before)
     return f"aoti: remote cache {shown} ({mode})" + (f"; {'; '.join(notes)}" if notes else "")
+
+
+def _future_not_before(given: float | None, now: float) -> str | None:
+    """The not-before time as ``2027-01-01T00:00:00Z`` where it is after ``now``: every
+    entry was signed earlier, so every one is refused."""
+    from pytest_aoti.compiling.remote_open import not_before_time
+    from pytest_aoti.errors import AotiUsageError
+
+    try:
+        moment = not_before_time(given)
+    except AotiUsageError:  # opening the store says so, as a usage error
+        return None
+    if moment is None or moment <= now:
+        return None
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _mb(size: int) -> str:

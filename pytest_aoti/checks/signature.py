@@ -8,26 +8,24 @@ any engine runs. A disagreement is finding kind ``"signature"``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import plain_finding
-
-if TYPE_CHECKING:
-    from pytest_aoti.compiling.program import AotiProgram
 
 
 class SignatureCheck:
     """The program mutates exactly the declared inputs and buffers."""
 
     name = "signature"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
         return plan.mutates is not None or plan.mutated_buffers is not None
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
+        program = context.program
         # their types were checked when the call was resolved, before any compile
         mutates, mutated_buffers = plan.mutates, plan.mutated_buffers
         if mutates is not None:

@@ -227,7 +227,7 @@ def name_symbols(
     from torch.export import Dim
     from torch.export.dynamic_shapes import _DerivedDim
 
-    from pytest_aoti.compiling.signature import named_user_inputs
+    from pytest_aoti.compiling.mutation_maps import named_user_inputs
 
     if dynamic_shapes is None:
         return shapes

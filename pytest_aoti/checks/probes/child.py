@@ -1,7 +1,7 @@
 """The child process that calls AOTInductor engines on deployment-probe inputs.
 
-Started once per test process (per xdist worker) as ``python probe_child.py --serve`` by
-:mod:`pytest_aoti.checks.probe_runner`, never imported by the plugin: an engine handed an
+Started once per test process (per xdist worker) as ``python child.py --serve`` by
+:mod:`pytest_aoti.checks.probes.runner`, never imported by the plugin: an engine handed an
 input it was not compiled for may read or write out of bounds, and on CUDA an illegal
 access poisons the whole process. Here a crash costs this process only, and torch's import
 is paid once for every program the process probes.

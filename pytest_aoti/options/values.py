@@ -2,8 +2,10 @@
 the checks of values a test passes in a marker or call.
 
 A parser turns text into a value or raises ``argparse.ArgumentTypeError`` with what to
-write instead; a ``*_problem`` check returns what is wrong with a value ("" when nothing
-is). The option table that uses them is :data:`pytest_aoti.settings.OPTIONS`.
+write instead; a value check (``check_count``, :meth:`Words.check`, ...) returns the value
+as checks read it or raises :class:`ValueProblem` with what is wrong. A vocabulary is one
+:class:`Words`: its parser and its value check share one word list. The rows that use them
+are in :mod:`pytest_aoti.options.table` and :mod:`pytest_aoti.options.check_options`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,49 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-CACHE_MODES = ("off", "read", "readwrite")
+
+class ValueProblem(ValueError):
+    """What is wrong with a marker's or call's option value; the message says what to write."""
+
+
+class Words:
+    """A vocabulary: the words an option accepts, parsed from text and checked as a value
+    from one list. Case and surrounding spaces do not matter; the value is the word."""
+
+    def __init__(self, *words: str, quoted: bool = False) -> None:
+        self.words = words
+        self.quoted = quoted  # the value check names them as strings: 'fail', 'shapes'
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.words)
+
+    def _word(self, value: Any) -> str | None:
+        word = value.strip().lower() if isinstance(value, str) else None
+        return word if word in self.words else None
+
+    def parse(self, text: str) -> str:
+        """Command-line or ini text to the word; ``ArgumentTypeError`` on another."""
+        word = self._word(str(text))
+        if word is None:
+            raise argparse.ArgumentTypeError(
+                f"expected one of {', '.join(self.words)}, got {text!r}"
+            )
+        return word
+
+    def check(self, name: str, value: Any) -> str:
+        """A marker's or call's value to the word; :class:`ValueProblem` on another."""
+        word = self._word(value)
+        if word is None:
+            shown = map(repr, self.words) if self.quoted else self.words
+            raise ValueProblem(f"{name} must be one of {', '.join(shown)}, got {value!r}")
+        return word
+
+
+CACHE_MODES = Words("off", "read", "readwrite")
 
 _DEVICE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -47,10 +87,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_cache_mode(text: str) -> str:
-    mode = str(text).strip().lower()
-    if mode not in CACHE_MODES:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(CACHE_MODES)}, got {text!r}")
-    return mode
+    return CACHE_MODES.parse(text)
 
 
 def parse_switch(text: str) -> bool:
@@ -91,34 +128,38 @@ def parse_tolerance(text: str) -> float:
 
 
 HF_PREFIX = "hf:"
-_MODEL_SPEC_FORMS = "module.path:callable, path/to/file.py:callable or hf:MODEL_TYPE"
+TIMM_PREFIX = "timm:"
+TORCHVISION_PREFIX = "torchvision:"
+_NAMED_FORMS = {
+    HF_PREFIX: "MODEL_TYPE such as hf:bert",
+    TIMM_PREFIX: "NAME such as timm:resnet18",
+    TORCHVISION_PREFIX: "NAME such as torchvision:resnet18",
+}
+"""Prefixes of specs that name a model in a library, each with its example name."""
+_MODEL_SPEC_FORMS = (
+    "module.path:callable, path/to/file.py:callable, hf:MODEL_TYPE, timm:NAME or torchvision:NAME"
+)
 
 
 def parse_model_spec(text: str) -> str:
     """The form of an ``--aoti-model`` spec only: resolving it (importing the module,
-    building an ``hf:`` config) waits for the rootdir, in ``pytest_aoti.models.spec``."""
+    building an ``hf:`` config) waits for the rootdir, in ``pytest_aoti.models.model_spec``."""
     spec = str(text).strip()
-    if spec.startswith(HF_PREFIX):
-        if not spec[len(HF_PREFIX) :].strip("?/"):
-            raise argparse.ArgumentTypeError(f"{spec!r}: expected hf:MODEL_TYPE such as hf:bert")
-        return spec
+    for prefix, form in _NAMED_FORMS.items():
+        if spec.startswith(prefix):
+            if not spec[len(prefix) :].strip("?/"):
+                raise argparse.ArgumentTypeError(f"{spec!r}: expected {prefix}{form}")
+            return spec
     target, _, name = spec.rpartition(":")
     if not target or not name or not name.replace(".", "").isidentifier():
         raise argparse.ArgumentTypeError(f"{spec!r}: expected {_MODEL_SPEC_FORMS}")
     return spec
 
 
-RANDOM_MODES = ("fail", "shapes")
+RANDOM_MODES = Words("fail", "shapes", quoted=True)
 """What a check does with a program that draws random numbers: ``fail`` (eager and the
 engine draw different numbers), or compare ``shapes`` (output structure, shapes and dtypes,
 and the values of the outputs no random op feeds)."""
-
-
-def parse_random_mode(text: str) -> str:
-    mode = str(text).strip().lower()
-    if mode not in RANDOM_MODES:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RANDOM_MODES)}, got {text!r}")
-    return mode
 
 
 EXPORT_MODES = ("default", "strict", "non-strict")
@@ -138,34 +179,11 @@ def parse_export_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
-PROBE_POLICIES = ("off", "report", "fail")
+PROBE_POLICIES = Words("off", "report", "fail")
+"""What deployment probes do after a passing check."""
 
-
-def parse_probe_policy(text: str) -> str:
-    """``off``, ``report`` or ``fail``: what deployment probes do after a passing check."""
-    policy = str(text).strip().lower()
-    if policy not in PROBE_POLICIES:
-        raise argparse.ArgumentTypeError(
-            f"expected one of {', '.join(PROBE_POLICIES)}, got {text!r}"
-        )
-    return policy
-
-
-def probe_policy_problem(name: str, value: Any) -> str:
-    if isinstance(value, str) and value.strip().lower() in PROBE_POLICIES:
-        return ""
-    return f"{name} must be one of {', '.join(PROBE_POLICIES)}, got {value!r}"
-
-
-HAZARD_VIEWS = ("summary", "all")
-
-
-def parse_hazard_view(text: str) -> str:
-    """``summary`` or ``all``: how the terminal lists deployment hazards."""
-    view = str(text).strip().lower()
-    if view not in HAZARD_VIEWS:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(HAZARD_VIEWS)}, got {text!r}")
-    return view
+HAZARD_VIEWS = Words("summary", "all")
+"""How the terminal lists deployment hazards."""
 
 
 PROBE_LAYOUT_KINDS = (
@@ -268,34 +286,51 @@ def parse_path_list(text: str) -> tuple[str, ...]:
     return tuple(part for part in str(text).split() if part)
 
 
-def count_problem(name: str, value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return ""
-    return f"{name} must be a positive int, got {value!r}"
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def non_negative_problem(name: str, value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return ""
-    return f"{name} must be an int >= 0, got {value!r}"
+def check_count(name: str, value: Any) -> int:
+    if _whole(value) and value >= 1:
+        return int(value)
+    raise ValueProblem(f"{name} must be a positive int, got {value!r}")
 
 
-def switch_problem(name: str, value: Any) -> str:
+def check_non_negative(name: str, value: Any) -> int:
+    if _whole(value) and value >= 0:
+        return int(value)
+    raise ValueProblem(f"{name} must be an int >= 0, got {value!r}")
+
+
+def check_switch(name: str, value: Any) -> bool:
     if isinstance(value, bool):
-        return ""
-    return f"{name} must be True or False, got {value!r}"
+        return value
+    raise ValueProblem(f"{name} must be True or False, got {value!r}")
 
 
-def bytes_problem(name: str, value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return ""
-    return f"{name} must be a number of bytes (an int >= 0), got {value!r}"
+def check_bytes(name: str, value: Any) -> int:
+    if _whole(value) and value >= 0:
+        return int(value)
+    raise ValueProblem(f"{name} must be a number of bytes (an int >= 0), got {value!r}")
 
 
-def random_problem(name: str, value: Any) -> str:
-    if value in RANDOM_MODES:
-        return ""
-    return f"{name} must be one of {', '.join(repr(mode) for mode in RANDOM_MODES)}, got {value!r}"
+def check_tolerance(name: str, value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise ValueProblem(f"{name} must be a non-negative number, got {value!r}")
+
+
+def check_mapping(name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return dict(value)
+    raise ValueProblem(f"{name} must be a dict of option name to value, got {value!r}")
+
+
+def check_probes_skip(name: str, value: Any) -> Any:
+    problem = probes_skip_problem(name, value)
+    if problem:
+        raise ValueProblem(problem)
+    return value
 
 
 def writable_dir_problem(path: Path, option: str) -> str:

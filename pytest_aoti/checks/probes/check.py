@@ -15,8 +15,8 @@ same variant, and judges it against the exported program's own contract (the gua
 - ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
   returns something else (every engine without input checks shares this hazard).
 
-Variants are chosen in :mod:`probe_variants`. Every engine call runs in the test
-process's one long-lived child (:mod:`probe_runner` keeps :mod:`probe_child` running): a
+Variants are chosen in :mod:`.variants`. Every engine call runs in the test
+process's one long-lived child (:mod:`.runner` keeps :mod:`.child` running): a
 variant may make the engine read out of bounds, and on CUDA an illegal access poisons the
 process. The child loads each package a second time with the engine's input checks on,
 which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant (the
@@ -37,15 +37,18 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Sidecars, Triage
-from pytest_aoti.checks.probe_runner import CHILD_TIMEOUT, run_child, with_tensors
-from pytest_aoti.checks.probe_variants import (
-    KINDS,
-    Variant,
-    check_skip,
-    choose_variants,
+from pytest_aoti.checks.base import (
+    CheckContext,
+    CheckPlan,
+    Outcome,
+    Phase,
+    RecordPart,
+    Sidecars,
+    Triage,
 )
-from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.checks.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
+from pytest_aoti.checks.probes.variants import Variant, check_skip, choose_variants
+from pytest_aoti.errors import AotiCheckError
 
 if TYPE_CHECKING:
     import torch
@@ -53,25 +56,7 @@ if TYPE_CHECKING:
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.tolerance import Tolerance
 
-__all__ = [
-    "GROUPS",
-    "KINDS",
-    "OUTCOMES",
-    "POLICIES",
-    "ProbeOutcome",
-    "ProbeReport",
-    "ProbesCheck",
-    "Variant",
-    "check_policy",
-    "check_skip",
-    "choose_variants",
-    "fails",
-    "hazard_group",
-    "probe_failure",
-    "run_probes",
-]
 
-POLICIES = ("off", "report", "fail")
 OUTCOMES = ("ok", "refused", "wrong", "unguarded")
 HAZARDS = ("wrong", "unguarded")
 GROUPS = ("none", "input_checks", "silent")
@@ -113,7 +98,7 @@ class ProbeOutcome:
     outcome: str
     """One of :data:`OUTCOMES`."""
     kind: str = ""
-    """One of :data:`KINDS`."""
+    """One of :data:`~pytest_aoti.options.values.PROBE_KINDS`."""
     max_abs: float | None = None
     max_rel: float | None = None
     refused_with_checks: bool | None = None
@@ -190,16 +175,6 @@ ProbeCache = Sidecars
 """Where outcomes are kept with the package: the registry's sidecar data."""
 
 
-# --- options ------------------------------------------------------------------------------
-
-
-def check_policy(value: Any, where: str = "probes") -> str:
-    """``off``, ``report`` or ``fail``; anything else is a usage error."""
-    if not isinstance(value, str) or value.strip().lower() not in POLICIES:
-        raise AotiUsageError(f"{where} must be one of {', '.join(POLICIES)}, got {value!r}")
-    return value.strip().lower()
-
-
 # --- the check ---------------------------------------------------------------------------
 
 
@@ -210,25 +185,31 @@ class ProbesCheck:
     declared, one the engine refuses with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
 
     name = "probes"
+    phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan) -> bool:
         # a random program's values cannot match eager on any variant
-        return check_policy(plan.probes) != "off" and not plan.random_ops
+        return plan.options.probes != "off" and not plan.random_ops
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         report, variants = run_probes(
-            program,
+            context.program,
             plan.module,
             *plan.input_sets[0],
             tolerance=plan.tolerance,
-            skip=check_skip(plan.probes_skip),
+            skip=check_skip(plan.options.probes_skip),
             cache=context.sidecars,
         )
-        failing = report.failing(bool(plan.serving_checks))
-        if check_policy(plan.probes) == "fail" and failing:
+        failing = report.failing(plan.options.serving_checks)
+        if plan.options.probes == "fail" and failing:
             raise probe_failure(report, variants, plan.module, context.triage, failing)
-        return Outcome(figures={"probes": report})
+        record = RecordPart(
+            {"probes": report.to_json(), "probes_cached": report.cached},
+            # the probes could not run: a note, never a failure
+            properties=(("aoti_probes_error", report.error),) if report.error else (),
+        )
+        return Outcome(figures={"probes": report}, record=record)
 
 
 # --- the entry point ---------------------------------------------------------------------
@@ -361,17 +342,20 @@ def _eager_and_guards(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
 ) -> tuple[list[_Judged], list[str]]:
     """Eager's result of each variant, and whether the exported program accepts it."""
+    from pytest_aoti.checks.side_by_side import eager_module
     from pytest_aoti.trees import clone_tree
 
     guarded = program.exported.module()
     if program.mutated_buffers:
-        guarded = copy.deepcopy(guarded)
+        guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
     judged: list[_Judged] = []
     skipped: list[str] = []
     for variant in variants:
-        eager_module = copy.deepcopy(module) if program.mutated_buffers else module
         try:
-            eager = _call(eager_module, *(variant.eager_inputs or (variant.args, variant.kwargs)))
+            eager = _call(
+                eager_module(module, program),
+                *(variant.eager_inputs or (variant.args, variant.kwargs)),
+            )
         except Exception:  # eager itself rejects the variant: nothing a caller can do
             skipped.append(f"{variant.input}: {variant.variant} (eager rejects it)")
             continue
@@ -451,7 +435,7 @@ def _mismatch(
     import torch.utils._pytree as pytree
 
     from pytest_aoti.compare import compare_trees
-    from pytest_aoti.compiling.signature import named_user_inputs
+    from pytest_aoti.compiling.mutation_maps import named_user_inputs
 
     def on_cpu(tree: Any) -> Any:
         return pytree.tree_map(
@@ -563,18 +547,7 @@ def probe_failure(
     )
     if chosen is None or triage is None:
         return error  # the tester replays the example instead
-    # the stage is known (the exported program accepts the input): no attribution
-    return triage.explain(error, _VariantRun(module, chosen), 1, attribute=False)
-
-
-@dataclass
-class _VariantRun:
-    """A variant as the triage replays it: its module and fresh copies of its inputs."""
-
-    module: torch.nn.Module
-    variant: Variant
-
-    def fresh_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        # a deep copy keeps the variant's strides, offsets and aliasing: what the engine got
-        args, kwargs = _clone_keeping_aliases((self.variant.args, dict(self.variant.kwargs)))
-        return tuple(args), kwargs
+    # the stage is known (the exported program accepts the input): no attribution; a deep
+    # copy keeps the variant's strides, offsets and aliasing: what the engine got
+    args, kwargs = _clone_keeping_aliases((chosen.args, dict(chosen.kwargs)))
+    return triage.replayed(error, module, (tuple(args), kwargs), 1)

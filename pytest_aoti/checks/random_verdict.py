@@ -12,37 +12,54 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome
+from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 
 if TYPE_CHECKING:
     import torch
-    from torch.export import ExportedProgram
 
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.randomness import RandomOp
+    from pytest_aoti.compiling.random_ops import RandomOp
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
 
-class RandomCheck:
-    """The verdict on a program that draws random numbers (``plan.random_ops``): a failure,
-    or with ``random="shapes"`` what can be compared. Never the fp64 rule: its re-run
-    draws other numbers again. No check that compares values applies to such a program."""
+class NotRandomCheck:
+    """A program that draws random numbers (``plan.random_ops``, read from the exported
+    graph) fails once exported, before its compile, unless ``random="shapes"``."""
 
-    name = "random"
+    name = "not random"
+    phase: Phase = "exported"
 
     def applies(self, plan: CheckPlan) -> bool:
+        return bool(plan.random_ops) and plan.options.random != "shapes"
+
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        raise AotiCheckError(random_finding(plan.random_ops))
+
+
+class RandomCheck:
+    """``random="shapes"``: what can be compared of a program that draws random numbers.
+    Never the fp64 rule: its re-run draws other numbers again. No check that compares
+    values applies to such a program."""
+
+    name = "random"
+    phase: Phase = "engine"
+
+    def applies(self, plan: CheckPlan) -> bool:
+        # a random program reaches its compile only with random="shapes" (NotRandomCheck)
         return bool(plan.random_ops)
 
-    def run(self, program: AotiProgram, plan: CheckPlan, context: CheckContext) -> Outcome:
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
-        if plan.random != "shapes":
-            raise AotiCheckError(random_finding(plan.random_ops))
-        stats, engine = check_shapes_only(
-            program, plan.module, plan.input_sets, tolerance=plan.tolerance
+        stats = check_shapes_only(
+            context.program,
+            context.fresh_engine(),
+            plan.module,
+            plan.input_sets,
+            tolerance=plan.tolerance,
         )
-        context.engine = context.engine or engine
         return Outcome(stats=tuple(stats), input_sets=len(plan.input_sets))
 
 
@@ -68,35 +85,30 @@ def random_finding(ops: Sequence[RandomOp]) -> Finding:
 
 def check_shapes_only(
     program: AotiProgram,
+    engine: Any,
     module: torch.nn.Module,
     input_sets: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
     *,
     tolerance: Tolerance,
-) -> tuple[list[tuple[str, LeafStats]], Any]:
+) -> list[tuple[str, LeafStats]]:
     """``random="shapes"``: each input set through eager and the engine once; the output
     structure, shapes, dtypes and devices must agree, and the values of outputs no random
     op feeds must match within ``tolerance`` (without the fp64 rule: it re-runs the model,
-    whose random draws differ again). Returns the stats and the engine it ran."""
+    whose random draws differ again). Returns the stats."""
     __tracebackhide__ = True
-    import copy
-
     import torch
     from torch.utils._pytree import keystr, tree_flatten_with_path
 
+    from pytest_aoti.checks.side_by_side import call_history
     from pytest_aoti.compare import compare_leaf, compare_trees
-    from pytest_aoti.compiling.randomness import random_outputs
-    from pytest_aoti.trees import clone_tree
+    from pytest_aoti.compiling.random_ops import random_outputs
 
     flags = random_outputs(program.exported)
-    engine = program.engine_in_exported_state()
     stats: list[tuple[str, LeafStats]] = []
     for index, (args, kwargs) in enumerate(input_sets):
         context = f"sample {index}" if len(input_sets) > 1 else ""
-        eager_args, eager_kwargs = clone_tree((tuple(args), dict(kwargs)))
-        with torch.no_grad():
-            eager_out = clone_tree(copy.deepcopy(module)(*eager_args, **eager_kwargs))
-        engine_args, engine_kwargs = clone_tree((tuple(args), dict(kwargs)))
-        engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
+        ((eager_out, _),) = call_history(program, module, args, kwargs, 1, eager=True)
+        ((engine_out, _),) = call_history(program, engine, args, kwargs, 1)
         eager_leaves, eager_spec = tree_flatten_with_path(eager_out)
         engine_leaves, engine_spec = tree_flatten_with_path(engine_out)
         if eager_spec != engine_spec:
@@ -126,14 +138,4 @@ def check_shapes_only(
                                 ),
                             )
                         )
-    return stats, engine
-
-
-def assert_not_random(exported: ExportedProgram) -> None:
-    """Raise the ``random`` finding when ``exported`` draws random numbers."""
-    __tracebackhide__ = True
-    from pytest_aoti.compiling.randomness import random_ops
-
-    ops = random_ops(exported)
-    if ops:
-        raise AotiCheckError(random_finding(ops))
+    return stats

@@ -1,4 +1,4 @@
-"""Runs the engine on probe variants in a long-lived child process (:mod:`probe_child`).
+"""Runs the engine on probe variants in a long-lived child process (:mod:`.child`).
 
 One child per test process (per xdist worker) probes every program in turn: each
 variant first on an engine without input checks, then on one called with
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_aoti.checks.probe_variants import Variant
+    from pytest_aoti.checks.probes.variants import Variant
     from pytest_aoti.compiling.program import AotiProgram
 
 CHILD_TIMEOUT = 120.0
@@ -37,7 +37,7 @@ PACKAGES_PER_CHILD = 32
 MEMORY_CAP = 2 * 2**30
 """Resident bytes above which the child is replaced after its current program."""
 
-_CHILD = Path(__file__).with_name("probe_child.py")
+_CHILD = Path(__file__).with_name("child.py")
 
 
 def run_child(

@@ -1,32 +1,31 @@
 """What a check falls back to: the options, the hooks and the marker, layered.
 
-The per-check options are rows of :data:`pytest_aoti.settings.OPTIONS`; tolerances,
-``strict`` and inductor configs are layered with the hooks and are fields here.
+:class:`CheckDefaults` is every per-check option (it inherits the fields of
+:class:`~pytest_aoti.options.check_options.CheckOptions`) plus the values layered with the
+hooks: tolerances, ``strict``, inductor configs and export options. The resolver
+(:mod:`pytest_aoti.options.resolve`) builds it for each test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.settings import check_option, check_option_names
+from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
     from pytest_aoti.tolerance import Tolerance, ToleranceHook
 
 
 @dataclass(frozen=True)
-class CheckDefaults:
+class CheckDefaults(CheckOptions):
     """Defaults a check falls back to: the options (command line, ini file), the hooks and
     the marker.
 
-    Tolerances, ``strict`` and inductor configs are layered with the hooks (fields here);
-    every other per-check option (a row of :data:`pytest_aoti.settings.OPTIONS`:
-    ``examples``, ``max_dim``, ``localize``, ...) is in :attr:`options` and reads as an
-    attribute (``defaults.examples``), its row's default where nothing set it.
+    Every per-check option is a field (``defaults.examples``, ``defaults.threads``, ...),
+    inherited from :class:`~pytest_aoti.options.check_options.CheckOptions`; tolerances,
+    ``strict``, inductor configs and export options are layered with the hooks.
     """
 
     rtol: float | None = None
@@ -42,34 +41,15 @@ class CheckDefaults:
     export_options: Mapping[str, Any] = field(default_factory=dict)
     """``torch.export.export`` keyword arguments from the ``pytest_aoti_export_options``
     hook and the ``--aoti-export`` variant, below the marker's and the call's ``strict``."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The other per-check options set by the options or the marker, by name."""
-
-    def __getattr__(self, name: str) -> Any:
-        # only reached for names that are not fields: the per-check options
-        option = check_option(name)
-        if option is None:
-            raise AttributeError(f"{type(self).__name__} has no option {name!r}")
-        return self.__dict__.get("options", {}).get(name, option.default)
-
-    def option_values(self) -> dict[str, Any]:
-        """Every per-check option that is not a field, with its value here."""
-        fields = {item.name for item in dataclass_fields(self)}
-        return {name: getattr(self, name) for name in check_option_names() if name not in fields}
 
     def overridden(self, **values: Any) -> CheckDefaults:
-        """A copy with every non-None value of ``values`` applied (configs are merged)."""
+        """A copy with every non-None value of ``values`` applied (configs are merged).
+        The values are checked already (:mod:`pytest_aoti.options.resolve`)."""
         values = {name: value for name, value in values.items() if value is not None}
         for name in ("inductor_configs", "export_options"):
             if name in values:
                 values[name] = {**getattr(self, name), **values[name]}
-        fields = {item.name for item in dataclass_fields(self)}
-        options = {name: value for name, value in values.items() if name not in fields}
-        unknown = sorted(name for name in options if check_option(name) is None)
-        if unknown:
-            raise AotiUsageError(f"unknown check option(s) {', '.join(unknown)}")
-        direct = {name: value for name, value in values.items() if name in fields}
-        return replace(self, **direct, options={**self.options, **options})
+        return replace(self, **values)
 
     def tolerance(self, rtol: float | None, atol: float | None) -> Tolerance:
         """The layered tolerance of a check whose call passed ``rtol`` / ``atol``."""

@@ -1,0 +1,95 @@
+"""Eager PyTorch in float64 on a check's inputs: the reference of the fp64 rule.
+
+Run only if a comparison needs it (an element outside the default tolerance): it tells
+the engine's error from ordinary float32 rounding that eager shares (see
+:mod:`pytest_aoti.compare`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.compiling.mutation_maps import named_user_inputs
+from pytest_aoti.trees import clone_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+class Float64Reference:
+    """Eager PyTorch in float64 on the same inputs, run only if a comparison needs it.
+
+    It decides whether an element outside the default tolerance is the engine's error or
+    ordinary float32 rounding that eager shares (see :mod:`pytest_aoti.compare`).
+    """
+
+    def __init__(
+        self,
+        program: AotiProgram,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self._program = program
+        self._module = module
+        self._inputs = (args, kwargs)
+        self._state: tuple[Any, Any, Any] | None = None
+        self._history: list[tuple[Any, dict[str, Any]]] = []
+        self._buffers: list[dict[str, Any]] = []
+
+    def outputs_after(self, call: int) -> Callable[[], Any]:
+        """A callable giving the float64 outputs of call number ``call``."""
+        return lambda: self._run_until(call)[0]
+
+    def input_after(self, call: int, name: str) -> Callable[[], Any]:
+        """A callable giving input ``name`` in float64 after ``call`` calls."""
+        return lambda: self._run_until(call)[1][name]
+
+    def buffer_at(self, call: int) -> Callable[[str], Callable[[], Any]]:
+        """Per buffer name, a callable giving that buffer in float64 after ``call`` calls."""
+
+        def reference(name: str) -> Callable[[], Any]:
+            def value() -> Any:
+                self._run_until(call)
+                return self._buffers[call - 1][name]
+
+            return value
+
+        return reference
+
+    def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
+        import torch
+
+        if self._state is None:
+            module = copy.deepcopy(self._module).to(torch.float64)
+            args, kwargs = to_float64(clone_tree(self._inputs))
+            self._state = (module, args, kwargs)
+        module, args, kwargs = self._state
+        while len(self._history) < call:
+            with torch.no_grad():
+                outputs = clone_tree(module(*args, **kwargs))
+            inputs = named_user_inputs(self._program.exported, args, kwargs)
+            self._history.append((outputs, clone_tree(inputs)))
+            self._buffers.append(
+                {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+            )
+        return self._history[call - 1]
+
+
+def to_float64(tree: Any) -> Any:
+    """Floating tensors of a pytree in float64; others unchanged."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(
+        lambda leaf: (
+            leaf.to(torch.float64)
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
+            else leaf
+        ),
+        tree,
+    )

@@ -1,0 +1,49 @@
+"""The spec prefixes that name a model in a library, and the resolver of each.
+
+A resolver takes the spec's text and the rootdir and returns its :class:`ModelSpec`, or
+raises ``pytest.UsageError`` naming the spec. Each library is imported only when a spec
+names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_aoti.models.model_spec import ModelSpec
+from pytest_aoti.options.values import HF_PREFIX, TIMM_PREFIX, TORCHVISION_PREFIX
+
+Resolver = Callable[[str, Path], ModelSpec]
+
+
+def _hf(text: str, rootpath: Path) -> ModelSpec:
+    from pytest_aoti.models.hf import resolve_hf
+
+    return resolve_hf(text, rootpath)
+
+
+def _timm(text: str, rootpath: Path) -> ModelSpec:
+    from pytest_aoti.models.timm import resolve_timm
+
+    return resolve_timm(text, rootpath)
+
+
+def _torchvision(text: str, rootpath: Path) -> ModelSpec:
+    from pytest_aoti.models.torchvision import resolve_torchvision
+
+    return resolve_torchvision(text, rootpath)
+
+
+RESOLVERS: dict[str, Resolver] = {
+    HF_PREFIX: _hf,
+    TIMM_PREFIX: _timm,
+    TORCHVISION_PREFIX: _torchvision,
+}
+
+
+def resolver_of(text: str) -> Resolver | None:
+    """The resolver of ``text``'s prefix; None for a factory spec (``module:callable``)."""
+    for prefix, resolver in RESOLVERS.items():
+        if text.startswith(prefix):
+            return resolver
+    return None
