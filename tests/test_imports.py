@@ -326,3 +326,41 @@ def test_the_old_circle_would_be_caught() -> None:
     graph["errors"] = {**graph["errors"], "compiling.pipeline": 1}
     cycle = find_cycle(graph)
     assert cycle is not None and "errors" in cycle
+
+
+def parts_table_files(text: str) -> set[str]:
+    """The module paths the "The parts" table of docs/how-it-is-built.md names, relative to
+    the package: ``checks/parity.py``; a folder's row names its files bare, and names the
+    files of a subfolder in parentheses after it (``probes/`` (``check.py``, ...)); "the top-level ``x.py``" is outside the folder."""
+    import re
+
+    section = text.split("## The parts", 1)[1].split("\n## ", 1)[0]
+    files: set[str] = set()
+    for row in section.splitlines():
+        cells = [cell.strip() for cell in row.split("|")]
+        if len(cells) < 4 or not cells[2].startswith("`"):
+            continue
+        folder = cells[1].strip("`") if cells[1].startswith("`") else ""
+        sub = ""
+        for match in re.finditer(r"`([^`]+)`|\)", cells[2]):
+            token = match.group(1) or ""
+            if not token:
+                sub = ""
+            elif token.endswith("/"):
+                sub = token
+            elif token.endswith(".py"):
+                top_level = cells[2][: match.start()].endswith("top-level ")
+                files.add(f"{'' if top_level else folder}{sub}{token}")
+    return files
+
+
+def test_the_parts_table_names_every_module_and_only_real_ones() -> None:
+    text = (PACKAGE_DIR.parent / "docs" / "how-it-is-built.md").read_text(encoding="utf-8")
+    named = parts_table_files(text)
+    modules = {
+        path.relative_to(PACKAGE_DIR).as_posix()
+        for path in PACKAGE_DIR.rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    assert named - modules == set(), "the page names modules that do not exist"
+    assert modules - named == set(), "modules missing from the page's parts table"

@@ -144,11 +144,17 @@ def _child(spec: Any, index: int) -> Any:
     return spec.child(index) if hasattr(spec, "child") else spec.children_specs[index]
 
 
-def _positional_names(program: ExportedProgram, count: int) -> list[str]:
-    """Parameter names of the inputs the program was exported with positionally."""
+def forward_arg_names(program: ExportedProgram) -> list[str]:
+    """The forward's parameter names as the program records them (empty where it records
+    none): the one place that reads the program's module call graph for them."""
     call_graph = program.module_call_graph
     signature = call_graph[0].signature if call_graph else None
-    names = list(getattr(signature, "forward_arg_names", None) or [])
+    return list(getattr(signature, "forward_arg_names", None) or [])
+
+
+def _positional_names(program: ExportedProgram, count: int) -> list[str]:
+    """Parameter names of the inputs the program was exported with positionally."""
+    names = forward_arg_names(program)
     if len(names) < count:
         names += [f"arg{index}" for index in range(len(names), count)]
     return names[:count]

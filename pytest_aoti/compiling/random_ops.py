@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.graph_ops import aten_op, is_seeded_random, schema_arguments
+
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
@@ -65,13 +67,10 @@ def _is_random(node: Node) -> bool:
     """A call of an op torch tags ``nondeterministic_seeded`` that draws here: not one
     whose ``train`` / ``training`` switch is off (an eval-mode dropout, ``rrelu``) or whose
     ``dropout_p`` is 0 (``scaled_dot_product_attention`` without dropout)."""
-    import torch
-
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+    op = aten_op(node.target) if node.op == "call_function" else None
+    if op is None or not is_seeded_random(op):
         return False
-    if torch.Tag.nondeterministic_seeded not in node.target.tags:
-        return False
-    for position, argument in enumerate(node.target._schema.arguments):
+    for position, argument in enumerate(schema_arguments(op)):
         if argument.name not in ("train", "training", "dropout_p"):
             continue
         if position < len(node.args):

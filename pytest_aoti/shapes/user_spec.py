@@ -269,8 +269,9 @@ def _exported_arguments(
     program: ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The inputs keyed by the forward's parameter names, as the program records them."""
-    signature = program.module_call_graph[0].signature if program.module_call_graph else None
-    names = getattr(signature, "forward_arg_names", None) or []
+    from pytest_aoti.compiling.mutation_maps import forward_arg_names
+
+    names = forward_arg_names(program)
     if len(names) < len(args):
         raise ValueError("the program does not record its parameter names")
     arguments = dict(zip(names, args))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytest_aoti.compare import compare_leaf
+from pytest_aoti.compiling.graph_ops import is_view_op, op_name
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.tolerance import Tolerance, mismatch_counts
@@ -111,7 +112,7 @@ class InstrumentedRound:
             mismatched, max_abs, max_rel = want.numel(), math.inf, math.inf
         return NodeFinding(
             name=node.name,
-            op=_op_name(node.target),
+            op=op_name(node.target),
             shape=tuple(want.shape),
             dtype=str(want.dtype).removeprefix("torch."),
             input_shapes=tuple(self._input_shapes(node)),
@@ -252,7 +253,7 @@ def _instrument(
     values = []
     for node in originals:
         target = node.target
-        if isinstance(target, torch._ops.OpOverload) and target.is_view:
+        if is_view_op(target):
             # a view returned as output could alias an input that the graph's trailing
             # copy_ overwrites; a copy taken right away holds the node's own value
             with graph.inserting_after(node):
@@ -265,12 +266,6 @@ def _instrument(
     graph.lint()
     # a fresh GraphModule drops the unlifted module's input-spec hook and guard submodule
     return GraphModule(unlifted, graph), originals
-
-
-def _op_name(target: Any) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    return str(getattr(target, "__name__", target))
 
 
 def _concrete(size: Any) -> int:

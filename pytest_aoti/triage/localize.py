@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytest_aoti.compiling.graph_ops import control_flow_name
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.tolerance import Tolerance
 from pytest_aoti.trees import clone_tree
@@ -165,8 +166,8 @@ def _candidate_names(decomposed: ExportedProgram) -> list[str]:
     for node in decomposed.module().graph.nodes:
         if node.op != "call_function":
             continue
-        if isinstance(node.target, torch._ops.HigherOrderOperator):
-            name = getattr(node.target, "__name__", str(node.target))
+        name = control_flow_name(node.target)
+        if name is not None:
             raise _Unsupported(
                 f"the graph has control flow (torch.{name}) and cannot be instrumented"
             )
