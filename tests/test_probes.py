@@ -423,6 +423,41 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     probe_runner.shutdown()
 
 
+_QUIET_FAILURE_CHILD = """
+import json, sys
+for count, line in enumerate(sys.stdin):
+    if count == 0:
+        sys.stderr.write("UserWarning: a note while the first program ran\\n")
+        sys.stderr.flush()
+        print(json.dumps({"done": True, "rss": 1}), flush=True)
+    else:
+        if LOUD:
+            sys.stderr.write("RuntimeError: the second program's own error\\n")
+            sys.stderr.flush()
+        sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("loud", "why"),
+    [
+        (False, "the probe process failed: 3"),
+        (True, "the probe process failed: RuntimeError: the second program's own error"),
+    ],
+)
+def test_a_failure_quotes_only_what_its_own_program_wrote(
+    tmp_path: Path, loud: bool, why: str
+) -> None:
+    child = tmp_path / "child.py"
+    child.write_text(f"LOUD = {loud}\n" + _QUIET_FAILURE_CHILD)
+    process = probe_runner.ProbeProcess(child)
+    try:
+        assert process.run(tmp_path / "request-1.pt", tmp_path, timeout=30) is None
+        assert process.run(tmp_path / "request-2.pt", tmp_path, timeout=30) == why
+    finally:
+        process.close()
+
+
 def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> None:
     import torch
 

@@ -137,6 +137,8 @@ class ProbeProcess:
         """Children started so far (one unless one crashed, hung or was replaced)."""
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
+        self._stderr_start = 0
+        """Where the running program's part of the child's stderr begins."""
         self._packages = 0
 
     def run(self, request: Path, outdir: Path, timeout: float) -> str | None:
@@ -146,6 +148,10 @@ class ProbeProcess:
         if process is None or process.poll() is not None:
             process = self._start()
         assert process.stdin is not None and process.stdout is not None
+        if self._stderr is not None:
+            # the child's stderr holds every earlier program's lines: a failure quotes
+            # only what this program wrote
+            self._stderr_start = os.fstat(self._stderr.fileno()).st_size
         try:
             asked = {"request": str(request), "outdir": str(outdir)}
             process.stdin.write((json.dumps(asked) + "\n").encode())
@@ -195,7 +201,7 @@ class ProbeProcess:
             code = None
         tail = ""
         if self._stderr is not None:
-            self._stderr.seek(0)
+            self._stderr.seek(self._stderr_start)
             lines = self._stderr.read().decode(errors="replace").strip().splitlines()
             tail = lines[-1] if lines else ""
         self.close()
