@@ -7,6 +7,7 @@ subprocess from a directory outside the repository, as a compiler engineer would
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -303,14 +304,31 @@ def test_another_difference_does_not_count_as_reproduced(
 
 
 def test_death_by_a_signal_is_reported(off_bundle: Path, tmp_path: Path, elsewhere: Path) -> None:
-    # the replay killed as a crashing engine would kill it
+    # the replay killed as a crashing engine would kill it, once it has extracted a
+    # package into a temporary folder as the buffer read-back does
     script = copy_bundle(off_bundle, tmp_path)
     text = script.read_text()
-    crash = "def replay_bundle():\n    import os\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    crash = (
+        "def replay_bundle():\n"
+        "    import os, tempfile\n"
+        "    tempfile.mkdtemp(prefix='repro-buffers-', dir=os.environ.get("
+        "'PYTEST_AOTI_REPRO_SCRATCH'))\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
     script.write_text(text.replace("def replay_bundle():\n", crash, 1))
-    result = run_repro(script, elsewhere)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=elsewhere,
+        env={**os.environ, "TMPDIR": str(temporary)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 128 + signal.SIGSEGV, result.stdout + result.stderr
     assert "DIED: the replay was killed by SIGSEGV (11)" in result.stderr
+    assert list(temporary.iterdir()) == [], "the dead replay's temporary folder is left behind"
 
 
 # Blocks every import of pytest and of the plugin, then runs the script as `python repro.py`.

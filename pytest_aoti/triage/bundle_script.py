@@ -61,13 +61,17 @@ rather than mistaken for an exit status; python repro.py --in-process runs it in
 
 import importlib.util
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FILES = ("check.json", "finding.txt", "exported.pt2", "package.pt2", "inputs.pt", "eager.pt")
+SCRATCH = "PYTEST_AOTI_REPRO_SCRATCH"  # the supervisor's folder for the child's temporary files
 
 
 def interpreter_flags():
@@ -104,7 +108,17 @@ def supervise():
     if reason:
         print(f"COULD NOT RUN: {reason}", file=sys.stderr)
         return 2
-    child = subprocess.run([sys.executable, *interpreter_flags(), __file__, "--in-process", *sys.argv[1:]])
+    # the child's temporary files go in a folder of the supervisor's, removed here even
+    # when a signal ends the child (its own atexit clean-up never runs then)
+    scratch = tempfile.mkdtemp(prefix="repro-")
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    try:
+        child = subprocess.run(
+            [sys.executable, *interpreter_flags(), __file__, "--in-process", *sys.argv[1:]],
+            env={**os.environ, SCRATCH: scratch},
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if child.returncode >= 0:
         return child.returncode
     number = -child.returncode
@@ -295,16 +309,16 @@ def buffer_runner(device):
     """The package's compiled library in torch's own AOTI runner, whose buffers can be read:
     called like the engine, with .buffers() giving {buffer name: tensor} after a call."""
     import atexit
-    import shutil
-    import tempfile
     import zipfile
 
     runners = {"cpu": "AOTIModelContainerRunnerCpu", "cuda": "AOTIModelContainerRunnerCuda"}
     runner_class = getattr(torch._C._aoti, runners.get(device.type, ""), None)
     if runner_class is None:
         raise CouldNotRun(f"this torch has no AOTI runner for {device.type} to read buffers back")
-    folder = Path(tempfile.mkdtemp(prefix="repro-buffers-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    scratch = os.environ.get(SCRATCH)
+    folder = Path(tempfile.mkdtemp(prefix="repro-buffers-", dir=scratch))
+    if not scratch:  # run with --in-process: nobody else removes it
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
     with zipfile.ZipFile(HERE / "package.pt2") as archive:
         libraries = [m for m in archive.namelist() if m.endswith(".wrapper.so") and "/data/aotinductor/model/" in f"/{m}"]
         model_dir = str(Path(libraries[0]).parent)
