@@ -268,3 +268,19 @@ def test_a_package_for_another_cpu_of_the_same_isa_is_another_key(
     finder.target = replace(TARGET, features=(*TARGET.features, "avx10"))
     shutil.rmtree(tmp_path / "machine")
     assert key() != here
+
+
+def test_an_inductor_without_a_setting_still_has_an_identity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.11's Inductor has no ``cpp.march``: the identity reads what this torch has."""
+    import types
+
+    present = machine.machine_identity()["settings"]
+    older = types.SimpleNamespace(cxx=inductor_config.cpp.cxx, simdlen=None, vec_isa_ok=None)
+    # the config module refuses a new `cpp`: stand a namespace in for the whole module
+    monkeypatch.setattr(torch._inductor, "config", types.SimpleNamespace(cpp=older))
+    monkeypatch.setitem(sys.modules, "torch._inductor.config", torch._inductor.config)
+    settings = machine.machine_identity()["settings"]
+    assert settings.endswith("march=None simdlen=None vec_isa_ok=None")
+    assert "march=" in present

@@ -126,7 +126,11 @@ def machine_identity() -> dict[str, str]:
         # what steers Inductor's choice of ISA and architecture flag
         "settings": (
             f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')} "
-            f"march={cpp.march!r} simdlen={cpp.simdlen!r} vec_isa_ok={cpp.vec_isa_ok!r}"
+            # each read where this torch has it: cpp.march is newer than torch 2.11
+            + " ".join(
+                f"{name}={getattr(cpp, name, None)!r}"
+                for name in ("march", "simdlen", "vec_isa_ok")
+            )
         ),
     }
 
