@@ -35,6 +35,15 @@ class Counter(torch.nn.Module):
         return x * self.counter
 
 
+BUFFER_BUG_MEASURED_UP_TO = (2, 14, 1)
+"""The newest torch measured with pytorch/pytorch#165444 (2.11 to 2.14.1 all have it)."""
+
+
+def torch_release() -> tuple[int, ...]:
+    """``(2, 14, 1)`` for ``2.14.1+cu130``."""
+    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:3])
+
+
 def example_input() -> torch.Tensor:
     return torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
 
@@ -110,7 +119,8 @@ def test_buffer_counter_first_call(aoti):
 @pytest.mark.filterwarnings("ignore::pytest_aoti.AotiBufferMutationWarning")
 @pytest.mark.xfail(
     raises=AotiCheckError,
-    strict=True,
+    # strict where the bug was measured; on a newer torch a pass shows as XPASS (fixed?)
+    strict=torch_release() <= BUFFER_BUG_MEASURED_UP_TO,
     reason="pytorch/pytorch#165444: the engine does not carry a constant-initialized "
     "buffer's new value to the next call (x * 1 every call where eager gives x * 2)",
 )
