@@ -307,7 +307,13 @@ def _inductor_compiler_and_arch() -> tuple[str, list[str]]:
         from torch._inductor import cpp_builder
 
         compiler = cpp_builder.get_cpp_compiler()
-        return compiler, [f"-{flag}" for flag in cpp_builder._get_cpu_arch_cflags(compiler)]
+        arch_cflags = getattr(cpp_builder, "_get_cpu_arch_cflags", None)
+        if arch_cflags is not None:
+            flags = arch_cflags(compiler)
+        else:  # torch 2.11: the architecture flag is one of the optimization flags
+            optimization = cpp_builder._get_optimization_cflags(compiler)[0]
+            flags = [flag for flag in optimization if flag.startswith(("march=", "mcpu="))]
+        return compiler, [f"-{flag}" for flag in flags]
     except Exception:  # no usable compiler: Inductor cannot compile here either
         return "", []
 
