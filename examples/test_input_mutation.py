@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pytest_aoti import AotiBufferMutationWarning, AotiCheckError
+from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 
 
 class DoubleThenCos(torch.nn.Module):
@@ -33,15 +34,6 @@ class Counter(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.counter.add_(1)
         return x * self.counter
-
-
-BUFFER_BUG_MEASURED_UP_TO = (2, 14, 1)
-"""The newest torch measured with pytorch/pytorch#165444 (2.11 to 2.14.1 all have it)."""
-
-
-def torch_release() -> tuple[int, ...]:
-    """``(2, 14, 1)`` for ``2.14.1+cu130``."""
-    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:3])
 
 
 def example_input() -> torch.Tensor:
@@ -119,10 +111,9 @@ def test_buffer_counter_first_call(aoti):
 @pytest.mark.filterwarnings("ignore::pytest_aoti.AotiBufferMutationWarning")
 @pytest.mark.xfail(
     raises=AotiCheckError,
-    # strict where the bug was measured; on a newer torch a pass shows as XPASS (fixed?)
-    strict=torch_release() <= BUFFER_BUG_MEASURED_UP_TO,
-    reason="pytorch/pytorch#165444: the engine does not carry a constant-initialized "
-    "buffer's new value to the next call (x * 1 every call where eager gives x * 2)",
+    # strict where the bug was measured; where torch fixed it, a pass shows as XPASS
+    strict=BUFFER_STATE_NOT_CARRIED.measured_in(),
+    reason=BUFFER_STATE_NOT_CARRIED.reason(),
 )
 def test_buffer_counter(aoti):
     # no options: a program that mutates buffers is called twice by default

@@ -39,7 +39,9 @@ MODELS = textwrap.dedent(
     '''
     import pytest
     import torch
+    from torch._inductor.custom_graph_pass import CustomGraphPass
     from pytest_aoti import AotiBufferMutationWarning, AotiCheckError
+    from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 
 
     def example():
@@ -84,6 +86,33 @@ MODELS = textwrap.dedent(
     class Nested(torch.nn.Module):
         def forward(self, x, y):
             return {"sum": x + y, "rest": (torch.log(x - 3), None, 3, (x > 2).int())}
+
+
+    class ForgetsBufferState(CustomGraphPass):
+        """A compiler fault in the engine only: every read of a buffer the program writes
+        back sees zeros, the initial value of the counters here, so the engine's state never
+        moves past one call (the signature of pytorch/pytorch#165444, on any torch)."""
+
+        def __call__(self, graph):
+            for node in list(graph.nodes):
+                if node.target is not torch.ops.aten.copy_.default:
+                    continue
+                buffer = node.args[0]
+                if buffer.op != "get_attr":
+                    continue
+                with graph.inserting_after(buffer):
+                    initial = graph.call_function(torch.ops.aten.mul.Tensor, (buffer, 0))
+                buffer.replace_all_uses_with(
+                    initial, delete_user_cb=lambda user: user not in (node, initial)
+                )
+
+        def uuid(self):
+            return "forgets-buffer-state"
+
+
+    def forgets_buffer_state():
+        """``inductor_configs`` that compile an engine with :class:`ForgetsBufferState`."""
+        return {"post_grad_custom_post_pass": ForgetsBufferState()}
 
 
     class Counter(torch.nn.Module):
@@ -152,6 +181,18 @@ MODELS = textwrap.dedent(
             return x - 1
     '''
 )
+
+
+@pytest.fixture(scope="session")
+def read_back_line() -> str:
+    """The fnmatch pattern of a buffer finding's read-back detail: it names the torch bug
+    that drops buffer state only on a torch that may have it."""
+    from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
+
+    line = "E * the engine's buffer is read back after each call"
+    if BUFFER_STATE_NOT_CARRIED.possible_in():
+        line += "; a known torch bug on this torch: pytorch/pytorch#165444: *"
+    return line
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # data and helpers every part uses: which code is the user's, pytree clones,
-    # findings, errors
-    ("base", ("frames", "trees", "findings", "errors")),
+    # findings, errors, the known torch bugs
+    ("base", ("frames", "trees", "findings", "errors", "torch_bugs")),
     # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
     # devices, the options (values, rows, typed per-check options, settings, the resolver)
     ("rules", ("tolerance", "compare", "devices", "options")),

@@ -34,6 +34,7 @@ from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
 from pytest_aoti.tolerance import LeafStats, Tolerance
+from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
@@ -354,9 +355,11 @@ class InputRun:
                 f"the program mutates registered buffer{'s' if len(buffers) > 1 else ''} "
                 f"{names}; call 1 matched, so the state the engine carried into call {call} "
                 "differs from eager's",
-                "a known torch bug: an engine does not carry the new value of a buffer "
-                "initialized with one value (e.g. torch.zeros(1)) to the next call "
-                "(pytorch/pytorch#165444)",
+                *(
+                    [f"a known torch bug on this torch: {BUFFER_STATE_NOT_CARRIED.reason()}"]
+                    if BUFFER_STATE_NOT_CARRIED.possible_in()
+                    else []
+                ),
                 *finding.details,
             ),
             extra={**finding.extra, "buffers": sorted(buffers)},

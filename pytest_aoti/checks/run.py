@@ -71,7 +71,7 @@ class PlanRun:
         self.context.compiled = program
         self.context.triage = triage
         # a program with buffer state is wrong only from its second call on when the
-        # engine drops that state (pytorch/pytorch#165444): two calls by default
+        # engine drops that state (as torch_bugs.BUFFER_STATE_NOT_CARRIED): two calls by default
         self.plan.calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
 
     def result(self) -> CheckResult:

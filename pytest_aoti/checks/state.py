@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.compare import compare_leaf
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.tolerance import LeafStats, Tolerance
+from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
@@ -181,12 +182,15 @@ def _buffer_error(error: AotiCheckError, name: str) -> AotiCheckError:
         replace(
             finding,
             kind="buffer",
-            details=(
-                *finding.details,
-                "the engine's buffer is read back after each call; an engine that does not "
-                "carry a buffer initialized with one value (e.g. torch.zeros(1)) to the "
-                "next call is a known torch bug (pytorch/pytorch#165444)",
-            ),
+            details=(*finding.details, _read_back_detail()),
             extra={**finding.extra, "buffers": [name]},
         )
     )
+
+
+def _read_back_detail() -> str:
+    """What a buffer difference means; the known torch bug only on a torch that may have it."""
+    detail = "the engine's buffer is read back after each call"
+    if BUFFER_STATE_NOT_CARRIED.possible_in():
+        detail += f"; a known torch bug on this torch: {BUFFER_STATE_NOT_CARRIED.reason()}"
+    return detail

@@ -1,0 +1,78 @@
+"""Known torch bugs, each with the torch releases measured to have it.
+
+A message that blames a known torch bug names it only on a torch that may have it, and the
+examples that show the check catching one are strict xfails only where it was measured: a
+torch that fixes the bug turns them into a pass (XPASS), never into a red suite. One record
+per bug serves both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+Release = tuple[int, ...]
+
+
+def release(version: str) -> Release:
+    """``(2, 14, 1)`` for ``"2.14.1+cu130"``, ``(2, 16, 0)`` for ``"2.16.0a0+git1234"``."""
+    parts: list[int] = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def torch_release() -> Release:
+    """The running torch's release, e.g. ``(2, 13, 0)``."""
+    import torch
+
+    return release(torch.__version__)
+
+
+@dataclass(frozen=True)
+class TorchBug:
+    """A torch bug, the releases measured to have it and the first measured without it."""
+
+    issue: str
+    """Where it is tracked, e.g. ``pytorch/pytorch#165444``."""
+    summary: str
+    """What goes wrong, in one clause."""
+    measured: tuple[str, ...]
+    """The releases measured to have it, oldest first."""
+    fixed_in: str | None = None
+    """The first release measured without it; None while every release measured has it."""
+
+    def measured_in(self, version: Release | None = None) -> bool:
+        """Whether ``version`` (default: the running torch) lies within the releases
+        measured to have the bug: from the oldest measured up to the newest."""
+        version = torch_release() if version is None else version
+        return release(self.measured[0]) <= version <= release(self.measured[-1])
+
+    def possible_in(self, version: Release | None = None) -> bool:
+        """Whether ``version`` (default: the running torch) may have the bug: any release
+        before the first one measured without it (every release while none is)."""
+        version = torch_release() if version is None else version
+        return self.fixed_in is None or version < release(self.fixed_in)
+
+    def reason(self) -> str:
+        """The bug as one line, for an xfail's reason or a failure's detail."""
+        return f"{self.issue}: {self.summary}"
+
+
+BUFFER_STATE_NOT_CARRIED = TorchBug(
+    issue="pytorch/pytorch#165444",
+    summary="the engine does not carry the new value of a registered buffer initialized "
+    "with one value (e.g. torch.zeros(1)) to the next call",
+    measured=("2.11.0", "2.13.0", "2.14.1"),
+    fixed_in="2.15.0",
+)
+
+UINT8_ANY_RETURNS_BOOL = TorchBug(
+    issue="pytorch/pytorch#198081",
+    summary="any(dim) over a uint8 tensor returns a bool tensor from the engine where eager "
+    "returns uint8",
+    measured=("2.11.0", "2.13.0", "2.14.1", "2.15.0"),
+)
