@@ -50,9 +50,7 @@ STEPS = steps()
 
 
 def test_the_script_names_its_steps() -> None:
-    assert {"examples-cuda", "repro-cuda", "probes-cuda", "timm-cuda", "examples-cpu"} <= set(
-        STEPS
-    )
+    assert {"examples-cuda", "repro-cuda", "probes-cuda", "timm-cuda", "examples-cpu"} <= set(STEPS)
 
 
 @pytest.mark.parametrize("name", sorted(STEPS))
