@@ -167,7 +167,7 @@ def measure_key_hashing(layers: int = 10, width: int = 2048) -> dict[str, float]
     (every weight byte is hashed, on every compile request)."""
     import torch
 
-    from pytest_aoti.compiling.key import program_key
+    from pytest_aoti.cache.key import program_key
 
     module = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
     exported = torch.export.export(module, (torch.randn(2, width),))

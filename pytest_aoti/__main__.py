@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.output is not None:
             print(f"aoti: merged report written to {args.output}")
         return 0
-    from pytest_aoti.compiling.signing import generate_key_pair
+    from pytest_aoti.cache.remote.signing import generate_key_pair
     from pytest_aoti.errors import AotiUsageError
 
     try:

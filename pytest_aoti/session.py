@@ -2,7 +2,7 @@
 
 Registered as the ``aoti-session`` plugin, so its hook methods run like any plugin's; each
 is glue that hands the work to the part that owns it: the stores' lifecycle to
-:class:`~pytest_aoti.compiling.run_stores.RunStores`, records and every view of them to
+:class:`~pytest_aoti.cache.run_stores.RunStores`, records and every view of them to
 :mod:`pytest_aoti.reports`. Heavy parts (torch, the registry, the store) are created on
 first use: a run without AOTI tests never imports torch.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.compiling.run_stores import RunStores
+from pytest_aoti.cache.run_stores import RunStores
 from pytest_aoti.options.settings import AotiSettings
 from pytest_aoti.reports.artifacts import ArtifactPaths
 from pytest_aoti.reports.collector import ReportCollector
@@ -163,7 +163,7 @@ class AotiSession:
 
     def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None:
         """Note a test whose program was compiled because only its weights changed since
-        the last run (see :mod:`pytest_aoti.compiling.history`)."""
+        the last run (see :mod:`pytest_aoti.cache.history`)."""
         reseeded = self.collector.reseeded
         if self.stores.reseeded(item.nodeid, check, program) and item.nodeid not in reseeded:
             reseeded.append(item.nodeid)

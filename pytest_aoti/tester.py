@@ -3,7 +3,7 @@
 Orchestration only: a call is resolved (checked, its options layered, moved to the
 device) by :func:`pytest_aoti.calls.resolve_call` before anything is exported; exporting
 and compiling live in :mod:`pytest_aoti.compiling.pipeline` and
-:mod:`pytest_aoti.compiling.registry`; ``check()`` then runs its
+:mod:`pytest_aoti.cache.registry`; ``check()`` then runs its
 :class:`~pytest_aoti.checks.base.CheckPlan`: the checks of
 :data:`pytest_aoti.checks.catalog.CHECKS`, phase by phase around the export and the compile
 (:mod:`pytest_aoti.checks.run`); a failure is explained by
@@ -34,9 +34,9 @@ from pytest_aoti.options.defaults import CheckDefaults
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.cache.registry import ProgramRegistry
     from pytest_aoti.checks.run import PlanRun
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.triage.attribution import Attribution
 
 

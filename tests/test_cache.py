@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.compiling.store import FORMAT_VERSION, ArtifactStore
+from pytest_aoti.cache.store import FORMAT_VERSION, ArtifactStore
 
 FOREIGN_UID = 12345
 WARN_ALWAYS = "always::pytest_aoti.AotiCacheWarning"
@@ -115,7 +115,7 @@ FAKE_COMPILE = textwrap.dedent(
     from pathlib import Path
 
     import pytest
-    import pytest_aoti.compiling.registry
+    import pytest_aoti.cache.registry
 
     GOLDEN_PACKAGE = Path({package!r})
     GOLDEN_KEY = {key!r}
@@ -131,7 +131,7 @@ FAKE_COMPILE = textwrap.dedent(
             _copyfile(GOLDEN_PACKAGE, package_path)
             return package_path
 
-        monkeypatch.setattr(pytest_aoti.compiling.registry, "compile_package", compile_package)
+        monkeypatch.setattr(pytest_aoti.cache.registry, "compile_package", compile_package)
     """
 )
 
@@ -675,7 +675,7 @@ KEY_SCRIPT = textwrap.dedent(
     """
     import json
     import torch
-    from pytest_aoti.compiling.key import program_key
+    from pytest_aoti.cache.key import program_key
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -722,7 +722,7 @@ def test_key_changes_with_weights_configs_and_device(monkeypatch: pytest.MonkeyP
     import torch
     import torch._inductor.config as inductor_config
 
-    from pytest_aoti.compiling.key import program_key
+    from pytest_aoti.cache.key import program_key
 
     class Model(torch.nn.Module):
         def __init__(self, bias: float = 0.5) -> None:
@@ -805,7 +805,7 @@ def test_publish_failing_half_way_leaves_no_partial_entry(
 ENTRY_LOST_AFTER_LOOKUP = textwrap.dedent(
     """
 
-    from pytest_aoti.compiling.store import ArtifactStore
+    from pytest_aoti.cache.store import ArtifactStore
 
 
     @pytest.fixture(autouse=True)

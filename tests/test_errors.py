@@ -18,7 +18,6 @@ from torch.export import Dim, ExportedProgram
 
 from pytest_aoti.checks.generated import Generation, _Failure, _report
 from pytest_aoti.compiling.explain import source_frame, torch_reason
-from pytest_aoti.compiling.mutation_maps import named_user_inputs, read_signature
 from pytest_aoti.compiling.pipeline import (
     check_constant_outputs,
     compile_package,
@@ -34,6 +33,7 @@ from pytest_aoti.errors import (
     AotiUsageError,
     user_facing,
 )
+from pytest_aoti.mutation_maps import named_user_inputs, read_signature
 from pytest_aoti.shapes.read import read_program_shapes
 from pytest_aoti.shapes.validate import validate_inputs
 

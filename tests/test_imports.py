@@ -20,15 +20,19 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # data and helpers every part uses: which code is the user's, pytree clones,
-    # findings, errors, the known torch bugs
-    ("base", ("frames", "trees", "findings", "errors", "torch_bugs")),
+    # findings, errors, the known torch bugs, the one atomic text write
+    ("base", ("frames", "trees", "findings", "errors", "torch_bugs", "atomic_files")),
     # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
-    # devices, the options (values, rows, typed per-check options, settings, the resolver)
-    ("rules", ("tolerance", "compare", "devices", "options")),
+    # devices, the options (values, rows, typed per-check options, settings, the resolver),
+    # an exported program's mutation maps and user inputs (shapes/ and compiling/ read them)
+    ("rules", ("tolerance", "compare", "devices", "options", "mutation_maps")),
     # dynamic shapes, and their public Hypothesis strategies
     ("shapes", ("shapes", "strategies")),
-    # export, decompose, compile, load, explain torch's errors; key, store, registry
+    # the torch boundary: export, decompose, compile, load, explain torch's errors, guards,
+    # op classes, the engine read-back runner, the host's compile target
     ("compiling", ("compiling",)),
+    # the artifact cache: content key, local store, registry; the signed remote store
+    ("cache", ("cache",)),
     # one module per check
     ("checks", ("checks",)),
     # stage attribution, diverging node, repro bundle
@@ -48,10 +52,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Floors from the bottom up, each with the top-level names (folders or modules) on it."""
 
-MODULE_FLOORS = {
-    # reads an exported program's user inputs, which shapes/ builds on
-    "compiling.mutation_maps": "shapes",
-}
+MODULE_FLOORS: dict[str, str] = {}
 """Modules whose floor is not their folder's."""
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
@@ -310,7 +311,8 @@ def test_cycle_finder_reports_the_circle() -> None:
         ("errors", "base"),
         ("checks.a_check_added_later", "checks"),
         ("reports.terminal", "reports"),
-        ("compiling.mutation_maps", "shapes"),
+        ("mutation_maps", "rules"),
+        ("cache.remote.signing", "cache"),
         ("models.hf", "models"),
         ("", "plugin"),
     ],

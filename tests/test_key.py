@@ -10,8 +10,9 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.export import Dim
 
+from pytest_aoti.cache.key import _canonical_symbols, program_key
 from pytest_aoti.compiling import machine
-from pytest_aoti.compiling.key import ProgramKey, _canonical_symbols, program_key
+from pytest_aoti.compiling.program import ProgramKey
 
 
 class Linear(torch.nn.Module):

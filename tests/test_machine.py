@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 
+from pytest_aoti.cache.key import program_key
 from pytest_aoti.compiling import machine
-from pytest_aoti.compiling.key import program_key
 from pytest_aoti.compiling.machine import MachineTarget
 
 TARGET = MachineTarget(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from pytest_aoti.cache.registry import ProgramRegistry
 from pytest_aoti.compiling.program import EnginePool
-from pytest_aoti.compiling.registry import ProgramRegistry
 
 CPU = torch.device("cpu")
 MB = 2**20

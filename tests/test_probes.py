@@ -485,8 +485,8 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
 
 
 def test_outcomes_are_kept_next_to_the_package(tmp_path: Path) -> None:
-    from pytest_aoti.compiling.registry import ProgramRegistry
-    from pytest_aoti.compiling.store import ArtifactStore
+    from pytest_aoti.cache.registry import ProgramRegistry
+    from pytest_aoti.cache.store import ArtifactStore
 
     package = tmp_path / "package.pt2"
     package.write_bytes(b"not really a package")

@@ -32,7 +32,7 @@ pytest.importorskip("fsspec")
 pytest.importorskip("cryptography.hazmat.primitives.serialization")
 pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
 
-from pytest_aoti.compiling.signing import (  # noqa: E402
+from pytest_aoti.cache.remote.signing import (  # noqa: E402
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
     generate_key_pair,
@@ -69,7 +69,7 @@ FAKE_COMPILE = textwrap.dedent(
     import shutil
 
     import pytest
-    import pytest_aoti.compiling.registry
+    import pytest_aoti.cache.registry
 
     GOLDEN_PACKAGE = {package!r}
 
@@ -80,7 +80,7 @@ FAKE_COMPILE = textwrap.dedent(
             shutil.copyfile(GOLDEN_PACKAGE, package_path)
             return package_path
 
-        monkeypatch.setattr(pytest_aoti.compiling.registry, "compile_package", compile_package)
+        monkeypatch.setattr(pytest_aoti.cache.registry, "compile_package", compile_package)
     """
 )
 
@@ -478,8 +478,8 @@ def test_a_signed_package_that_does_not_load_here_is_compiled_instead(
     """As a package built against another C library would: signed, verified, unloadable."""
     import fsspec
 
-    from pytest_aoti.compiling.remote import RemoteStore
-    from pytest_aoti.compiling.signing import load_trust
+    from pytest_aoti.cache.remote.signing import load_trust
+    from pytest_aoti.cache.remote.store import RemoteStore
 
     manifest = json.loads(s3(aws_env).cat_file(f"{fleet.bucket}/ci/v1/{fleet.key}/manifest.json"))
     broken = pytester.path / "broken.pt2"
@@ -540,7 +540,7 @@ FAULTY_STORE = textwrap.dedent(
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
-    import pytest_aoti.compiling.remote_open as remote_open
+    import pytest_aoti.cache.remote.open as remote_open
 
     FAULT = {fault!r}
 

@@ -23,17 +23,17 @@ pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
 
 from fsspec.implementations.local import LocalFileSystem  # noqa: E402
 
-from pytest_aoti.compiling.manifest import MANIFEST_LIMIT  # noqa: E402
-from pytest_aoti.compiling.redact import redact  # noqa: E402
-from pytest_aoti.compiling.remote import Deadlines, RemoteStore  # noqa: E402
-from pytest_aoti.compiling.remote_open import credential_options, open_remote  # noqa: E402
-from pytest_aoti.compiling.signing import (  # noqa: E402
+from pytest_aoti.cache.remote.manifest import MANIFEST_LIMIT  # noqa: E402
+from pytest_aoti.cache.remote.open import credential_options, open_remote  # noqa: E402
+from pytest_aoti.cache.remote.redact import redact  # noqa: E402
+from pytest_aoti.cache.remote.signing import (  # noqa: E402
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
     canonical_bytes,
     generate_key_pair,
     load_trust,
 )
+from pytest_aoti.cache.remote.store import Deadlines, RemoteStore  # noqa: E402
 from pytest_aoti.errors import AotiUsageError  # noqa: E402
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
@@ -523,7 +523,7 @@ def test_an_unusable_key_is_never_printed(
 
 
 def test_url_credentials_are_masked() -> None:
-    from pytest_aoti.compiling.remote_guard import describe
+    from pytest_aoti.cache.remote.guard import describe
 
     error = OSError("Cannot connect to https://alice:hunter2@host/p\nmore")
     assert describe(error) == "OSError: Cannot connect to https://***@host/p"
@@ -575,7 +575,7 @@ def test_not_before_comes_from_the_option_or_the_environment(
 ) -> None:
     import datetime
 
-    from pytest_aoti.compiling.remote_open import NOT_BEFORE_ENV
+    from pytest_aoti.cache.remote.open import NOT_BEFORE_ENV
 
     url = f"file://{tmp_path}/store"
     moment = datetime.datetime(2026, 12, 1, 12, tzinfo=datetime.timezone.utc).timestamp()

@@ -19,15 +19,15 @@ pytest.importorskip("fsspec")
 pytest.importorskip("cryptography.hazmat.primitives.serialization")
 pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
 
-from pytest_aoti.compiling.remote import SWITCH_OFF_AFTER, RemoteStore  # noqa: E402
-from pytest_aoti.compiling.remote_open import open_remote, storage_options  # noqa: E402
-from pytest_aoti.compiling.signing import (  # noqa: E402
+from pytest_aoti.cache.remote.open import open_remote, storage_options  # noqa: E402
+from pytest_aoti.cache.remote.signing import (  # noqa: E402
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
     canonical_bytes,
     generate_key_pair,
     load_trust,
 )
+from pytest_aoti.cache.remote.store import SWITCH_OFF_AFTER, RemoteStore  # noqa: E402
 from pytest_aoti.errors import AotiUsageError, install_hint  # noqa: E402
 from pytest_aoti.reports.fleet import (  # noqa: E402
     remote_header_line,
@@ -250,7 +250,7 @@ def test_header_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_not_before_time_in_the_future_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_aoti.compiling.remote_open import NOT_BEFORE_ENV
+    from pytest_aoti.cache.remote.open import NOT_BEFORE_ENV
     from pytest_aoti.options.values import parse_utc_time
 
     monkeypatch.setenv(SIGNING_KEY_ENV, "k.pem")  # read by name only, never loaded
@@ -357,7 +357,7 @@ def test_bad_url_or_key_stops_the_run(pytester: pytest.Pytester, tmp_path: Path)
 
 def test_the_c_library_is_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    from pytest_aoti.compiling.key import platform_fingerprint, program_key
+    from pytest_aoti.cache.key import platform_fingerprint, program_key
 
     libc, version = platform.libc_ver()
     assert f"{libc or 'libc'} {version or 'unknown'}" in platform_fingerprint()

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from pytest_aoti.compiling.registry import CompileStats
+from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.progress import CompileEvent

@@ -1,5 +1,5 @@
 """The session's parts outside pytest's hooks, without compiling: the stores' lifecycle
-(:class:`~pytest_aoti.compiling.run_stores.RunStores`) and where a test's files go
+(:class:`~pytest_aoti.cache.run_stores.RunStores`) and where a test's files go
 (:class:`~pytest_aoti.reports.artifacts.ArtifactPaths`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.compiling.run_stores import RunStores
+from pytest_aoti.cache.run_stores import RunStores
 from pytest_aoti.options.settings import AotiSettings
 from pytest_aoti.reports.artifacts import ArtifactPaths
 from pytest_aoti.reports.collector import ReportCollector

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.compiling.history import SEED_ADVICE, KeyHistory
+from pytest_aoti.cache.history import SEED_ADVICE, KeyHistory
 from pytest_aoti.reports.collector import ReportCollector
 
 SEEDS = """

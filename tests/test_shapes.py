@@ -10,8 +10,8 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.export.dynamic_shapes import _DerivedDim
 
-from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiInputError, AotiUsageError
+from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.shapes.boundaries import boundary_assignments, cap_range, shapes_from_assignment
 from pytest_aoti.shapes.formatting import format_dynamic_shapes
 from pytest_aoti.shapes.infer import infer_dynamic_shapes

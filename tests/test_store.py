@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.compiling import store as store_mod
-from pytest_aoti.compiling.store import FORMAT_VERSION, ArtifactStore, CacheEntry, StoreStats
+from pytest_aoti.cache import store as store_mod
+from pytest_aoti.cache.store import FORMAT_VERSION, ArtifactStore, CacheEntry, StoreStats
 from pytest_aoti.errors import AotiCacheWarning
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -639,7 +639,7 @@ def test_lock_timeout_warns_and_goes_on(root: Path) -> None:
 def test_a_stuck_lock_holder_costs_a_problem_line_not_the_run(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pytest_aoti.compiling.store_lock as store_module
+    import pytest_aoti.cache.store_lock as store_module
 
     assert store_module.LOCK_TIMEOUT <= 120
     monkeypatch.setattr(store_module, "LOCK_TIMEOUT", 0.2)
@@ -659,7 +659,7 @@ RACER = """
 import sys, time, warnings
 from pathlib import Path
 warnings.simplefilter("error")
-from pytest_aoti.compiling.store import ArtifactStore
+from pytest_aoti.cache.store import ArtifactStore
 
 root, key, package, counter, ready, go = sys.argv[1:]
 store = ArtifactStore(Path(root))

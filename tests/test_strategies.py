@@ -11,8 +11,8 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from torch.export import Dim, ExportedProgram
 
-from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.shapes.read import read_program_shapes
 from pytest_aoti.shapes.validate import solve_sizes, validate_inputs
 from pytest_aoti.strategies import inputs_for, shapes_for

@@ -89,7 +89,7 @@ def aliased_inputs(
     """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
     import torch
 
-    from pytest_aoti.compiling.mutation_maps import named_user_inputs
+    from pytest_aoti.mutation_maps import named_user_inputs
 
     groups: dict[tuple[str, int], list[str]] = {}
     for name, leaf in named_user_inputs(program, args, kwargs).items():
@@ -110,7 +110,7 @@ def distinct_inputs(
     hide a graph that reads one input in place of another)."""
     import torch.utils._pytree as pytree
 
-    from pytest_aoti.compiling.mutation_maps import read_signature_names
+    from pytest_aoti.mutation_maps import read_signature_names
     from pytest_aoti.strategies import distinct_like
 
     names = read_signature_names(program)

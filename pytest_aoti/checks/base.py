@@ -144,7 +144,7 @@ class Triage(Protocol):
 
 class Sidecars(Protocol):
     """Data kept with a program's package, beside it in the cache (e.g. probe outcomes):
-    the :class:`~pytest_aoti.compiling.registry.ProgramRegistry`."""
+    the :class:`~pytest_aoti.cache.registry.ProgramRegistry`."""
 
     def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
         """The data ``name`` kept with program ``key``; None when there is none."""

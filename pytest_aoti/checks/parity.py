@@ -30,9 +30,9 @@ from pytest_aoti.compare import (
     compare_leaf,
     compare_trees,
 )
-from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding
+from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree

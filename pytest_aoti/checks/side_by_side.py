@@ -15,7 +15,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.mutation_maps import named_user_inputs
+from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:

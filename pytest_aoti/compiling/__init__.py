@@ -1,1 +1,1 @@
-"""Compiling and caching: export, decompose, AOT-compile and load a program; its content key, the on-disk store and the registry that compiles each program once."""
+"""The torch boundary: export, decompose, AOT-compile and load a program; explain torch's errors, read its guards and op classes, read an engine's buffers back, resolve the host's compile target."""

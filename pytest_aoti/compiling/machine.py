@@ -247,7 +247,7 @@ def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None
 
 def write_record(path: Path, identity: Mapping[str, str], target: MachineTarget) -> None:
     """Write the record atomically: a temporary file in the same folder, then a rename."""
-    from pytest_aoti.compiling.store_files import replace_text
+    from pytest_aoti.atomic_files import replace_text
 
     data = {"format": RECORD_FORMAT, "identity": dict(identity), "target": asdict(target)}
     with contextlib.suppress(OSError):

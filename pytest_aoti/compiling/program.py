@@ -6,20 +6,19 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.mutation_maps import MutationSignature, named_user_inputs
 from pytest_aoti.compiling.pipeline import decompose, load_engine
 from pytest_aoti.errors import user_facing
+from pytest_aoti.mutation_maps import MutationSignature, named_user_inputs
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.compiling.key import ProgramKey
     from pytest_aoti.shapes.read import ProgramShapes
 
 
@@ -96,6 +95,19 @@ class EnginePool:
 
 
 @dataclass(frozen=True)
+class ProgramKey:
+    """The digest that names a compiled program, and what it was made of."""
+
+    digest: str
+    parts: dict[str, str] = field(default_factory=dict)
+    """Digest of each ingredient (graph, weights, configs, device, torch), for the cache's
+    metadata: two keys that differ can be told apart part by part."""
+    persistable: bool = True
+    """False when an ingredient has no stable identity across processes (a custom pass
+    without ``uuid()``): such a program is shared within the session but never stored."""
+
+
+@dataclass(frozen=True)
 class CompiledArtifact:
     """A compiled package and what the checks need to know about it.
 
@@ -162,7 +174,7 @@ class AotiProgram:
 
     @property
     def key(self) -> str:
-        """Content key of the program (see :mod:`pytest_aoti.compiling.key`)."""
+        """Content key of the program (see :mod:`pytest_aoti.cache.key`)."""
         return self._artifact.key.digest
 
     @property

@@ -13,7 +13,7 @@ from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
 if TYPE_CHECKING:
-    from pytest_aoti.compiling.registry import CompileStats
+    from pytest_aoti.cache.registry import CompileStats
 
 PAYLOAD_KEY = "aoti"
 """The key of a worker's payload in xdist's ``workeroutput``."""
@@ -53,7 +53,7 @@ class ReportCollector:
 
     def totals(self, own: CompileStats | None) -> CompileStats:
         """This process's compile figures with the workers'."""
-        from pytest_aoti.compiling.registry import CompileStats
+        from pytest_aoti.cache.registry import CompileStats
 
         total = CompileStats()
         for stats in (own, self.worker_stats):
@@ -75,7 +75,7 @@ class ReportCollector:
     ) -> dict[str, Any]:
         """What a worker sends: plain data that execnet can carry. ``remote``: its remote
         store figures, where it has a store (``--aoti-cache-url``)."""
-        from pytest_aoti.compiling.registry import CompileStats
+        from pytest_aoti.cache.registry import CompileStats
 
         extra = {"remote": dict(remote)} if remote is not None else {}
         return {
@@ -109,7 +109,7 @@ class ReportCollector:
         remote = payload.get("remote")
         if isinstance(remote, Mapping):
             self.worker_remote.append(dict(remote))
-        from pytest_aoti.compiling.registry import CompileStats
+        from pytest_aoti.cache.registry import CompileStats
 
         if self.worker_stats is None:
             self.worker_stats = CompileStats()

@@ -51,7 +51,7 @@ class ItemEvents:
 
     def _used(self, program: AotiProgram) -> None:
         """Number each program the test uses, so that its key is compared with the key of
-        the same use last run (see :mod:`pytest_aoti.compiling.history`)."""
+        the same use last run (see :mod:`pytest_aoti.cache.history`)."""
         self._programs += 1
         self._session.observe_key(self._item, self._programs, program)
 

@@ -1,5 +1,5 @@
 """What the terminal and the JSON report say about the fleet's remote store
-(:mod:`pytest_aoti.compiling.remote`): the header line, the summary line and the totals.
+(:mod:`pytest_aoti.cache.remote.store`): the header line, the summary line and the totals.
 
 The session calls each with one line; figures are ``{"remote": RemoteStats.to_json()}`` of
 this process and of every xdist worker (carried in the worker's payload,
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from pytest_aoti.compiling.redact import redact
-from pytest_aoti.compiling.remote import READ_ONLY_PROTOCOLS, RemoteStats, protocol_of
+from pytest_aoti.cache.remote.redact import redact
+from pytest_aoti.cache.remote.store import READ_ONLY_PROTOCOLS, RemoteStats, protocol_of
 
 __all__ = ["remote_header_line", "remote_summary_lines", "remote_totals"]
 
@@ -81,7 +81,7 @@ def remote_notes(
     refuses every entry."""
     from importlib.util import find_spec
 
-    from pytest_aoti.compiling.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
+    from pytest_aoti.cache.remote.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
     signing = bool(os.environ.get(SIGNING_KEY_ENV, "").strip())
     trusted = signing or bool(os.environ.get(TRUSTED_KEYS_ENV, "").strip()) or bool(ini_trusted)
@@ -116,7 +116,7 @@ def remote_header_line(
 def _future_not_before(given: float | None, now: float) -> str | None:
     """The not-before time as ``2027-01-01T00:00:00Z`` where it is after ``now``: every
     entry was signed earlier, so every one is refused."""
-    from pytest_aoti.compiling.remote_open import not_before_time
+    from pytest_aoti.cache.remote.open import not_before_time
     from pytest_aoti.errors import AotiUsageError
 
     try:

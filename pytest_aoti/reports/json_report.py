@@ -17,7 +17,7 @@ from pytest_aoti.reports.header import torch_build, torch_version
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
 if TYPE_CHECKING:
-    from pytest_aoti.compiling.registry import CompileStats
+    from pytest_aoti.cache.registry import CompileStats
     from pytest_aoti.reports.collector import ReportCollector
 
 REPORT_VERSION = 2

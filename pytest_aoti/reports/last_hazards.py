@@ -82,7 +82,7 @@ def keep(root: Path | None, shown: Mapping[str, str]) -> None:
             return float(entry.get("seen", 0)) if isinstance(entry, dict) else 0.0
 
         programs = dict(sorted(programs.items(), key=seen)[-MAX_PROGRAMS:])
-    from pytest_aoti.compiling.store_files import replace_text
+    from pytest_aoti.atomic_files import replace_text
 
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.compiling.registry import CompileStats
+from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.json_report import REPORT_VERSION, report_document, write_report_document
 from pytest_aoti.reports.records import CheckRecord
@@ -71,7 +71,7 @@ def shard_payload(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def _sum_remote(figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The shards' remote figures summed, with the fields they report."""
-    from pytest_aoti.compiling.remote import RemoteStats
+    from pytest_aoti.cache.remote.store import RemoteStats
 
     total = RemoteStats()
     for item in figures:

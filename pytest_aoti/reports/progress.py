@@ -1,6 +1,6 @@
 """Compile progress: a line when a compile has lasted a while, another when it ends.
 
-:class:`CompileProgress` is the :class:`~pytest_aoti.compiling.registry.CompileWatcher`
+:class:`CompileProgress` is the :class:`~pytest_aoti.cache.registry.CompileWatcher`
 the session hands to the program registry; compiling itself knows nothing of terminals.
 """
 

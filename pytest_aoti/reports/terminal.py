@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.compiling.history import SEED_ADVICE
-from pytest_aoti.compiling.registry import CompileStats
+from pytest_aoti.cache.history import SEED_ADVICE
+from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.hazards import write_hazards
 from pytest_aoti.reports.progress import worker_lines

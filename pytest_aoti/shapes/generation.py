@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from hypothesis import strategies as st
 
-from pytest_aoti.compiling.mutation_maps import named_user_inputs
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.shapes.boundaries import assignment_fits, cap_range, shapes_from_assignment
 from pytest_aoti.shapes.read import ProgramShapes, read_program_shapes
 

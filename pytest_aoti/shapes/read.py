@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_aoti.compiling.mutation_maps import read_signature_names
+from pytest_aoti.mutation_maps import read_signature_names
 
 if TYPE_CHECKING:
     import sympy

@@ -227,7 +227,7 @@ def name_symbols(
     from torch.export import Dim
     from torch.export.dynamic_shapes import _DerivedDim
 
-    from pytest_aoti.compiling.mutation_maps import named_user_inputs
+    from pytest_aoti.mutation_maps import named_user_inputs
 
     if dynamic_shapes is None:
         return shapes
@@ -269,7 +269,7 @@ def _exported_arguments(
     program: ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The inputs keyed by the forward's parameter names, as the program records them."""
-    from pytest_aoti.compiling.mutation_maps import forward_arg_names
+    from pytest_aoti.mutation_maps import forward_arg_names
 
     names = forward_arg_names(program)
     if len(names) < len(args):

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.cache.registry import ProgramRegistry
     from pytest_aoti.checks.base import ComparedRun, InputSet
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.registry import ProgramRegistry
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.findings import Finding
     from pytest_aoti.tolerance import Tolerance

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.mutation_maps import flat_user_inputs
+from pytest_aoti.mutation_maps import flat_user_inputs
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

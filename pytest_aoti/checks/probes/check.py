@@ -435,7 +435,7 @@ def _mismatch(
     import torch.utils._pytree as pytree
 
     from pytest_aoti.compare import compare_trees
-    from pytest_aoti.compiling.mutation_maps import named_user_inputs
+    from pytest_aoti.mutation_maps import named_user_inputs
 
     def on_cpu(tree: Any) -> Any:
         return pytree.tree_map(

@@ -257,7 +257,7 @@ def _devices(leaf: torch.Tensor) -> list[str]:
 
 
 def _user_input_names(exported: Any) -> tuple[str, ...]:
-    from pytest_aoti.compiling.mutation_maps import read_signature_names
+    from pytest_aoti.mutation_maps import read_signature_names
 
     return read_signature_names(exported)
 

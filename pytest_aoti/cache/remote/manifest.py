@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.compiling.signing import Trust
+from pytest_aoti.cache.remote.signing import Trust
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_aoti.compiling.store_files import (
+from pytest_aoti.cache.store_files import (
     FILE_MODE,
     FORMAT_VERSION,
     KEY_RE,
@@ -69,10 +69,10 @@ from pytest_aoti.compiling.store_files import (
     validate_key,
     write_new_file,
 )
-from pytest_aoti.compiling.store_files import (
+from pytest_aoti.cache.store_files import (
     sha256_of as sha256_of,
 )
-from pytest_aoti.compiling.store_lock import KeyLocks
+from pytest_aoti.cache.store_lock import KeyLocks
 from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
 
 __all__ = [

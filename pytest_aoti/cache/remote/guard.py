@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytest_aoti.compiling.redact import redact
+from pytest_aoti.cache.remote.redact import redact
 
 __all__ = ["RemoteFault", "RemoteMissing", "bounded"]
 

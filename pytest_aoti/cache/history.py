@@ -2,7 +2,7 @@
 
 An unseeded model (``nn.Linear`` without ``torch.manual_seed``) gets new random weights every
 run; the weights are part of a program's key, so its package is compiled again every run
-and the cache never helps. The key's parts (see :class:`~pytest_aoti.compiling.key.ProgramKey`)
+and the cache never helps. The key's parts (see :class:`~pytest_aoti.cache.key.ProgramKey`)
 show it: same graph, configs, device and torch as the same test's same check last run, other
 weights.
 
@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from pytest_aoti.compiling.store_files import replace_text
+from pytest_aoti.atomic_files import replace_text
 
 SEED_ADVICE = (
     "weights differ from the last run: seed the model, e.g. torch.manual_seed, to reuse the "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from pytest_aoti.compiling.store_files import FILE_MODE
+from pytest_aoti.cache.store_files import FILE_MODE
 
 __all__ = ["LOCK_TIMEOUT", "KeyLocks"]
 

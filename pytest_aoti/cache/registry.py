@@ -22,24 +22,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.compiling.key import ProgramKey, program_key
-from pytest_aoti.compiling.mutation_maps import MutationSignature, read_signature
+from pytest_aoti.cache.key import program_key
+from pytest_aoti.cache.store_files import sha256_of
 from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import (
     DEFAULT_ENGINE_BUDGET,
     AotiProgram,
     CompiledArtifact,
     EnginePool,
+    ProgramKey,
 )
-from pytest_aoti.compiling.store_files import sha256_of
 from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
+from pytest_aoti.mutation_maps import MutationSignature, read_signature
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.compiling.remote import RemoteStore
-    from pytest_aoti.compiling.store import ArtifactStore, CacheEntry
+    from pytest_aoti.cache.remote.store import RemoteStore
+    from pytest_aoti.cache.store import ArtifactStore, CacheEntry
 
 
 class CompileWatcher(Protocol):

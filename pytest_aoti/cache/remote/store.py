@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_aoti.compiling.manifest import MANIFEST_LIMIT, Verdict, make_manifest, read_manifest
-from pytest_aoti.compiling.redact import redact
-from pytest_aoti.compiling.remote_guard import RemoteFault, RemoteMissing, bounded, describe
-from pytest_aoti.compiling.signing import Trust
+from pytest_aoti.cache.remote.guard import RemoteFault, RemoteMissing, bounded, describe
+from pytest_aoti.cache.remote.manifest import MANIFEST_LIMIT, Verdict, make_manifest, read_manifest
+from pytest_aoti.cache.remote.redact import redact
+from pytest_aoti.cache.remote.signing import Trust
 
 __all__ = [
     "REMOTE_MODES",

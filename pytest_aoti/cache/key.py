@@ -17,9 +17,10 @@ import hashlib
 import platform
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.compiling.program import ProgramKey
 
 if TYPE_CHECKING:
     import torch
@@ -44,19 +45,6 @@ _CALLABLE_OPTIONS = (
 # platform metadata): left in, they would make the first compile of a process change the
 # key of every later one
 _SELF_WRITTEN_OPTIONS = ("aot_inductor.metadata",)
-
-
-@dataclass(frozen=True)
-class ProgramKey:
-    """The digest that names a compiled program, and what it was made of."""
-
-    digest: str
-    parts: dict[str, str] = field(default_factory=dict)
-    """Digest of each ingredient (graph, weights, configs, device, torch), for the cache's
-    metadata: two keys that differ can be told apart part by part."""
-    persistable: bool = True
-    """False when an ingredient has no stable identity across processes (a custom pass
-    without ``uuid()``): such a program is shared within the session but never stored."""
 
 
 def program_key(

@@ -5,7 +5,7 @@ A missing package, a bad key, credentials in the ini or a protocol fsspec does n
 are usage errors (exit 4); a store that cannot be reached when it is opened (a host that
 does not resolve, a server that does not answer) switches the store off for the run with
 one problem line, and the run compiles locally. Nothing printed carries a secret: URLs
-are masked (:func:`~pytest_aoti.compiling.redact.redact`) and keys are never echoed.
+are masked (:func:`~pytest_aoti.cache.remote.redact.redact`) and keys are never echoed.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.compiling.redact import redact
-from pytest_aoti.compiling.remote import Deadlines, RemoteStore, protocol_of
-from pytest_aoti.compiling.remote_guard import RemoteFault, RemoteMissing, bounded
-from pytest_aoti.compiling.signing import Trust
+from pytest_aoti.cache.remote.guard import RemoteFault, RemoteMissing, bounded
+from pytest_aoti.cache.remote.redact import redact
+from pytest_aoti.cache.remote.signing import Trust
+from pytest_aoti.cache.remote.store import Deadlines, RemoteStore, protocol_of
 from pytest_aoti.errors import install_hint
 
 __all__ = ["NOT_BEFORE_ENV", "credential_options", "open_remote", "storage_options"]
@@ -203,6 +203,6 @@ def not_before_time(given: float | None) -> float | None:
 
 
 def load_trust_for(ini_trusted: Sequence[str]) -> Trust:
-    from pytest_aoti.compiling.signing import load_trust
+    from pytest_aoti.cache.remote.signing import load_trust
 
     return load_trust(ini_trusted)

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_aoti.compiling.history import KeyHistory
+    from pytest_aoti.cache.history import KeyHistory
+    from pytest_aoti.cache.registry import CompileStats, CompileWatcher, ProgramRegistry
+    from pytest_aoti.cache.remote.store import RemoteStore
+    from pytest_aoti.cache.store import ArtifactStore, CacheMode
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.registry import CompileStats, CompileWatcher, ProgramRegistry
-    from pytest_aoti.compiling.remote import RemoteStore
-    from pytest_aoti.compiling.store import ArtifactStore, CacheMode
     from pytest_aoti.options.settings import AotiSettings
 
 
@@ -75,7 +75,7 @@ class RunStores:
             self._store_made = True
             root = self.cache_root()
             if root is not None and self._settings.cache_mode != "off":
-                from pytest_aoti.compiling.store import ArtifactStore
+                from pytest_aoti.cache.store import ArtifactStore
 
                 self._store = ArtifactStore(
                     root,
@@ -92,7 +92,7 @@ class RunStores:
             self._remote_made = True
             settings = self._settings
             if settings.cache_url and settings.cache_remote != "off":
-                from pytest_aoti.compiling.remote_open import open_remote
+                from pytest_aoti.cache.remote.open import open_remote
 
                 self._remote = open_remote(
                     settings.cache_url,
@@ -110,7 +110,7 @@ class RunStores:
     def registry(self) -> ProgramRegistry:
         """Compiles each program once per process, asking the stores first."""
         if self._registry is None:
-            from pytest_aoti.compiling.registry import ProgramRegistry
+            from pytest_aoti.cache.registry import ProgramRegistry
 
             self._workdir = Path(tempfile.mkdtemp(prefix="pytest-aoti-"))
             self._registry = ProgramRegistry(
@@ -177,12 +177,12 @@ class RunStores:
 
     def reseeded(self, test: str, check: int, program: AotiProgram) -> bool:
         """Whether ``program`` was compiled only because its weights changed since the
-        last run of ``test`` (see :mod:`pytest_aoti.compiling.history`)."""
+        last run of ``test`` (see :mod:`pytest_aoti.cache.history`)."""
         cache = getattr(self._config, "cache", None)
         if cache is None:
             return False
         if self._history is None:
-            from pytest_aoti.compiling.history import KeyHistory
+            from pytest_aoti.cache.history import KeyHistory
 
             self._history = KeyHistory(Path(cache.mkdir("aoti-keys")))
         compiled = program.first_use and not program.cache_hit

@@ -2,7 +2,7 @@
 removal, the ownership and permission checks, and ``meta.json`` encoded, parsed and validated.
 
 Nothing here follows a symbolic link or trusts a path it has not checked; the
-:class:`~pytest_aoti.compiling.store.ArtifactStore` builds its layout on these.
+:class:`~pytest_aoti.cache.store.ArtifactStore` builds its layout on these.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -110,24 +109,6 @@ def write_new_file(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def replace_text(path: Path, text: str, *, sync: bool = False) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file beside it, then a rename, so
-    a reader sees the old file or the new one whole. An ``OSError`` is raised with the
-    temporary file removed; ``sync`` flushes the data to disk before the rename."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            if sync:
-                file.flush()
-                os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def fsync_dir(path: Path) -> None:
