@@ -5,6 +5,7 @@ Importing this package does not import torch; torch loads when an AOTI test firs
 
 from __future__ import annotations
 
+from pytest_aoti.checks.base import Check, CheckContext, CheckPlan, Outcome
 from pytest_aoti.compiling.program import AotiProgram
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
@@ -29,6 +30,10 @@ __all__ = [
     "AotiProgram",
     "AotiTester",
     "AotiUsageError",
+    "Check",
+    "CheckContext",
     "CheckDefaults",
+    "CheckPlan",
     "CheckResult",
+    "Outcome",
 ]

@@ -166,6 +166,9 @@ class Finding:
     tolerance_note: str = ""
     """Said next to the stage when the difference is within the dtype's default tolerance
     and only the test's tighter one failed: ``within the dtype default (...); you set zero``."""
+    check: str | None = None
+    """The check that failed, where another plugin added it (the ``pytest_aoti_checks``
+    hook); None for the built-in checks, whose kind says which failed."""
 
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
         return replace(self, call=call, calls=calls, sample=sample, context=context)
@@ -233,6 +236,7 @@ class Finding:
             "node": None if self.node is None else self.node.to_json(),
             "details": list(self.details) + list(self.notes),
             **({"extra": self.extra} if self.extra else {}),
+            **({"check": self.check} if self.check else {}),
         }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,6 +10,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.base import Check
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.tester import CheckResult
 
@@ -97,4 +98,45 @@ def pytest_aoti_check_done(item: pytest.Item, result: CheckResult) -> None:
         def pytest_aoti_check_done(item, result):
             if result.max_abs > 1e-3:
                 raise AssertionError(f"{item.nodeid}: max abs error {result.max_abs:.2e}")
+    """
+
+
+@pytest.hookspec
+def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
+    """Return checks to run inside every ``aoti.check`` of the session, beside the built-in
+    ones; called once per session, after collection (every conftest's results, in conftest
+    order).
+
+    A check is any object with ``name`` (unique: no built-in check's, no other added
+    check's), ``phase`` (``"eager"``: before anything is exported; ``"exported"``: the
+    exported program, ``context.exported``; ``"engine"``: the compiled program,
+    ``context.program`` and ``context.engine()``), ``applies(plan, context)`` and
+    ``run(plan, context)``; see :class:`pytest_aoti.Check`. It runs after the built-in
+    checks of its phase, so an engine check reads what timing measured in
+    ``context.figures``. It returns a :class:`pytest_aoti.Outcome`, whose ``figures``
+    appear in ``CheckResult.figures`` under their own names (a name a built-in check uses
+    is a usage error), in the JSON record under ``check_figures[<name>]`` and in JUnit as
+    ``aoti_<name>_<figure>``; or it raises :class:`pytest_aoti.AotiCheckError`, which fails
+    the test with its message as the first line and the check's name in the record
+    (``finding.check``). ``context.item`` is the test item, for its markers.
+
+    Example, in ``conftest.py``: a latency budget on the engine, from a marker::
+
+        from pytest_aoti import AotiCheckError, Outcome
+
+        class LatencyBudget:
+            name, phase = "latency", "engine"
+
+            def applies(self, plan, context):
+                return context.item is not None and context.item.get_closest_marker("budget")
+
+            def run(self, plan, context):
+                budget = context.item.get_closest_marker("budget").args[0]
+                seconds = context.figures.get("engine_seconds")
+                if seconds is not None and seconds > budget:
+                    raise AotiCheckError(f"engine call took {seconds:.4f} s, over {budget} s")
+                return Outcome(figures={"latency_budget": budget})
+
+        def pytest_aoti_checks(config):
+            return [LatencyBudget()]
     """

@@ -161,4 +161,6 @@ def aoti(
         hypothesis_database=session.stores.hypothesis_database(),
         label=item.nodeid,
         warned=session.warned_programs,
+        item=item,
+        added_checks=session.added_checks(),
     )

@@ -26,6 +26,7 @@ from pytest_aoti.reports.progress import CompileProgress, write_own_line
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.base import Check
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.options.defaults import CheckDefaults
     from pytest_aoti.reports.events import ItemEvents
@@ -54,6 +55,7 @@ class AotiSession:
         """Where each test's repro bundles and engine traces go."""
         self.warned_programs: set[str] = set()
         """Programs whose buffer mutation was warned about: once per session."""
+        self._added_checks: tuple[Check, ...] | None = None
 
     @property
     def worker(self) -> str:
@@ -146,6 +148,18 @@ class AotiSession:
                 item=item, path=path, dtype=dtype, device=device
             ),
         )
+
+    def added_checks(self) -> tuple[Check, ...]:
+        """The checks other plugins and conftests add (``pytest_aoti_checks``), asked once,
+        at the first check: every conftest is loaded by then."""
+        __tracebackhide__ = True
+        if self._added_checks is None:
+            from pytest_aoti.run.added import added_checks
+
+            # pluggy calls the latest registered first: reversed, conftest order
+            results = reversed(self.config.hook.pytest_aoti_checks(config=self.config))
+            self._added_checks = added_checks(results)
+        return self._added_checks
 
     def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
         """What the ``aoti`` fixture's tester reports to, for one test."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_aoti.calls import CALL_ARGUMENTS, resolve_call
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options.defaults import CheckDefaults
 from pytest_aoti.options.table import keyword_options
+from pytest_aoti.run.resolve import CALL_ARGUMENTS, resolve_call
 from pytest_aoti.tester import AotiTester
 
 CPU = torch.device("cpu")

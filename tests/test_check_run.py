@@ -13,11 +13,11 @@ import torch
 from pytest_aoti.checks import catalog
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, RecordPart
 from pytest_aoti.checks.parity import _expectation_or
-from pytest_aoti.checks.run import PlanRun
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.reports.records import CheckRecord
+from pytest_aoti.run.phases import PlanRun
 from pytest_aoti.tolerance import Tolerance
 
 
@@ -30,7 +30,7 @@ class Recorded:
         self._seen = seen
         self._figure = figure
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -43,7 +43,7 @@ class Recorded:
 
 
 def _plan() -> CheckPlan:
-    return CheckPlan(module=torch.nn.Identity(), input_sets=[((), {})], tolerance=None, calls=1)
+    return CheckPlan(module=torch.nn.Identity(), input_sets=[((), {})], tolerance=None)
 
 
 def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,10 +61,10 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     exported = torch.export.export(torch.nn.Dropout(0.5).train(), (torch.ones(3),))
     run.exported(exported)
     assert seen == ["first:", "graph:exported"]
-    assert [op.op for op in run.plan.random_ops] == ["aten.dropout.default"]  # read once
+    assert [op.op for op in run.context.random_ops] == ["aten.dropout.default"]  # read once
     program = types.SimpleNamespace(mutated_buffers={"counter"})
-    run.compiled(program, None, None)  # type: ignore[arg-type]
-    assert run.plan.calls == 2  # buffer state: two calls by default
+    run.compiled(program, None)  # type: ignore[arg-type]
+    assert run.context.calls == 2  # buffer state: two calls by default
     result = run.result()
     assert seen[2:] == ["late:program", "later:program"]
     # the result lists the checks of the compiled program; every figure and record part
@@ -78,7 +78,7 @@ def test_a_failing_phase_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     class Fails:
         name, phase = "fails", "eager"
 
-        def applies(self, plan: CheckPlan) -> bool:
+        def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
             return True
 
         def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -184,7 +184,7 @@ class Level:
 
     name, phase = "level", "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:

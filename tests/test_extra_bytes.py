@@ -4,6 +4,7 @@ Measured on CUDA (faked here: this machine has no GPU); said to be unmeasured on
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 import pytest
 import torch
@@ -119,16 +120,15 @@ def test_memory_check_measures_the_example_calls(
         options=CheckOptions(max_extra_bytes=4096),
     )
     check = MemoryCheck()
-    assert check.applies(plan)
     cuda = torch.device("cuda", 0)
-    outcome = check.run(plan, CheckContext(device=cuda, compiled=program))
+    assert check.applies(plan, CheckContext(device=cuda))
+    outcome = check.run(plan, CheckContext(device=cuda, compiled=program, calls=3))
     assert outcome.figures == {"extra_bytes": 4096}  # the largest of the three calls
     assert len(seen) == 3 and all(tensor is not example for tensor in seen)  # clones
 
     steps = iter([4097])
-    plan.calls = 1
     with pytest.raises(AotiCheckError, match="allocated 4,097 bytes of cuda:0 memory"):
-        check.run(plan, CheckContext(device=cuda, compiled=program))
+        check.run(plan, CheckContext(device=cuda, compiled=program, calls=1))
     # the engine parity ran, where there is one: no second load of the package
     steps = iter([100])
     parity_engine_calls: list[int] = []
@@ -136,14 +136,15 @@ def test_memory_check_measures_the_example_calls(
     loaded = types.SimpleNamespace(
         mutated_inputs={"k_cache"}, engine_in_exported_state=lambda: next(loads)
     )
-    context = CheckContext(device=cuda, compiled=loaded)
+    context = CheckContext(device=cuda, compiled=loaded, calls=1)
     context.fresh_engine()  # as parity takes it
     assert check.run(plan, context).figures == {"extra_bytes": 100}
     assert parity_engine_calls == [1]
     # on the CPU nothing is measured, and nothing runs
-    plan.options = CheckOptions(max_extra_bytes=0)
+    plan = replace(plan, options=CheckOptions(max_extra_bytes=0))
     cpu = check.run(plan, CheckContext(device=torch.device("cpu"), compiled=program))
     assert cpu.figures == {"extra_bytes": None}
     assert not MemoryCheck().applies(
-        CheckPlan(torch.nn.Identity(), [], None, 1, options=CheckOptions(max_extra_bytes=None))
+        CheckPlan(torch.nn.Identity(), [], None, 1, options=CheckOptions(max_extra_bytes=None)),
+        CheckContext(device=torch.device("cpu")),
     )

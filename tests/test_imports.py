@@ -39,8 +39,11 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("triage", ("triage",)),
     # records and every view of them
     ("reports", ("reports",)),
-    # the `aoti` fixture's object, and a call resolved before it compiles
-    ("tester", ("tester", "calls")),
+    # one call from eager to result: resolved into its frozen plan, its checks run phase by
+    # phase, the runner that owns it around the export and the compile
+    ("run", ("run",)),
+    # the `aoti` fixture's object: a thin front on the runner
+    ("tester", ("tester",)),
     # tests of --aoti-model specs with no test file: each calls the tester (through the
     # `aoti` fixture); the plugin registers their collection, below it and the session
     ("models", ("models",)),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pytest
+import torch
 
 from pytest_aoti.checks import catalog
 from pytest_aoti.checks.base import PHASES, CheckContext, CheckPlan, Outcome
@@ -68,7 +69,7 @@ class ProbeCheck:
     def __init__(self) -> None:
         self.seen: list[int] = []
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -237,25 +238,35 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
         "timing",
     ]
     engine = [check for check in catalog.CHECKS if check.phase == "engine"]
-    plan = CheckPlan(module=None, input_sets=[], tolerance=None, calls=1)  # no module needed
-    plan.options = CheckOptions(threads=1, max_extra_bytes=None, examples=20)
-    applying = [check.name for check in engine if check.applies(plan)]
+    plan = CheckPlan(  # no module needed
+        module=None,
+        input_sets=[],
+        tolerance=None,
+        calls=1,
+        options=CheckOptions(threads=1, max_extra_bytes=None, examples=20),
+    )
+    context = CheckContext(device=torch.device("cpu"))
+    applying = [check.name for check in engine if check.applies(plan, context)]
     # no declaration, one thread, no memory limit, no dynamic dims; probes by default
     assert applying == ["parity", "aliasing", "probes", "timing"]
-    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+    assert [check.name for check in catalog.CHECKS if check.applies(plan, context)] == [
         "eager",
         *applying,
     ]
-    plan.options = CheckOptions(threads=4, max_extra_bytes=0, examples=20)
-    plan.mutates, plan.dynamic_shapes = {}, {"x": {0: "batch"}}
+    plan = replace(
+        plan,
+        options=CheckOptions(threads=4, max_extra_bytes=0, examples=20),
+        mutates={},
+        dynamic_shapes={"x": {0: "batch"}},
+    )
     # the random check applies only to a program that draws random numbers
-    assert [check.name for check in engine if check.applies(plan)] == [
+    assert [check.name for check in engine if check.applies(plan, context)] == [
         name for name in names if name != "random"
     ]
     # and then no check that compares values does; it fails before its compile unless
     # random="shapes" asks for what can be compared
-    plan.random_ops = (RandomOp(op="aten.bernoulli.p", node="bernoulli"),)
-    assert [check.name for check in catalog.CHECKS if check.applies(plan)] == [
+    context.random_ops = (RandomOp(op="aten.bernoulli.p", node="bernoulli"),)
+    assert [check.name for check in catalog.CHECKS if check.applies(plan, context)] == [
         "eager",
         "not random",
         "signature",
@@ -263,5 +274,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
         "memory",
         "timing",
     ]
-    plan.options = replace(plan.options, random="shapes")
-    assert "not random" not in [check.name for check in catalog.CHECKS if check.applies(plan)]
+    plan = replace(plan, options=replace(plan.options, random="shapes"))
+    assert "not random" not in [
+        check.name for check in catalog.CHECKS if check.applies(plan, context)
+    ]

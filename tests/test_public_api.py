@@ -29,8 +29,12 @@ EXPORTED = {
     "AotiProgram",
     "AotiTester",
     "AotiUsageError",
+    "Check",
+    "CheckContext",
     "CheckDefaults",
+    "CheckPlan",
     "CheckResult",
+    "Outcome",
 }
 
 ERRORS = {

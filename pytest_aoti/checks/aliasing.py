@@ -31,8 +31,8 @@ class AliasingCheck:
     name = "aliasing"
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
-        return not plan.random_ops  # a random program's values cannot match
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        return not context.random_ops  # a random program's values cannot match
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
@@ -54,7 +54,7 @@ class AliasingCheck:
                 engine=context.fresh_engine,
             )
             try:
-                stats += tuple(run.check(plan.calls, None, values_too=False))
+                stats += tuple(run.check(context.calls, None, values_too=False))
             except AotiCheckError as error:
                 raise _specialized(error, aliased) from None
             checked += 1

@@ -6,9 +6,10 @@ program and its engine), and either returns an :class:`Outcome` (the figures it 
 or raises :class:`~pytest_aoti.AotiCheckError` with a :class:`~pytest_aoti.findings.Finding`.
 Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is exported,
 ``"exported"`` once the program is exported and before its compile, ``"engine"`` once it is
-compiled. :mod:`pytest_aoti.checks.run` runs the checks of
-:data:`pytest_aoti.checks.catalog.CHECKS` phase by phase, in order; adding a check is a
-module with one :class:`Check` and its line there. A check reads its options as typed fields
+compiled. :mod:`pytest_aoti.run.phases` runs the checks of
+:data:`pytest_aoti.checks.catalog.CHECKS` phase by phase, in order, then the checks other
+plugins add (the ``pytest_aoti_checks`` hook); adding a built-in check is a module with one
+:class:`Check` and its line there. A check reads its options as typed fields
 of the plan's :class:`~pytest_aoti.options.check_options.CheckOptions`
 (``plan.options.threads``).
 """
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
+    import pytest
     import torch
     from torch.export import ExportedProgram
 
@@ -43,31 +45,39 @@ PHASES: tuple[Phase, ...] = ("eager", "exported", "engine")
 its compile, or on the compiled program's engine."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckPlan:
-    """What one ``aoti.check`` call checks, once its arguments are resolved; every
-    per-check option is a field of :attr:`options` (``plan.options.threads``)."""
+    """One ``aoti.check`` (or ``aoti.compile``) call, resolved before anything is exported
+    (:func:`pytest_aoti.run.resolve.resolve_call`) and never changed after: what compiling
+    and every check read. Every per-check option is a field of :attr:`options`
+    (``plan.options.threads``); what is found while the call runs (the program's random
+    ops, the calls per input set) is on the :class:`CheckContext`."""
 
     module: torch.nn.Module
-    """The module on the tester's device."""
+    """The module on the tester's device (a moved copy where it was elsewhere: never the
+    caller's, moved)."""
     input_sets: list[InputSet]
     """The example and the samples, on the tester's device."""
     tolerance: Tolerance
-    calls: int
+    calls: int | None = None
+    """The call's ``calls=``; None: the runner chooses (:attr:`CheckContext.calls`)."""
     mutates: Mapping[str, Any] | None = None
     mutated_buffers: Any = None
     """The ``mutated_buffers=`` the test declared (validated by the signature check)."""
-    expect_at: int = 1
-    """The call after which ``mutates`` values are checked."""
     dynamic_shapes: Any = None
-    """The spec the program was exported with (inferred for ``"auto"``)."""
+    """The spec the program is exported with (inferred for ``"auto"`` before the plan is
+    run)."""
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
-    """The configs the program was compiled with, for the localizer's compile."""
+    """Merged: the ini file's, the hook's, the marker's, the call's; checked by Inductor."""
     options: CheckOptions = field(default_factory=CheckOptions)
     """Every per-check option's value for this check."""
-    random_ops: tuple[RandomOp, ...] = ()
-    """The program's random operations, read from the exported graph: for such a program
-    no check that compares values applies; the random check judges it (``plan.options.random``)."""
+    export_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """``torch.export.export`` options: the hook's and the variant's, then ``strict``."""
+
+    @property
+    def expect_at(self) -> int:
+        """The call after which ``mutates`` values are checked."""
+        return self.calls if self.calls is not None else 1
 
 
 @dataclass(frozen=True)
@@ -158,10 +168,11 @@ class Sidecars(Protocol):
 @dataclass
 class CheckContext:
     """What the checks of one ``aoti.check`` call share beyond the plan: where they run,
-    and what each phase adds (the exported program, then the compiled one and its engine).
+    the facts the runner finds as the phases are reached (the exported program and its
+    random ops, then the compiled program, its engine and the calls per input set), and
+    the figures the checks measured so far.
 
-    The runner of the plan (:mod:`pytest_aoti.checks.run`) sets :attr:`exported` and
-    :attr:`program` as the phases are reached; checks only read them.
+    The runner of the plan (:mod:`pytest_aoti.run.phases`) sets them; checks only read them.
     """
 
     device: torch.device
@@ -175,10 +186,23 @@ class CheckContext:
     sidecars: Sidecars | None = None
     """Where a check keeps what it learnt about a program's package (the probes' outcomes),
     so that later checks and sessions sharing the program reuse it."""
+    item: pytest.Item | None = None
+    """The pytest test item the call runs in (its markers, its node id); None outside a
+    pytest test."""
     exported: ExportedProgram | None = None
     """The exported program, from the ``"exported"`` phase on."""
+    random_ops: tuple[RandomOp, ...] = ()
+    """The program's random operations, read from the exported graph (``"exported"`` phase
+    on): for such a program no check that compares values applies; the random check judges
+    it (``plan.options.random``)."""
     compiled: AotiProgram | None = None
     """The compiled program, in the ``"engine"`` phase."""
+    calls: int = 1
+    """Calls per input set, in the ``"engine"`` phase: the plan's ``calls``, else two for a
+    program with buffer state (its state is wrong from the second call on), else one."""
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    """The figures of the checks that ran so far (``engine_seconds`` once timing ran), by
+    name; a check of a later phase, or later in its phase, reads them."""
     _engine: Any = field(default=None, init=False, repr=False)
     _engine_handed_out: bool = field(default=False, init=False, repr=False)
 
@@ -215,8 +239,9 @@ class Check(Protocol):
     phase: Phase
     """When it runs (:data:`PHASES`); the checks of a phase run in the catalog's order."""
 
-    def applies(self, plan: CheckPlan) -> bool:
-        """Whether this check has anything to do for ``plan`` (e.g. ``plan.options.threads > 1``)."""
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        """Whether this check has anything to do for ``plan`` at its phase (e.g.
+        ``plan.options.threads > 1``, or ``not context.random_ops``)."""
         ...
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:

@@ -26,7 +26,7 @@ class EagerCheck:
     name = "eager"
     phase: Phase = "eager"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:

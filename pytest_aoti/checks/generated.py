@@ -31,11 +31,15 @@ class GeneratedCheck:
     exported ranges, through the one compiled program."""
 
     name = "generated"
+    figures = ("examples",)
+    """The figures its outcome reports (the :class:`~pytest_aoti.CheckResult`'s names)."""
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return (
-            plan.dynamic_shapes is not None and bool(plan.options.examples) and not plan.random_ops
+            plan.dynamic_shapes is not None
+            and bool(plan.options.examples)
+            and not context.random_ops
         )
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -44,7 +48,7 @@ class GeneratedCheck:
             context.program,
             plan.module,
             plan.input_sets[0],
-            calls=plan.calls,
+            calls=context.calls,
             mutates=plan.mutates,
             tolerance=plan.tolerance,
             generation=Generation(

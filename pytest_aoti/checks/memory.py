@@ -26,9 +26,11 @@ class MemoryCheck:
     device memory beyond what was allocated before it (outputs included)."""
 
     name = "memory"
+    figures = ("extra_bytes",)
+    """The figures its outcome reports (the :class:`~pytest_aoti.CheckResult`'s names)."""
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return plan.options.max_extra_bytes is not None
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -47,7 +49,7 @@ class MemoryCheck:
         engine = context.engine()
         args, kwargs = clone_tree(plan.input_sets[0])
         with torch.no_grad():
-            for _ in range(plan.calls):
+            for _ in range(context.calls):
                 with memory.call():
                     outputs = engine(*args, **kwargs)
                 del outputs

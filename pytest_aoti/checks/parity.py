@@ -49,10 +49,12 @@ class ParityCheck:
     untouched."""
 
     name = "parity"
+    figures = ("buffers",)
+    """The figures its outcome reports (the :class:`~pytest_aoti.CheckResult`'s names)."""
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
-        return not plan.random_ops  # a random program's values cannot match
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        return not context.random_ops  # a random program's values cannot match
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
@@ -71,7 +73,9 @@ class ParityCheck:
                 engine=context.fresh_engine,
             )
             stats += tuple(
-                run.check(plan.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at)
+                run.check(
+                    context.calls, plan.mutates, values_too=index == 0, expect_at=plan.expect_at
+                )
             )
             buffers += run.buffers
         if not buffers:

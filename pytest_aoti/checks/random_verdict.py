@@ -25,18 +25,18 @@ if TYPE_CHECKING:
 
 
 class NotRandomCheck:
-    """A program that draws random numbers (``plan.random_ops``, read from the exported
+    """A program that draws random numbers (``context.random_ops``, read from the exported
     graph) fails once exported, before its compile, unless ``random="shapes"``."""
 
     name = "not random"
     phase: Phase = "exported"
 
-    def applies(self, plan: CheckPlan) -> bool:
-        return bool(plan.random_ops) and plan.options.random != "shapes"
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        return bool(context.random_ops) and plan.options.random != "shapes"
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
-        raise AotiCheckError(random_finding(plan.random_ops))
+        raise AotiCheckError(random_finding(context.random_ops))
 
 
 class RandomCheck:
@@ -47,9 +47,9 @@ class RandomCheck:
     name = "random"
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         # a random program reaches its compile only with random="shapes" (NotRandomCheck)
-        return bool(plan.random_ops)
+        return bool(context.random_ops)
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True

@@ -20,7 +20,7 @@ class SignatureCheck:
     name = "signature"
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return plan.mutates is not None or plan.mutated_buffers is not None
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:

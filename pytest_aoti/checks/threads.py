@@ -36,8 +36,8 @@ class ThreadsCheck:
     name = "threads"
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
-        return bool(plan.options.threads > 1) and not plan.random_ops
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        return bool(plan.options.threads > 1) and not context.random_ops
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
@@ -47,7 +47,7 @@ class ThreadsCheck:
             plan.module,
             *plan.input_sets[0],
             threads=plan.options.threads,
-            calls=plan.calls,
+            calls=context.calls,
             tolerance=plan.tolerance,
         )
         return Outcome(stats=tuple(stats))

@@ -44,9 +44,11 @@ class TimingCheck:
     """
 
     name = "timing"
+    figures = ("engine_seconds", "eager_seconds", "load", "profile", "measure_error")
+    """The figures its outcome reports (the :class:`~pytest_aoti.CheckResult`'s names)."""
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:

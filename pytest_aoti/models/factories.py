@@ -33,8 +33,8 @@ class ModelCase:
 def check_keywords() -> frozenset[str]:
     """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: what the
     call checks and every option row's keyword (``**options``)."""
-    from pytest_aoti.calls import CALL_ARGUMENTS
     from pytest_aoti.options.table import keyword_options
+    from pytest_aoti.run.resolve import CALL_ARGUMENTS
 
     return frozenset((*CALL_ARGUMENTS, *keyword_options()))
 

@@ -1,4 +1,4 @@
-"""The session's side of one test's tester (:class:`~pytest_aoti.tester.CheckEvents`):
+"""The session's side of one test's tester (:class:`~pytest_aoti.run.runner.CheckEvents`):
 records, JUnit properties, repro bundles, the ``pytest_aoti_check_done`` hook."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pytest
     import torch
 
-    from pytest_aoti.checks.base import CheckPlan, CheckResult
+    from pytest_aoti.checks.base import CheckContext, CheckResult
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.reports.collector import ReportCollector
@@ -102,7 +102,7 @@ class ItemEvents:
         program: AotiProgram,
         result: CheckResult | None,
         error: AotiCheckError | None,
-        plan: CheckPlan,
+        context: CheckContext,
         seconds: float,
     ) -> None:
         self._used(program)
@@ -115,7 +115,7 @@ class ItemEvents:
             compile_seconds=program.seconds_compiled_here,
             original_compile_seconds=program.compile_seconds,
             outcome="passed" if error is None else "failed",
-            calls=plan.calls,
+            calls=context.calls,
             check_seconds=seconds,
         )
         if result is not None:

@@ -185,11 +185,13 @@ class ProbesCheck:
     declared, one the engine refuses with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
 
     name = "probes"
+    figures = ("probes",)
+    """The figures its outcome reports (the :class:`~pytest_aoti.CheckResult`'s names)."""
     phase: Phase = "engine"
 
-    def applies(self, plan: CheckPlan) -> bool:
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         # a random program's values cannot match eager on any variant
-        return plan.options.probes != "off" and not plan.random_ops
+        return plan.options.probes != "off" and not context.random_ops
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True

@@ -6,58 +6,29 @@ value), ``mutated_buffers=`` (a set, list or tuple of names), ``calls=``,
 ``dynamic_shapes``, every option keyword (through :mod:`pytest_aoti.options.resolve`) and
 the merged inductor configs; a mistake is an ``AotiUsageError`` at the user's line that
 costs no compile. It then moves the module and the input sets to the device, once, and
-returns one :class:`ResolvedCall` that compiling and the checks' plan both read.
+returns the call's one :class:`~pytest_aoti.checks.base.CheckPlan`, which compiling and
+every check read.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.base import CheckPlan
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options.resolve import call_options
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.checks.base import InputSet
-    from pytest_aoti.options.check_options import CheckOptions
     from pytest_aoti.options.defaults import CheckDefaults
-    from pytest_aoti.tolerance import Tolerance
 
 
 CALL_ARGUMENTS = ("mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes")
 """The keywords of ``aoti.check`` that say what the call checks, besides module, args and
 kwargs; its other keywords are options (rows with ``keyword=True``)."""
-
-
-@dataclass(frozen=True)
-class ResolvedCall:
-    """One call, checked and on its device: what compiling and the checks read."""
-
-    module: torch.nn.Module
-    """The module on the device (a moved copy where it was elsewhere: never the caller's,
-    moved)."""
-    input_sets: list[InputSet]
-    """The example, then each sample, on the device."""
-    options: CheckOptions
-    tolerance: Tolerance
-    inductor_configs: dict[str, Any]
-    """Merged: the ini file's, the hook's, the marker's, the call's; checked by Inductor."""
-    export_kwargs: dict[str, Any]
-    dynamic_shapes: Any = None
-    """The call's spec; ``"auto"`` until the tester infers it."""
-    mutates: Mapping[str, Any] | None = None
-    mutated_buffers: Iterable[str] | None = None
-    calls: int | None = None
-    """The call's ``calls=``; None: the tester chooses."""
-
-    @property
-    def expect_at(self) -> int:
-        """The call after which ``mutates`` values are checked."""
-        return self.calls if self.calls is not None else 1
 
 
 def resolve_call(
@@ -73,7 +44,7 @@ def resolve_call(
     mutated_buffers: Any = None,
     calls: Any = None,
     options: Mapping[str, Any] | None = None,
-) -> ResolvedCall:
+) -> CheckPlan:
     """Check what a call says and move it to ``device`` (see the module's docstring)."""
     __tracebackhide__ = True
     from pytest_aoti.compiling.configs import check_inductor_configs
@@ -90,7 +61,7 @@ def resolve_call(
         check_dynamic_shapes_mode(dynamic_shapes, checked)
     resolved = call_options(defaults, options or {})
     check_inductor_configs(resolved.inductor_configs)
-    return ResolvedCall(
+    return CheckPlan(
         module=module_on_device(module, device),
         input_sets=[inputs_on_device(set_args, kwargs, device) for set_args in (args, *checked)],
         options=resolved.options,
