@@ -20,15 +20,8 @@ import torch
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.findings import Figures
 
-# assert_close's defaults, for torch versions that move or drop the private helper.
-_FALLBACK_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-    torch.complex64: (1.3e-6, 1e-5),
-    torch.complex128: (1e-7, 1e-7),
-}
+# assert_close's defaults per dtype (the one table, which the repro bundle's script uses too)
+from pytest_aoti.repro_script import default_tolerance as default_tolerance
 
 # same() uses tol=1e-4 and adds tol / 10 so that near-exact results are not judged by
 # the ratio of two tiny RMSEs.
@@ -119,16 +112,6 @@ class LeafStats:
     above 1 only where the fp64 check accepted it)."""
     rescued_by_fp64: bool = False
     """Beyond the tolerance, and passed by the fp64 rule."""
-
-
-def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """``assert_close``'s ``(rtol, atol)`` for ``dtype``."""
-    try:
-        from torch.testing._comparison import default_tolerances
-    except ImportError:
-        return _FALLBACK_TOLERANCES.get(dtype, (0.0, 0.0))
-    rtol, atol = default_tolerances(dtype)
-    return float(rtol), float(atol)
 
 
 class NoReference(Exception):

@@ -6,6 +6,7 @@ subprocess from a directory outside the repository, as a compiler engineer would
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -20,13 +21,21 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_aoti import repro_script
 from pytest_aoti.compiling.pipeline import (
     compile_package,
     decompose,
     export_module,
     quiet_torch_deprecations,
 )
-from pytest_aoti.triage.repro import MAX_NAME_LENGTH, REPRO_SCRIPT, bundle_dir_name, write_bundle
+from pytest_aoti.triage.repro import (
+    MAX_NAME_LENGTH,
+    REPRO_SCRIPT_FILE,
+    bundle_dir_name,
+    write_bundle,
+)
+
+REPRO_SCRIPT = REPRO_SCRIPT_FILE.read_text(encoding="utf-8")
 
 
 def example() -> torch.Tensor:
@@ -272,12 +281,12 @@ def test_the_replay_runs_with_the_interpreters_flags(
     script = copy_bundle(off_bundle, tmp_path)
     text = script.read_text()
     show = (
-        "def replay_bundle():\n"
+        "def replay_bundle() -> int:\n"
         "    print('child flags', sys.flags.isolated, sys.flags.dont_write_bytecode, "
         "sys.flags.optimize)\n"
         "    return 0\n"
     )
-    script.write_text(text.replace("def replay_bundle():\n", show, 1))
+    script.write_text(text.replace("def replay_bundle() -> int:\n", show, 1))
     result = subprocess.run(
         [sys.executable, "-I", "-B", "-O", str(script)],
         cwd=elsewhere,
@@ -309,13 +318,13 @@ def test_death_by_a_signal_is_reported(off_bundle: Path, tmp_path: Path, elsewhe
     script = copy_bundle(off_bundle, tmp_path)
     text = script.read_text()
     crash = (
-        "def replay_bundle():\n"
+        "def replay_bundle() -> int:\n"
         "    import os, tempfile\n"
         "    tempfile.mkdtemp(prefix='repro-buffers-', dir=os.environ.get("
         "'PYTEST_AOTI_REPRO_SCRATCH'))\n"
         "    os.kill(os.getpid(), signal.SIGSEGV)\n"
     )
-    script.write_text(text.replace("def replay_bundle():\n", crash, 1))
+    script.write_text(text.replace("def replay_bundle() -> int:\n", crash, 1))
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     result = subprocess.run(
@@ -354,6 +363,57 @@ def test_script_needs_only_torch(off_bundle: Path, elsewhere: Path) -> None:
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "REPRODUCED" in result.stdout
+
+
+def test_a_bundles_script_is_the_module_file_byte_for_byte(tmp_path: Path) -> None:
+    """No compile: the package file is a stand-in, copied like any."""
+    with quiet_torch_deprecations():
+        exported = export_module(TimesThree(), (example(),), {})
+    package = tmp_path / "model.pt2"
+    package.write_bytes(b"not compiled: write_bundle only copies it")
+    script = bundle(tmp_path / "bundle", Compiled(exported, package), TimesThree())
+    assert script.name == "repro.py"
+    assert script.read_bytes() == Path(repro_script.__file__).read_bytes()
+
+
+def test_the_one_tolerance_table_is_assert_closes() -> None:
+    """The table the bundle and the check fall back on where torch's private helper moves:
+    assert_close's own defaults, complex32 and the quantized dtypes included."""
+    comparison = pytest.importorskip("torch.testing._comparison")
+    precisions = getattr(comparison, "_DTYPE_PRECISIONS", None)
+    if precisions is None:
+        pytest.skip("this torch keeps assert_close's defaults elsewhere")
+    by_name = {str(dtype).removeprefix("torch."): value for dtype, value in precisions.items()}
+    assert repro_script.DEFAULT_TOLERANCES == by_name
+    for dtype in precisions:
+        assert repro_script.default_tolerance(dtype) == precisions[dtype]
+
+
+def test_the_script_module_imports_torch_and_the_standard_library_only() -> None:
+    """Every import of the module, at its top or in a function, and every module it names
+    to importlib: none of pytest_aoti (it runs where only torch is installed)."""
+    source = Path(repro_script.__file__).read_text(encoding="utf-8")
+    imported: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"a relative import at line {node.lineno}"
+            imported.append((node.module or "", node.lineno))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and getattr(node.func, "attr", getattr(node.func, "id", ""))
+            in ("import_module", "find_spec", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            imported.append((node.args[0].value, node.lineno))
+    tops = {name.partition(".")[0]: line for name, line in imported}
+    assert "pytest_aoti" not in tops, f"imports pytest_aoti at line {tops['pytest_aoti']}"
+    assert "torch" in tops
+    assert set(tops) - {"torch"} <= sys.stdlib_module_names, tops
 
 
 @pytest.mark.parametrize(
@@ -410,10 +470,8 @@ def test_bundle_dir_name_keeps_ids_apart() -> None:
 
 @pytest.fixture(scope="module")
 def script() -> dict[str, Any]:
-    """The functions of repro.py, executed as a module rather than as __main__."""
-    namespace: dict[str, Any] = {"__name__": "repro", "__file__": "repro.py"}
-    exec(compile(REPRO_SCRIPT, "repro.py", "exec"), namespace)
-    return namespace
+    """The functions of repro.py, imported as the package's module rather than run as __main__."""
+    return vars(repro_script)
 
 
 def test_script_compares_each_kind_of_leaf(script: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ produced, and ``repro.py``, which replays the engine (and the exported and decom
 programs) against eager's saved results without pytest, pytest-aoti or the model's own
 library (programs and results are saved flat, see :mod:`pytest_aoti.triage.flat`). It is
 meant for whoever fixes the compiler, on a machine that has only torch. Only failures that
-``repro.py`` can reproduce get one (:func:`reproduces`).
+``repro.py`` can reproduce get one (:func:`reproduces`). ``repro.py`` is the module
+:mod:`pytest_aoti.repro_script`, copied as it is (:data:`REPRO_SCRIPT_FILE`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest_aoti.repro_script as repro_script
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.trees import clone_tree
-from pytest_aoti.triage.bundle_script import REPRO_SCRIPT, REPRODUCIBLE_KINDS
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
 __all__ = [
     "MAX_NAME_LENGTH",
-    "REPRO_SCRIPT",
+    "REPRODUCIBLE_KINDS",
+    "REPRO_SCRIPT_FILE",
     "bundle_dir_name",
     "reproduces",
     "write_bundle",
@@ -35,6 +37,14 @@ __all__ = [
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
+
+REPRO_SCRIPT_FILE = Path(repro_script.__file__)
+"""The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.repro_script`."""
+
+REPRODUCIBLE_KINDS = ("output", "mutated input", "untouched input", "buffer")
+"""Finding kinds ``repro.py`` reproduces: a difference between eager's saved results and the
+engine's, in an output, an input or a registered buffer the program mutates. Other failures
+(a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
 
 MAX_NAME_LENGTH = 150
 """Longest folder name :func:`bundle_dir_name` returns, hash suffix included."""
@@ -140,21 +150,12 @@ def write_bundle(
 
     if calls < 1 or len(eager_results) != calls:
         raise ValueError(f"{calls} calls need {calls} eager results, got {len(eager_results)}")
-    if directory.is_symlink() or directory.is_file():
-        directory.unlink()
-    elif directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir()
-
+    _fresh_directory(directory)
     # clones: a view of a large tensor would otherwise save the whole storage, and the
     # check ran on clones too, so no input aliases another
     inputs = clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
     where = torch.device(device) if device is not None else _device_of(exported, inputs)
-    if mutated_inputs is None:
-        with quiet_torch_deprecations():
-            signature = exported.run_decompositions().graph_signature
-        mutated_inputs = signature.user_inputs_to_mutate.values()
-    mutated_inputs = sorted(mutated_inputs)
+    mutated_inputs = sorted(_mutated_by(exported) if mutated_inputs is None else mutated_inputs)
     buffer_names = sorted(eager_buffers[0]) if eager_buffers else []
     results, output_names = flat_results(clone_tree(list(eager_results)))
     spec = exported.call_spec
@@ -181,12 +182,36 @@ def write_bundle(
     torch.save(results, directory / "eager.pt")
     if eager_buffers:
         torch.save(clone_tree(list(eager_buffers)), directory / "eager_buffers.pt")
+    return _write_programs(directory, exported, package_path)
+
+
+def _mutated_by(exported: ExportedProgram) -> Iterable[str]:
+    """The user inputs the compiled (decomposed) program mutates."""
+    with quiet_torch_deprecations():
+        signature = exported.run_decompositions().graph_signature
+    names: Iterable[str] = signature.user_inputs_to_mutate.values()
+    return names
+
+
+def _write_programs(directory: Path, exported: ExportedProgram, package_path: Path) -> Path:
+    """The package, the exported program (flat) and ``repro.py``; return ``repro.py``."""
+    import torch
+
     shutil.copyfile(package_path, directory / "package.pt2")
     with quiet_torch_deprecations():
         torch.export.save(flat_program(exported), directory / "exported.pt2")
     script = directory / "repro.py"
-    script.write_text(REPRO_SCRIPT, encoding="utf-8")
+    shutil.copyfile(REPRO_SCRIPT_FILE, script)
     return script
+
+
+def _fresh_directory(directory: Path) -> None:
+    """``directory`` created empty: an existing one (or a file there) is removed first."""
+    if directory.is_symlink() or directory.is_file():
+        directory.unlink()
+    elif directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir()
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
