@@ -19,7 +19,7 @@ import torch
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Figures, Finding
+from pytest_aoti.findings import Figures, Finding, FindingKind
 from pytest_aoti.tolerance import (
     LeafStats,
     NoReference,
@@ -49,7 +49,7 @@ class _Frame:
     context: str
     expected_name: str  # "eager", or "expected" for values the test gave
     phrase: str  # what the first line says went wrong
-    kind: str = "output"
+    kind: FindingKind = FindingKind.OUTPUT
 
     def error(
         self,
@@ -79,7 +79,7 @@ class _Frame:
 
 
 def _eager_frame(location: str, context: str) -> _Frame:
-    kind = "output" if location.startswith("output") else "mutated input"
+    kind = FindingKind.OUTPUT if location.startswith("output") else FindingKind.MUTATED_INPUT
     return _Frame(location, context, _EAGER, "differs between eager and the AOTI engine", kind)
 
 
@@ -192,7 +192,7 @@ def assert_unchanged(
         context,
         "before",
         "was modified by the AOTI engine although the program does not mutate it",
-        "untouched input",
+        FindingKind.UNTOUCHED_INPUT,
     )
     for attribute in ("shape", "dtype", "device", "layout"):
         old, new = getattr(before, attribute), getattr(after, attribute)

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from pytest_aoti.findings import FindingKind
 from pytest_aoti.frames import caller_stacklevel, pin_to_source
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class AotiCheckError(AotiError, AssertionError):
         from pytest_aoti.findings import Finding, plain_finding
 
         self.finding: Finding = (
-            finding if isinstance(finding, Finding) else plain_finding("check", finding)
+            finding if isinstance(finding, Finding) else plain_finding(FindingKind.CHECK, finding)
         )
         super().__init__(self.finding.render())
 

@@ -10,26 +10,70 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from typing import Any, Protocol
 
-KINDS = (
-    "output",  # an output differs between eager and the engine
-    "mutated input",  # an input the program mutates ends with another value than eager's
-    "untouched input",  # the engine wrote to an input the program does not mutate
-    "in-place",  # the engine moved a mutated input's storage instead of writing into it
-    "expected value",  # the engine's input differs from the value the test expected
-    "expectation",  # the test's expected value is wrong: eager does not produce it either
-    "buffer",  # a registered buffer's state differs or is not recorded by the program
-    "signature",  # the program's mutation maps differ from what the test declared
-    "aliasing",  # aliased example inputs specialized the program
-    "shape",  # a generated input shape fails
-    "threads",  # one engine shared by threads gives other results than sequential eager
-    "memory",  # an engine call allocated more device memory than max_extra_bytes
-    "random",  # the program draws random numbers: eager and the engine cannot agree
-    "eager",  # eager PyTorch itself fails on the example: nothing to compile
-    "probe",  # a deployment probe: the engine silently differs on an input the program accepts
-    "check",  # a message without structure (AotiCheckError raised with a plain string)
+
+class FindingKind(str, Enum):
+    """What a check found wrong: the ``kind`` of every :class:`Finding`. A str, so that
+    ``finding.kind == "buffer"`` holds, JSON writes ``"buffer"`` and f-strings print it."""
+
+    OUTPUT = "output"
+    """An output differs between eager and the engine."""
+    MUTATED_INPUT = "mutated input"
+    """An input the program mutates ends with another value than eager's."""
+    UNTOUCHED_INPUT = "untouched input"
+    """The engine wrote to an input the program does not mutate."""
+    IN_PLACE = "in-place"
+    """The engine moved a mutated input's storage instead of writing into it."""
+    EXPECTED_VALUE = "expected value"
+    """The engine's input differs from the value the test expected."""
+    EXPECTATION = "expectation"
+    """The test's expected value is wrong: eager does not produce it either."""
+    BUFFER = "buffer"
+    """A registered buffer's state differs or is not recorded by the program."""
+    SIGNATURE = "signature"
+    """The program's mutation maps differ from what the test declared."""
+    ALIASING = "aliasing"
+    """Aliased example inputs specialized the program."""
+    SHAPE = "shape"
+    """A generated input shape fails."""
+    THREADS = "threads"
+    """One engine shared by threads gives other results than sequential eager."""
+    MEMORY = "memory"
+    """An engine call allocated more device memory than max_extra_bytes."""
+    RANDOM = "random"
+    """The program draws random numbers: eager and the engine cannot agree."""
+    EAGER = "eager"
+    """Eager PyTorch itself fails on the example: nothing to compile."""
+    PROBE = "probe"
+    """A deployment probe: the engine silently differs on an input the program accepts."""
+    CHECK = "check"
+    """A message without structure (AotiCheckError raised with a plain string)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, format_spec: str) -> str:
+        return self.value.__format__(format_spec)
+
+
+PARITY_KINDS = frozenset(
+    {
+        FindingKind.OUTPUT,
+        FindingKind.MUTATED_INPUT,
+        FindingKind.UNTOUCHED_INPUT,
+        FindingKind.EXPECTED_VALUE,
+    }
 )
+"""Differences between eager and the engine on one input set: what stage attribution replays."""
+
+REPRODUCIBLE_KINDS = frozenset(
+    {FindingKind.OUTPUT, FindingKind.MUTATED_INPUT, FindingKind.UNTOUCHED_INPUT, FindingKind.BUFFER}
+)
+"""Finding kinds a repro bundle's ``repro.py`` reproduces: a difference between eager's saved
+results and the engine's, in an output, an input or a registered buffer the program mutates.
+Other failures (a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
 
 STAGES = {
     "eager": "eager PyTorch fails on the example",
@@ -120,8 +164,8 @@ class Figures:
 class Finding:
     """One thing a check found wrong, with everything needed to report it."""
 
-    kind: str
-    """One of :data:`KINDS`."""
+    kind: FindingKind
+    """What was found (a plain string is taken as the :class:`FindingKind` it names)."""
     location: str
     """What was compared: ``output[0]``, ``input 'x'``, ``buffer 'counter'``."""
     summary: str
@@ -169,6 +213,10 @@ class Finding:
     check: str | None = None
     """The check that failed, where another plugin added it (the ``pytest_aoti_checks``
     hook); None for the built-in checks, whose kind says which failed."""
+
+    def __post_init__(self) -> None:
+        # a kind given as its string (``"buffer"``) is the member; an unknown one raises
+        object.__setattr__(self, "kind", FindingKind(self.kind))
 
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:
         return replace(self, call=call, calls=calls, sample=sample, context=context)
@@ -222,7 +270,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": self.kind.value,
             "location": self.location,
             "message": self.headline(),
             "call": self.call,
@@ -240,11 +288,13 @@ class Finding:
         }
 
 
-def plain_finding(kind: str, message: str, location: str = "", **fields: Any) -> Finding:
+def plain_finding(
+    kind: FindingKind | str, message: str, location: str = "", **fields: Any
+) -> Finding:
     """A finding whose text is a written message: its first line, then detail lines."""
     first, *rest = message.splitlines() or [""]
     return Finding(
-        kind=kind,
+        kind=FindingKind(kind),
         location=location,
         summary="",
         message=first,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Stats
 from pytest_aoti.checks.parity import InputRun, sample_label
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import FindingKind
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -67,7 +68,7 @@ def _specialized(error: AotiCheckError, aliased: list[list[str]]) -> AotiCheckEr
     return error.amended(
         replace(
             finding,
-            kind="aliasing",
+            kind=FindingKind.ALIASING,
             lead=f"aliased example inputs ({described} share storage)",
             notes=(
                 *finding.notes,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding
+from pytest_aoti.findings import Finding, FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,7 @@ def eager_finding(error: BaseException) -> Finding:
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     frame = source_frame(error)
     return Finding(
-        kind="eager",
+        kind=FindingKind.EAGER,
         location="the module",
         phrase="raised on the example inputs",
         summary=f"{type(error).__name__}: {first}" if first else type(error).__name__,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Triage
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -342,7 +343,7 @@ def _report(
         from pytest_aoti.findings import Finding
 
         return Finding(
-            kind="shape",
+            kind=FindingKind.SHAPE,
             location="",
             summary="",
             message=f"{what} refused by the exported program: {described}",
@@ -355,7 +356,7 @@ def _report(
         inner = error.finding
         return replace(
             inner,
-            kind="shape",
+            kind=FindingKind.SHAPE,
             message=headline,
             details=(
                 *shape_lines,

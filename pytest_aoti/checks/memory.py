@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, RecordPart
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding
+from pytest_aoti.findings import Finding, FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +94,7 @@ def _assert_extra_bytes(memory: PeakMemory, plan: Any, program: Any) -> None:
     mutated = sorted(program.mutated_inputs)
     raise AotiCheckError(
         Finding(
-            kind="memory",
+            kind=FindingKind.MEMORY,
             location="the engine call",
             phrase=f"allocated {memory.peak_bytes:,} bytes of {memory.device} memory",
             summary=f"more than max_extra_bytes={limit:,}",

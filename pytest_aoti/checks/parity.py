@@ -31,7 +31,7 @@ from pytest_aoti.compare import (
     compare_trees,
 )
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding
+from pytest_aoti.findings import PARITY_KINDS, Finding, FindingKind
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
@@ -353,7 +353,7 @@ class InputRun:
         names = ", ".join(repr(name) for name in sorted(buffers))
         return replace(
             finding,
-            kind="buffer",
+            kind=FindingKind.BUFFER,
             lead=f"buffer state diverges ({names})",
             details=(
                 f"the program mutates registered buffer{'s' if len(buffers) > 1 else ''} "
@@ -378,10 +378,6 @@ class InputRun:
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
-
-
-PARITY_KINDS = frozenset({"output", "mutated input", "untouched input", "expected value"})
-"""Finding kinds of a parity difference: what stage attribution looks into."""
 
 
 class _EagerState:
@@ -441,7 +437,7 @@ def _unrecorded_buffers(names: list[str], program: AotiProgram, context: str) ->
     recorded = ", ".join(repr(name) for name in sorted(program.mutated_buffers)) or "none"
     plural = len(names) > 1
     return Finding(
-        kind="buffer",
+        kind=FindingKind.BUFFER,
         location=f"buffer{'s' if plural else ''} {listed}",
         phrase="changed in eager but not recorded as mutated by the program",
         summary="the engine keeps the exported value, so every later call is wrong",
@@ -459,7 +455,7 @@ def _unrecorded_buffers(names: list[str], program: AotiProgram, context: str) ->
 
 def _unrecorded_input(name: str, context: str) -> Finding:
     return Finding(
-        kind="mutated input",
+        kind=FindingKind.MUTATED_INPUT,
         location=f"input '{name}'",
         phrase="was written by eager but the program does not record it as mutated",
         summary="export lost the write, so the engine leaves the caller's tensor unchanged",
@@ -491,14 +487,14 @@ def _expectation_or(
         return error.amended(
             replace(
                 eager_error.finding,
-                kind="expectation",
+                kind=FindingKind.EXPECTATION,
                 phrase="has a wrong expected value in mutates=: eager PyTorch does not "
                 "produce it either",
                 actual_name="eager",
                 notes=("eager and the AOTI engine agree: the expectation is what is wrong",),
             )
         )
-    return error.amended(replace(error.finding, kind="expected value"))
+    return error.amended(replace(error.finding, kind=FindingKind.EXPECTED_VALUE))
 
 
 def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context: str) -> None:
@@ -506,7 +502,7 @@ def _assert_in_place(tensor: torch.Tensor, address: int, location: str, context:
     if tensor.data_ptr() != address:
         raise AotiCheckError(
             Finding(
-                kind="in-place",
+                kind=FindingKind.IN_PLACE,
                 location=location,
                 phrase="was not updated in place by the AOTI engine",
                 summary="its storage moved, so callers holding the tensor would see stale values",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding
+from pytest_aoti.findings import Finding, FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -67,7 +67,7 @@ def random_finding(ops: Sequence[RandomOp]) -> Finding:
     """The failure of a check whose program draws random numbers."""
     names = ", ".join(sorted({op.op for op in ops}))
     return Finding(
-        kind="random",
+        kind=FindingKind.RANDOM,
         location="the program",
         phrase=f"draws random numbers ({names})",
         summary="eager and the AOTI engine draw different ones, so their outputs cannot be "
@@ -127,7 +127,7 @@ def check_shapes_only(
                     if getattr(want, attribute) != getattr(got, attribute):
                         raise AotiCheckError(
                             Finding(
-                                kind="random",
+                                kind=FindingKind.RANDOM,
                                 location=location,
                                 attribute=attribute,
                                 context=context,

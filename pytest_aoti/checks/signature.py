@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import plain_finding
+from pytest_aoti.findings import FindingKind, plain_finding
 
 
 class SignatureCheck:
@@ -35,7 +35,7 @@ class SignatureCheck:
                 inputs = ", ".join(program.signature.user_inputs) or "none"
                 raise AotiCheckError(
                     plain_finding(
-                        "signature",
+                        FindingKind.SIGNATURE,
                         f"mutated inputs differ: expected {names(expected)}, "
                         f"the program mutates {names(actual)}\n"
                         f"inputs of the program: {inputs}",
@@ -49,7 +49,7 @@ class SignatureCheck:
             if expected != actual:
                 raise AotiCheckError(
                     plain_finding(
-                        "signature",
+                        FindingKind.SIGNATURE,
                         f"mutated buffers differ: expected {names(expected)}, "
                         f"the program mutates {names(actual)}",
                         location="mutated buffers",

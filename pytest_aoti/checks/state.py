@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compare import compare_leaf
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import FindingKind
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree
@@ -181,7 +182,7 @@ def _buffer_error(error: AotiCheckError, name: str) -> AotiCheckError:
     return error.amended(
         replace(
             finding,
-            kind="buffer",
+            kind=FindingKind.BUFFER,
             details=(*finding.details, _read_back_detail()),
             extra={**finding.extra, "buffers": [name]},
         )

@@ -16,7 +16,7 @@ from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.checks.side_by_side import CallRecord, call_history
 from pytest_aoti.compare import compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding
+from pytest_aoti.findings import Finding, FindingKind
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.trees import clone_tree
 
@@ -97,7 +97,9 @@ def check_threads(
     if isinstance(difference, AotiCheckError):
         raise difference
     if isinstance(difference, str):
-        raise AotiCheckError(Finding(kind="threads", location="", summary="", message=difference))
+        raise AotiCheckError(
+            Finding(kind=FindingKind.THREADS, location="", summary="", message=difference)
+        )
     return [
         (f"thread {index + 1}", leaf) for index, leaf in _all_stats(expected, results, tolerance)
     ]
@@ -199,7 +201,7 @@ def _unsafe_state(
     else:
         seen = "this run happened to match eager; the race is there all the same"
     return Finding(
-        kind="threads",
+        kind=FindingKind.THREADS,
         location=f"buffer{'s' if len(buffers) > 1 else ''} {names}",
         phrase=f"make{'' if len(buffers) > 1 else 's'} the program not thread-safe",
         summary=f"one engine serving {threads} threads shares this state between them",

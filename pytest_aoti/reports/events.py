@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_aoti.findings import FindingKind
 from pytest_aoti.reports.junit import check_properties, compile_properties
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
@@ -133,7 +134,9 @@ class ItemEvents:
             self._item.user_properties.extend(result.record.properties)
         if error is not None:
             record.finding = error.finding.to_json()
-            if error.finding.kind == "probe":  # probes="fail": the outcomes that failed it
+            if (
+                error.finding.kind == FindingKind.PROBE
+            ):  # probes="fail": the outcomes that failed it
                 record.probes = list(error.finding.extra.get("probes", []))
                 record.probes_cached = bool(error.finding.extra.get("probes_cached"))
             figures = error.finding.figures

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.checks.parity import PARITY_KINDS
 from pytest_aoti.checks.side_by_side import call_history, eager_module
+from pytest_aoti.findings import PARITY_KINDS, FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +96,7 @@ class Attribution:
     def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:
         """``finding`` with the stage that introduced the difference, and its node."""
         # a "buffer" finding that comes here is a parity finding named after its buffers
-        if finding.stage is not None or finding.kind not in {*PARITY_KINDS, "buffer"}:
+        if finding.stage is not None or finding.kind not in {*PARITY_KINDS, FindingKind.BUFFER}:
             return finding
         program = run.program
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_aoti.findings import FindingKind
+
 if TYPE_CHECKING:
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
@@ -37,7 +39,8 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
         # only a buffer finding needs the buffers read back (torch's private runner);
         # any other replays through the package's own loader
         eager_results, eager_buffers = replay.eager_run(
-            program, buffers=bool(program.mutated_buffers) and error.finding.kind == "buffer"
+            program,
+            buffers=bool(program.mutated_buffers) and error.finding.kind == FindingKind.BUFFER,
         )
         script = write_bundle(
             directory,

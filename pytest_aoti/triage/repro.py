@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest_aoti.repro_script as repro_script
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.findings import REPRODUCIBLE_KINDS, FindingKind
 from pytest_aoti.trees import clone_tree
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
 __all__ = [
     "MAX_NAME_LENGTH",
-    "REPRODUCIBLE_KINDS",
     "REPRO_SCRIPT_FILE",
     "bundle_dir_name",
     "reproduces",
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 REPRO_SCRIPT_FILE = Path(repro_script.__file__)
 """The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.repro_script`."""
 
-REPRODUCIBLE_KINDS = ("output", "mutated input", "untouched input", "buffer")
-"""Finding kinds ``repro.py`` reproduces: a difference between eager's saved results and the
-engine's, in an output, an input or a registered buffer the program mutates. Other failures
-(a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
 
 MAX_NAME_LENGTH = 150
 """Longest folder name :func:`bundle_dir_name` returns, hash suffix included."""
@@ -81,7 +77,7 @@ def reproduces(
     mutated_buffers: Iterable[str] = (),
 ) -> dict[str, str] | None:
     """The ``{"kind", "location"}`` that ``repro.py`` would reproduce for a finding, or None
-    where it cannot reproduce that kind of failure (see ``REPRODUCIBLE_KINDS``).
+    where it cannot reproduce that kind of failure (see :data:`~pytest_aoti.findings.REPRODUCIBLE_KINDS`).
 
     A failure found on a generated shape reproduces as the difference found on it; a
     deployment probe's as a difference of any output on the variant input it holds; a
@@ -92,16 +88,17 @@ def reproduces(
     """
     kind = str(finding_json.get("kind", ""))
     location = str(finding_json.get("location") or "")
-    if kind == "shape":
+    if kind == FindingKind.SHAPE:
         kind = str((finding_json.get("extra") or {}).get("inner_kind", ""))
-    if kind == "probe":  # the bundle holds the variant input: some output differs on it
-        return {"kind": "output", "location": ""}
-    if kind == "buffer" and location.startswith("output"):
-        kind = "output"
-    elif kind == "buffer" and location.startswith("input '"):
+    if kind == FindingKind.PROBE:  # the bundle holds the variant input: some output differs on it
+        return {"kind": FindingKind.OUTPUT.value, "location": ""}
+    if kind == FindingKind.BUFFER and location.startswith("output"):
+        kind = FindingKind.OUTPUT.value
+    elif kind == FindingKind.BUFFER and location.startswith("input '"):
         name = location.removeprefix("input '").removesuffix("'")
-        kind = "mutated input" if name in set(mutated_inputs) else "untouched input"
-    elif kind == "buffer":
+        mutated = name in set(mutated_inputs)
+        kind = (FindingKind.MUTATED_INPUT if mutated else FindingKind.UNTOUCHED_INPUT).value
+    elif kind == FindingKind.BUFFER:
         name = location.removeprefix("buffer '").removesuffix("'")
         if not location.startswith("buffer '") or name not in set(mutated_buffers):
             return None

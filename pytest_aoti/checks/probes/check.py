@@ -49,6 +49,7 @@ from pytest_aoti.checks.base import (
 from pytest_aoti.checks.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
 from pytest_aoti.checks.probes.variants import Variant, check_skip, choose_variants
 from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import FindingKind
 
 if TYPE_CHECKING:
     import torch
@@ -525,7 +526,7 @@ def probe_failure(
     remedies = list(dict.fromkeys(f"remedy ({item.variant}): {item.remedy}" for item in wrong))
     error = AotiCheckError(
         Finding(
-            kind="probe",
+            kind=FindingKind.PROBE,
             location=f"input '{first.input}'",
             message=(
                 f"deployment probe: the engine silently differs from eager on "
