@@ -9,7 +9,7 @@ caller's tensors are never touched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,86 +88,108 @@ def choose_variants(
     leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), _ordered_kwargs(exported, kwargs))))
     if len(leaves) != len(names):
         return []
+    maker = _VariantMaker(names, leaves, spec, skip)
     dims = _exported_dims(exported)
-
-    def skipped(name: str, kind: str) -> bool:
-        return kind in skip.get(name, frozenset()) or kind in skip.get("*", frozenset())
-
-    def make(changes: Mapping[int, Any], name: str, variant: str, kind: str, **extra: Any) -> None:
-        fresh = [changes.get(index, leaf) for index, leaf in enumerate(leaves)]
-        new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)
-        variants.append(Variant(name, variant, kind, tuple(new_args), dict(new_kwargs), **extra))
-
-    example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
-    example = (tuple(example_args), dict(example_kwargs))
-
-    variants: list[Variant] = []
     for index, (name, leaf) in enumerate(zip(names, leaves)):
         if isinstance(leaf, torch.Tensor):
-            if leaf.layout != torch.strided or leaf.numel() < 2:
-                continue
-            for kind, tensor in _layouts(leaf):
-                if not skipped(name, kind):
-                    make({index: tensor}, name, kind, kind)
-            if not skipped(name, "size"):
-                for label, tensor, risky in _sizes(leaf, dims.get(name, ())):
-                    make({index: tensor}, name, label, "size", risky=risky)
-            if not skipped(name, "dtype"):
-                for dtype, risky in _dtypes(leaf):
-                    label = f"dtype={str(dtype).removeprefix('torch.')}"
-                    make(
-                        {index: leaf.to(dtype)},
-                        name,
-                        label,
-                        "dtype",
-                        outside_contract=True,
-                        risky=risky,
-                    )
-            if not skipped(name, "device"):
-                for device in _devices(leaf):
-                    make(
-                        {index: leaf.to(device)},
-                        name,
-                        f"device={device}",
-                        "device",
-                        outside_contract=True,
-                        risky=True,
-                        eager_inputs=example,
-                    )
-        elif isinstance(leaf, (int, float)) and not skipped(name, "scalar"):
+            if leaf.layout == torch.strided and leaf.numel() >= 2:
+                maker.tensor_variants(index, name, leaf, dims.get(name, ()))
+        elif isinstance(leaf, (int, float)) and not maker.skipped(name, "scalar"):
             new = (not leaf) if isinstance(leaf, bool) else leaf + 1
-            make({index: new}, name, f"value={new!r}", "scalar")
-
-    mutated = program.mutated_inputs
+            maker.make({index: new}, name, f"value={new!r}", "scalar")
     # aliased *example* inputs are the aliasing check's: never both report an input set
-    if mutated and not aliased_inputs(exported, args, kwargs):
+    if program.mutated_inputs and not aliased_inputs(exported, args, kwargs):
+        maker.aliasing_variants(program.mutated_inputs)
+    return maker.variants
+
+
+class _VariantMaker:
+    """The variants of one example, each a copy of its flat inputs with some leaves changed."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        leaves: list[Any],
+        spec: Any,
+        skip: Mapping[str, frozenset[str]],
+    ) -> None:
+        import torch.utils._pytree as pytree
+
+        self.names, self.leaves, self.spec, self.skip = names, leaves, spec, skip
+        example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
+        self.example = (tuple(example_args), dict(example_kwargs))
+        self.variants: list[Variant] = []
+
+    def skipped(self, name: str, kind: str) -> bool:
+        return kind in self.skip.get(name, frozenset()) or kind in self.skip.get("*", frozenset())
+
+    def make(
+        self, changes: Mapping[int, Any], name: str, variant: str, kind: str, **extra: Any
+    ) -> None:
+        import torch.utils._pytree as pytree
+
+        fresh = [changes.get(index, leaf) for index, leaf in enumerate(self.leaves)]
+        new_args, new_kwargs = pytree.tree_unflatten(fresh, self.spec)
+        self.variants.append(
+            Variant(name, variant, kind, tuple(new_args), dict(new_kwargs), **extra)
+        )
+
+    def tensor_variants(self, index: int, name: str, leaf: torch.Tensor, dims: Any) -> None:
+        """Layouts, sizes, dtypes and devices of one tensor input."""
+        for kind, tensor in _layouts(leaf):
+            if not self.skipped(name, kind):
+                self.make({index: tensor}, name, kind, kind)
+        if not self.skipped(name, "size"):
+            for label, tensor, risky in _sizes(leaf, dims):
+                self.make({index: tensor}, name, label, "size", risky=risky)
+        if not self.skipped(name, "dtype"):
+            for dtype, risky in _dtypes(leaf):
+                label = f"dtype={str(dtype).removeprefix('torch.')}"
+                changes = {index: leaf.to(dtype)}
+                self.make(changes, name, label, "dtype", outside_contract=True, risky=risky)
+        if not self.skipped(name, "device"):
+            for device in _devices(leaf):
+                self.make(
+                    {index: leaf.to(device)},
+                    name,
+                    f"device={device}",
+                    "device",
+                    outside_contract=True,
+                    risky=True,
+                    eager_inputs=self.example,
+                )
+
+    def aliasing_variants(self, mutated: Iterable[str]) -> None:
+        """Each mutated input sharing storage with one other input of its shape and dtype:
+        the same tensor, and overlapping views."""
+        import torch
+
         tensors = {
             name: (index, leaf)
-            for index, (name, leaf) in enumerate(zip(names, leaves))
+            for index, (name, leaf) in enumerate(zip(self.names, self.leaves))
             if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.dim()
         }
-        for target in sorted(mutated & set(tensors)):
+        for target in sorted(set(mutated) & set(tensors)):
             t_index, t_leaf = tensors[target]
             for other, (o_index, o_leaf) in tensors.items():
-                if other == target or skipped(target, "aliased") or skipped(other, "aliased"):
+                if (
+                    other == target
+                    or self.skipped(target, "aliased")
+                    or self.skipped(other, "aliased")
+                ):
                     continue
                 if o_leaf.shape != t_leaf.shape or o_leaf.dtype != t_leaf.dtype:
                     continue
                 label = f"{target}, {other}"
                 shared = t_leaf.clone()
-                make({t_index: shared, o_index: shared}, label, "same tensor", "aliased")
+                self.make({t_index: shared, o_index: shared}, label, "same tensor", "aliased")
                 rows = t_leaf.shape[0]
                 if rows >= 2:
                     shift = max(1, rows // 2)
                     base = torch.cat([t_leaf, o_leaf[rows - shift :]])
-                    make(
-                        {t_index: base[:rows], o_index: base[shift : shift + rows]},
-                        label,
-                        "overlapping views",
-                        "aliased",
-                    )
+                    views = {t_index: base[:rows], o_index: base[shift : shift + rows]}
+                    self.make(views, label, "overlapping views", "aliased")
                 break  # one partner per mutated input is enough
-    return variants
 
 
 def _layouts(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
