@@ -381,3 +381,47 @@ def test_the_parts_table_names_every_module_and_only_real_ones() -> None:
     }
     assert named - modules == set(), "the page names modules that do not exist"
     assert modules - named == set(), "modules missing from the page's parts table"
+
+
+MAX_FUNCTION_LINES = 80
+"""A function longer than this, counted from ``def`` to its last line, does more than one
+thing: split it."""
+
+MAX_STRING_LINES = 40
+"""A string literal longer than this (a docstring aside) is a file in disguise, out of sight
+of lint and types: make it a module or a data file."""
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of ``tree``'s module, classes and functions."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            assert isinstance(body, list)
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+        # attribute docstrings: a string statement right after an assignment
+        if isinstance(body, list):
+            for before, after in zip(body, body[1:]):
+                if isinstance(before, (ast.Assign, ast.AnnAssign)) and isinstance(after, ast.Expr):
+                    found.add(id(after.value))
+    return found
+
+
+def test_no_function_or_string_literal_is_over_its_limit() -> None:
+    long_functions, long_strings = [], []
+    for name, path in package_modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{describe(name)}:{node.name} ({lines})")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_STRING_LINES and id(node) not in docstrings:
+                    long_strings.append(f"{describe(name)} line {node.lineno} ({lines})")
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+    assert not long_strings, f"string literals over {MAX_STRING_LINES} lines: {long_strings}"

@@ -112,8 +112,26 @@ def localize(
     if len(first) == len(names):
         return Localization(outcome.finding(hit, tolerance), "", 1)
 
-    # Round 1 saw only a sample: look again at the unseen nodes the failing one depends on
-    # that no matching sampled node depends on, the only ones where it can have started.
+    return _narrowed(
+        decomposed, flat, names, first, hit, outcome, compile_engine, calls, tolerance, limit
+    )
+
+
+def _narrowed(
+    decomposed: ExportedProgram,
+    flat: Any,
+    names: list[str],
+    first: list[int],
+    hit: int,
+    outcome: InstrumentedRound,
+    compile_engine: CompileEngine,
+    calls: int,
+    tolerance: Tolerance,
+    limit: int,
+) -> Localization:
+    """Round 1 saw only a sample of the nodes: look again at the unseen nodes the failing one
+    depends on that no matching sampled node depends on, the only ones where it can have
+    started (a second instrumented compile)."""
     failing = first[hit]
     matched = [names[i] for i in first[:hit]]
     try:
