@@ -231,6 +231,7 @@ BAD_KEYWORDS = {
     "probes_skip": "{'x': {'no_such_variant'}}",
     "threads": "0",
     "max_extra_bytes": "-5",
+    "training": "'yes'",
 }
 """A bad value of every marker and ``aoti.check`` keyword."""
 

@@ -73,6 +73,8 @@ class CheckPlan:
     """Every per-check option's value for this check."""
     export_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """``torch.export.export`` options: the hook's and the variant's, then ``strict``."""
+    notes: tuple[str, ...] = ()
+    """What resolving the call noted without failing (a ``torch.compile``'d module unwrapped)."""
 
     @property
     def expect_at(self) -> int:

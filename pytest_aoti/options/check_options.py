@@ -146,6 +146,14 @@ class CheckOptions:
         check=check_bytes,
         keyword=True,
     )
+    training: bool = per_check(
+        False,
+        "Check a module left in training mode on purpose: its BatchNorm-like layers update "
+        "their running statistics on every call. False refuses such a module before any "
+        "export, with the hint to call model.eval(). Default: False.",
+        check=check_switch,
+        keyword=True,
+    )
 
 
 # Other modules list and build options through these functions (and ``table.rows()``), so

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.checks.base import CheckPlan
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options.resolve import call_options
+from pytest_aoti.run.intake import check_inference_mode, module_handed_in
 
 if TYPE_CHECKING:
     import torch
@@ -49,6 +50,7 @@ def resolve_call(
     __tracebackhide__ = True
     from pytest_aoti.compiling.configs import check_inductor_configs
 
+    module, notes = module_handed_in(module)
     check_module_and_inputs(module, args, kwargs)
     kwargs = dict(kwargs or {})
     checked = checked_samples(samples, dynamic_shapes)
@@ -61,6 +63,8 @@ def resolve_call(
         check_dynamic_shapes_mode(dynamic_shapes, checked)
     resolved = call_options(defaults, options or {})
     check_inductor_configs(resolved.inductor_configs)
+    if not resolved.options.training:
+        check_inference_mode(module)
     return CheckPlan(
         module=module_on_device(module, device),
         input_sets=[inputs_on_device(set_args, kwargs, device) for set_args in (args, *checked)],
@@ -72,6 +76,7 @@ def resolve_call(
         mutates=mutates,
         mutated_buffers=mutated_buffers,
         calls=calls,
+        notes=notes,
     )
 
 
@@ -125,13 +130,7 @@ def _same_device(actual: torch.device, wanted: torch.device) -> bool:
 
 def check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
     __tracebackhide__ = True
-    import torch
 
-    if not isinstance(module, torch.nn.Module):
-        raise AotiUsageError(
-            f"module must be a torch.nn.Module, got {type(module).__name__}; "
-            "wrap a function in a Module whose forward calls it"
-        )
     if not isinstance(args, tuple):
         raise AotiUsageError(
             f"args must be a tuple of positional inputs, got {type(args).__name__}; "

@@ -97,6 +97,8 @@ class CallRunner:
     def compile(self, plan: CheckPlan) -> AotiProgram:
         """``aoti.compile``: export and compile the plan's module, no check."""
         __tracebackhide__ = True
+        for note in plan.notes:
+            self._note(note)
         program = self._compile(plan)
         self._warn_buffers(program, declared=None, threads=1)
         if self.events is not None:
@@ -109,6 +111,8 @@ class CallRunner:
         __tracebackhide__ = True
         from pytest_aoti.run.phases import PlanRun
 
+        for note in plan.notes:
+            self._note(note)
         if isinstance(plan.dynamic_shapes, str):
             plan = replace(plan, dynamic_shapes=self._infer_dynamic_shapes(plan))
         events = self.events
