@@ -137,6 +137,7 @@ def test_a_module_spec_imports_from_the_rootdir_under_plain_pytest(
         ("missing/zoo.py:good", "no file "),
         ("mymodels", "'mymodels': expected module.path:callable, path/to/file.py:callable"),
         ("hf:nosuchtype", "'nosuchtype' is no transformers model type and no config file"),
+        ("hf:lama", "'lama' is no transformers model type and no config file; the closest: llama,"),
     ],
 )
 def test_a_spec_that_does_not_resolve_is_a_usage_error(
@@ -300,6 +301,19 @@ def test_a_wrong_return_shape_fails_that_test_only(
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         ["E   pytest_aoti.errors.AotiUsageError: zoo.py:no_inputs returned a ReLU; expected *"]
+    )
+
+
+def test_a_collection_member_is_named_by_member(
+    factories: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    factories.makepyfile(
+        zoo="import torch\n\n\ndef relu():\n    return torch.nn.ReLU()\n\n\nZOO = {'bare': relu}\n"
+    )
+    result = run(factories, shared_cache_dir, "--aoti-model=zoo.py:ZOO")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["E   pytest_aoti.errors.AotiUsageError: zoo.py:ZOO/bare returned a ReLU; expected *"]
     )
 
 

@@ -36,7 +36,7 @@ def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
     __tracebackhide__ = True
     from pytest_aoti.models.factories import call_factory
 
-    case = call_factory(aoti_model_spec.factory, aoti.device, aoti_model_spec.text)
+    case = call_factory(aoti_model_spec.factory, aoti.device, aoti_model_spec.label)
     aoti.check(case.module, case.args, case.kwargs, **case.check)
 
 
@@ -128,7 +128,7 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
     failed = False
     for spec in specs:
         try:
-            case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+            case = call_factory(spec.factory, torch.device("cpu"), spec.label)
         except Exception as error:
             failed = True
             write(f"{spec.id}: the factory failed: {type(error).__name__}: {error}")

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pytest_aoti.errors import install_hint
-from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
+from pytest_aoti.models.model_spec import ModelSpec, clean_id, closest, usage_error
 from pytest_aoti.options.values import HF_PREFIX
 
 
@@ -158,7 +158,8 @@ def _config(spec: str, target: str, rootpath: Path, transformers: Any) -> Any:
             raise usage_error(spec, f"cannot read a config from {path}: {error}") from None
     raise usage_error(
         spec,
-        f"{target!r} is no transformers model type and no config file; expected hf:MODEL_TYPE "
+        f"{target!r} is no transformers model type and no config file{closest(target, mapping)}; "
+        "expected hf:MODEL_TYPE "
         f"(e.g. {', '.join(MEASURED_TYPES[:6])}, ...), hf:path/to/config.json or "
         "hf:MODEL_TYPE/ModelClass",
     )

@@ -34,6 +34,13 @@ class ModelSpec:
     factory: Callable[..., Any] = field(compare=False, repr=False)
     """Returns ``(module, args)``, ``(module, args, kwargs)`` or a mapping; see
     :func:`pytest_aoti.models.factories.read_case`."""
+    member: str = ""
+    """For a member of a collection: its key (a dict's key, a function's name)."""
+
+    @property
+    def label(self) -> str:
+        """What messages call the spec: ``zoo.py:MODELS/small`` for a collection's member."""
+        return f"{self.text}/{self.member}" if self.member else self.text
 
     def __str__(self) -> str:
         return self.id
@@ -56,6 +63,15 @@ def make_importable(*directories: Path) -> None:
 
 def usage_error(spec: str, message: str) -> pytest.UsageError:
     return pytest.UsageError(f"--aoti-model={spec}: {message}")
+
+
+def closest(name: str, known: Iterable[str]) -> str:
+    """``"; the closest: llama, llama4"``: the names of ``known`` nearest ``name``, as every
+    spec kind words a name it does not know; empty where none is near."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
+    return f"; the closest: {', '.join(close)}" if close else ""
 
 
 def resolve_factory(text: str, rootpath: Path) -> list[ModelSpec]:
@@ -99,7 +115,7 @@ def _specs_of(text: str, value: Any) -> list[ModelSpec]:
                 text,
                 f"member {key!r} of the collection is a {type(member).__name__}, not a callable",
             )
-        specs.append(ModelSpec(text, f"{base}/{clean_id(key)}", member))
+        specs.append(ModelSpec(text, f"{base}/{clean_id(key)}", member, member=key))
     if not specs:
         raise usage_error(text, "the collection is empty")
     return specs

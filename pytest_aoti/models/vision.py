@@ -8,13 +8,12 @@ inputs are made inside the test.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pytest_aoti.models.model_spec import usage_error
+from pytest_aoti.models.model_spec import closest, usage_error
 
 BATCH, MAX_BATCH = 2, 8
 """The example batch and the largest batch the dynamic dim accepts."""
@@ -32,9 +31,9 @@ def check_name(spec: str, name: str, known: Sequence[str], library: str, lister:
     """A usage error naming ``name`` and the closest of ``known`` when it is not among them."""
     if name in known:
         return
-    close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
-    hint = f"; the closest: {', '.join(close)}" if close else ""
-    raise usage_error(spec, f"{library} has no model {name!r}{hint} (all: {lister})")
+    raise usage_error(
+        spec, f"{library} has no model {name!r}{closest(name, known)} (all: {lister})"
+    )
 
 
 def read_overrides(spec: str, query: str) -> dict[str, Any]:
