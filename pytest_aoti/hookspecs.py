@@ -104,7 +104,7 @@ def pytest_aoti_check_done(item: pytest.Item, result: CheckResult) -> None:
 @pytest.hookspec
 def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
     """Return checks to run inside every ``aoti.check`` of the session, beside the built-in
-    ones; called once per session, after collection (every conftest's results, in conftest
+    ones; called once per session, at the first check, when every conftest is loaded (their results, in conftest
     order).
 
     A check is any object with ``name`` (unique: no built-in check's, no other added

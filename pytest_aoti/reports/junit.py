@@ -6,6 +6,9 @@ from typing import Any
 
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
+PLAIN_VALUES = (bool, int, float, str)
+"""The values a JUnit property holds as they are; others (lists, dicts) stay in JSON."""
+
 
 def compile_properties(record: CompileRecord) -> list[tuple[str, Any]]:
     """The properties of one ``aoti.compile`` call."""
@@ -44,7 +47,7 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
     props += [
         (f"aoti_{name}", value)
         for name, value in record.other_fields.items()
-        if isinstance(value, (bool, int, float, str))
+        if isinstance(value, PLAIN_VALUES)
     ]
     if record.probes:
         outcomes = [probe.get("outcome") for probe in record.probes]

@@ -21,11 +21,13 @@ from pytest_aoti.checks.base import (
     CheckContext,
     CheckPlan,
     CheckResult,
+    Outcome,
     Phase,
     RecordPart,
     Triage,
 )
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.reports.junit import PLAIN_VALUES
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -57,40 +59,35 @@ class PlanRun:
         __tracebackhide__ = True
         from pytest_aoti.checks import catalog  # read at run time: a test may extend it
 
-        for check in catalog.CHECKS:
+        built_in = [(check, False) for check in catalog.CHECKS]
+        for check, added in [*built_in, *((check, True) for check in self.added)]:
             if check.phase == phase and check.applies(self.plan, self.context):
-                self._gather(check, phase, self._run_built_in(check), added=False)
-        for check in self.added:
-            if check.phase == phase and check.applies(self.plan, self.context):
-                self._gather(check, phase, self._run_added(check), added=True)
+                self._gather(check, phase, self._run(check, added=added), added=added)
 
-    def _run_built_in(self, check: Check) -> Any:
-        __tracebackhide__ = True
-        return check.run(self.plan, self.context)
-
-    def _run_added(self, check: Check) -> Any:
-        """An added check's run: its failure names it in the finding (the record's
-        ``finding.check``), its message stays the failure's first line."""
+    def _run(self, check: Check, *, added: bool) -> Outcome:
+        """A check's run; an added check's failure names it in the finding (the record's
+        ``finding.check``), its message staying the failure's first line."""
         __tracebackhide__ = True
         try:
             return check.run(self.plan, self.context)
         except AotiCheckError as error:
-            if error.finding.check is not None:
+            if not added or error.finding.check is not None:
                 raise
             raise error.amended(replace(error.finding, check=check.name)) from None
 
-    def _gather(self, check: Check, phase: Phase, outcome: Any, *, added: bool) -> None:
+    def _gather(self, check: Check, phase: Phase, outcome: Outcome, *, added: bool) -> None:
         if phase == "engine":  # the result lists the checks of the compiled program
             self._ran.append(check.name)
         self._stats += outcome.stats
         self._input_sets += outcome.input_sets
         for name in outcome.figures:
-            earlier = self._reported_by.get(name) or built_in_figure_owner(name)
-            if added and earlier is not None and earlier != check.name:
-                raise AotiUsageError(
-                    f"check {check.name!r} reports figure {name!r}, which check {earlier!r} "
-                    f"reports too: rename the figure of {check.name!r}"
-                )
+            if added:  # a built-in check's figures are its own by declaration
+                earlier = self._reported_by.get(name) or built_in_figure_owner(name)
+                if earlier is not None and earlier != check.name:
+                    raise AotiUsageError(
+                        f"check {check.name!r} reports figure {name!r}, which check "
+                        f"{earlier!r} reports too: rename the figure of {check.name!r}"
+                    )
             self._reported_by[name] = check.name
         self._figures.update(outcome.figures)
         self._record += outcome.record
@@ -101,11 +98,10 @@ class PlanRun:
         """An added check's figures in the record: ``check_figures[<check>]`` in JSON (never
         a field of the record's own) and ``aoti_<check>_<figure>`` in JUnit."""
         by_check = {**self._record.fields.get("check_figures", {}), check: dict(figures)}
-        plain = (bool, int, float, str)
         properties = tuple(
             (f"aoti_{check}_{name}", value)
             for name, value in figures.items()
-            if isinstance(value, plain)
+            if isinstance(value, PLAIN_VALUES)
         )
         return RecordPart({"check_figures": by_check}, properties=properties)
 

@@ -97,8 +97,6 @@ class CallRunner:
     def compile(self, plan: CheckPlan) -> AotiProgram:
         """``aoti.compile``: export and compile the plan's module, no check."""
         __tracebackhide__ = True
-        for note in plan.notes:
-            self._note(note)
         program = self._compile(plan)
         self._warn_buffers(program, declared=None, threads=1)
         if self.events is not None:
@@ -111,8 +109,6 @@ class CallRunner:
         __tracebackhide__ = True
         from pytest_aoti.run.phases import PlanRun
 
-        for note in plan.notes:
-            self._note(note)
         if isinstance(plan.dynamic_shapes, str):
             plan = replace(plan, dynamic_shapes=self._infer_dynamic_shapes(plan))
         events = self.events
@@ -151,6 +147,8 @@ class CallRunner:
         from pytest_aoti.compiling.library_warnings import library_warnings_recorded
         from pytest_aoti.compiling.pipeline import export_module
 
+        for note in plan.notes:  # what resolving the call noted, for both kinds of call
+            self._note(note)
         device_args, device_kwargs = plan.input_sets[0]
         if checks is not None:
             checks.run("eager")
