@@ -48,6 +48,9 @@ class FindingKind(str, Enum):
     """Eager PyTorch itself fails on the example: nothing to compile."""
     PROBE = "probe"
     """A deployment probe: the engine silently differs on an input the program accepts."""
+    CRASH = "crash"
+    """The engine crashed or hung the child process that ran its calls first (the crash
+    screen): the test process skipped them."""
     CHECK = "check"
     """A message without structure (AotiCheckError raised with a plain string)."""
 
@@ -69,10 +72,17 @@ PARITY_KINDS = frozenset(
 """Differences between eager and the engine on one input set: what stage attribution replays."""
 
 REPRODUCIBLE_KINDS = frozenset(
-    {FindingKind.OUTPUT, FindingKind.MUTATED_INPUT, FindingKind.UNTOUCHED_INPUT, FindingKind.BUFFER}
+    {
+        FindingKind.OUTPUT,
+        FindingKind.MUTATED_INPUT,
+        FindingKind.UNTOUCHED_INPUT,
+        FindingKind.BUFFER,
+        FindingKind.CRASH,
+    }
 )
 """Finding kinds a repro bundle's ``repro.py`` reproduces: a difference between eager's saved
-results and the engine's, in an output, an input or a registered buffer the program mutates.
+results and the engine's, in an output, an input or a registered buffer the program mutates,
+or an engine that kills its process by a signal (``repro.py`` exits 128+N for signal N).
 Other failures (a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
 
 STAGES = {

@@ -36,11 +36,13 @@ decomposition, or the AOTInductor compile itself.
 
 Exit status:
     1      REPRODUCED: the engine shows the reported finding again (same kind, same location)
+    128+N  REPRODUCED, for an engine reported to kill its process by signal N: it did again
     0      NOT REPRODUCED: it does not (other differences, if any, are printed)
     2      COULD NOT RUN: torch is not importable, a file is missing or unreadable, the
            device is absent, loading or calling the engine raised (python repro.py
            --traceback shows where)
-    128+N  the replay died of signal N (e.g. 139: SIGSEGV inside the engine), said on stderr
+    128+N  otherwise: the replay died of signal N (e.g. 139: SIGSEGV inside the engine), said
+           on stderr
 
 The replay runs in a child process, so that an engine that kills its process is reported
 rather than mistaken for an exit status; python repro.py --in-process runs it in this one
@@ -140,12 +142,25 @@ def supervise() -> int:
         name = signal.Signals(number).name
     except ValueError:
         name = f"signal {number}"
+    if reported_crash() == name:
+        print(f"REPRODUCED: the AOTI engine crashed its process ({name}), as reported.")
+        return 128 + number
     print(
         f"DIED: the replay was killed by {name} ({number}), most likely inside the engine: "
         f"python repro.py --in-process runs it under a debugger",
         file=sys.stderr,
     )
     return 128 + number
+
+
+def reported_crash() -> str:
+    """The signal the engine was reported to die of (``SIGABRT``); "" for another finding."""
+    try:
+        check = json.loads((HERE / "check.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    target = check.get("reproduces") or {} if isinstance(check, dict) else {}
+    return str(target.get("location") or "") if target.get("kind") == "crash" else ""
 
 
 # ------------------------------------------------- assert_close's defaults (pytest-aoti's too)
@@ -342,6 +357,7 @@ def read_bundle() -> Bundle:
     print(f"torch {torch.__version__}, device {device}; bundle written by torch {check['torch']}")
     print(f"{plural(calls, 'call', 'calls')}; {describe_tolerance(rtol, atol)}")
 
+    register_custom_ops(check.get("custom_op_modules") or [])
     exported = load_exported()
     engine = load_engine(device)
     # these files were written by pytest-aoti next to a compiled shared library, which runs
@@ -354,6 +370,25 @@ def read_bundle() -> Bundle:
         buffers = torch.load(path, map_location=device, weights_only=False)
         engine = buffer_runner(device)
     return Bundle(check, exported, engine, inputs, eager, buffers)
+
+
+def register_custom_ops(modules: Sequence[Sequence[str]]) -> None:
+    """Import the modules that registered the custom ops the engine calls (their files on
+    the machine that wrote the bundle): the engine calls those ops by name."""
+    for name, file in modules:
+        if not Path(file).is_file():
+            raise CouldNotRun(
+                f"the engine calls a custom op registered by {file}, which is not here: "
+                "run the bundle where that file is"
+            )
+        print(f"custom ops: importing {file}")
+        sys.path.insert(0, str(Path(file).parent))
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise CouldNotRun(f"cannot import {file}, which registers the engine's custom ops")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def load_exported() -> ExportedProgram:

@@ -263,9 +263,9 @@ class AotiSession:
         stores.evict(workers_used_programs=workers is not None and bool(workers.programs))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        runner = sys.modules.get("pytest_aoti.checks.probes.runner")
-        if runner is not None:  # the probes ran: end their child process
-            runner.shutdown()
+        process = sys.modules.get("pytest_aoti.isolation.process")
+        if process is not None:  # an engine ran in the child: end it
+            process.shutdown()
         self.stores.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

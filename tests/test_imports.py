@@ -34,8 +34,9 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # dynamic shapes, and their public Hypothesis strategies
     ("shapes", ("shapes", "strategies")),
     # the torch boundary: export, decompose, compile, load, explain torch's errors, guards,
-    # op classes, the engine read-back runner, the host's compile target
-    ("compiling", ("compiling",)),
+    # op classes, the engine read-back runner, the host's compile target, the custom ops a
+    # package calls; engine calls in a child process (isolation)
+    ("compiling", ("compiling", "isolation")),
     # the artifact cache: content key, local store, registry; the signed remote store
     ("cache", ("cache",)),
     # one module per check

@@ -138,7 +138,8 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line is the one pytest showed before the fields drove it
     assert table.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None, random=None, probes=None, probes_skip=None): "
+        "max_dim=None, localize=None, random=None, probes=None, probes_skip=None, "
+        "crash_screen=None): "
     )
 
 
@@ -158,7 +159,7 @@ def test_command_line_value(aoti):
     result = aoti.check(DoubleThenCos(), (example(),))
     assert result.figures["probe_level"] == 3
     # the checks that applied, in the catalog's order; timing's figures are on the result
-    assert result.checks == ("parity", "aliasing", "probes", "timing", "probe")
+    assert result.checks == ("crash_screen", "parity", "aliasing", "probes", "timing", "probe")
     assert result.engine_seconds > 0 and result.eager_seconds > 0
 
 @pytest.mark.aoti(probe_level=5)
@@ -228,6 +229,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
     ]
     assert names == [
         "signature",
+        "crash_screen",
         "random",
         "parity",
         "aliasing",
@@ -248,7 +250,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
     context = CheckContext(device=torch.device("cpu"))
     applying = [check.name for check in engine if check.applies(plan, context)]
     # no declaration, one thread, no memory limit, no dynamic dims; probes by default
-    assert applying == ["parity", "aliasing", "probes", "timing"]
+    assert applying == ["crash_screen", "parity", "aliasing", "probes", "timing"]
     assert [check.name for check in catalog.CHECKS if check.applies(plan, context)] == [
         "eager",
         *applying,
@@ -270,6 +272,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
         "eager",
         "not random",
         "signature",
+        "crash_screen",  # a random program's engine may crash too
         "random",
         "memory",
         "timing",

@@ -22,6 +22,7 @@ import pytest
 from pytest_aoti.checks.probes import check as probes
 from pytest_aoti.checks.probes import runner as probe_runner
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.isolation import process as engine_process
 from pytest_aoti.options.values import PROBE_KINDS, PROBE_POLICIES, ValueProblem
 
 PROBED = """
@@ -395,8 +396,8 @@ for line in sys.stdin:
 def _fake_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool) -> None:
     child = tmp_path / "child.py"
     child.write_text(f"CRASH = {crash}\n" + _FAKE_CHILD)
-    monkeypatch.setattr(probe_runner, "_CHILD", child)
-    monkeypatch.setattr(probe_runner, "_PROCESS", None)
+    monkeypatch.setattr(engine_process, "_CHILD", child)
+    monkeypatch.setattr(engine_process, "_PROCESS", None)
 
 
 def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeypatch) -> None:
@@ -419,8 +420,8 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     assert results[(2, False)]["crashed"].startswith("the engine did not return within")
     for index in range(3):
         assert results[(index, True)] == {"crashed": "not run: the probes ran out of time"}
-    assert probe_runner._child().starts == 2, "a crash and a hang each ended one child"
-    probe_runner.shutdown()
+    assert engine_process.engine_child().starts == 2, "a crash and a hang each ended one child"
+    engine_process.shutdown()
 
 
 _QUIET_FAILURE_CHILD = """
@@ -450,7 +451,7 @@ def test_a_failure_quotes_only_what_its_own_program_wrote(
 ) -> None:
     child = tmp_path / "child.py"
     child.write_text(f"LOUD = {loud}\n" + _QUIET_FAILURE_CHILD)
-    process = probe_runner.ProbeProcess(child)
+    process = engine_process.EngineChild(child)
     try:
         assert process.run(tmp_path / "request-1.pt", tmp_path, timeout=30) is None
         assert process.run(tmp_path / "request-2.pt", tmp_path, timeout=30) == why
@@ -462,7 +463,7 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
     import torch
 
     _fake_child(tmp_path, monkeypatch, crash=False)
-    monkeypatch.setattr(probe_runner, "PACKAGES_PER_CHILD", 3)
+    monkeypatch.setattr(engine_process, "PACKAGES_PER_CHILD", 3)
 
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -478,9 +479,9 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
         pids.append({result["error"] for result in results.values()})
     assert all(len(seen) == 1 for seen in pids), "one child ran every job of a program"
     assert pids[0] == pids[1] == pids[2] != pids[3], "three programs per child, then a new one"
-    process = probe_runner._child()._process
+    process = engine_process.engine_child()._process
     assert process is not None and process.poll() is None
-    probe_runner.shutdown()
+    engine_process.shutdown()
     assert process.poll() is not None, "the session's end ends the child"
 
 
@@ -602,7 +603,7 @@ def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
     is the job's answer."""
     import torch
 
-    from pytest_aoti.checks.probes import child as probe_child
+    from pytest_aoti.isolation import child as probe_child
 
     class Loader:
         def __init__(self, *args: Any) -> None:

@@ -172,6 +172,7 @@ BAD_VALUES = {
     "aoti-cache-not-before": "yesterday",
     "aoti-serving-checks": "maybe",
     "aoti-hazards": "loud",
+    "aoti-crash-screen": "maybe",
 }
 """A bad value of every option read at startup (its row has a parser); ``aoti-cache-dir``
 copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked where the
@@ -232,6 +233,7 @@ BAD_KEYWORDS = {
     "threads": "0",
     "max_extra_bytes": "-5",
     "training": "'yes'",
+    "crash_screen": "'yes'",
 }
 """A bad value of every marker and ``aoti.check`` keyword."""
 

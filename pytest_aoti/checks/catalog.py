@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pytest_aoti.checks.aliasing import AliasingCheck
 from pytest_aoti.checks.base import Check
+from pytest_aoti.checks.crash_screen import CrashScreenCheck
 from pytest_aoti.checks.eager import EagerCheck
 from pytest_aoti.checks.generated import GeneratedCheck
 from pytest_aoti.checks.memory import MemoryCheck
@@ -26,6 +27,7 @@ CHECKS: list[Check] = [
     EagerCheck(),  # "eager": the example in eager PyTorch, before anything is exported
     NotRandomCheck(),  # "exported": a program that draws random numbers fails uncompiled
     SignatureCheck(),  # "engine" from here on
+    CrashScreenCheck(),  # before the test process first calls the engine
     RandomCheck(),  # random="shapes": what can be compared; no value check applies to it
     ParityCheck(),
     AliasingCheck(),

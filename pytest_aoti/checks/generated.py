@@ -19,6 +19,7 @@ from pytest_aoti.findings import FindingKind
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.crash_screen import CrashScreen
     from pytest_aoti.checks.parity import InputRun
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.findings import Finding
@@ -59,8 +60,18 @@ class GeneratedCheck:
                 label=context.label,
             ),
             triage=context.triage,
+            screen=_screen(plan, context),
         )
         return Outcome(stats=tuple(stats), input_sets=count, figures={"examples": count})
+
+
+def _screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
+    """The crash screen of the generated input sets (None: switched off)."""
+    if not plan.options.crash_screen:
+        return None
+    from pytest_aoti.checks.crash_screen import CrashScreen
+
+    return CrashScreen.for_check(plan, context)
 
 
 @dataclass(frozen=True)
@@ -100,8 +111,10 @@ def check_generated(
     tolerance: Tolerance,
     generation: Generation,
     triage: Triage | None = None,
+    screen: CrashScreen | None = None,
 ) -> tuple[int, list[tuple[str, LeafStats]]]:
-    """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones.
+    """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones,
+    each first in the engine child where ``screen`` is given (a crash there ends the search).
 
     Returns how many input sets were checked and their figures. Raises
     :class:`~pytest_aoti.AotiCheckError` naming the smallest failing shape found.
@@ -113,7 +126,7 @@ def check_generated(
     builder = InputBuilder(program, like=inputs[0], like_kwargs=inputs[1])
     if not builder.shapes.symbols:
         return 0, []
-    checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage)
+    checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage, screen)
 
     from pytest_aoti.checks.refused import Refusal
 
@@ -129,7 +142,8 @@ def check_generated(
     # smaller failing shape, where the boundary alone would only name the extreme. A
     # boundary the exported program refuses is reported as it is: that is the range's edge
     refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
-    found = (None if refused else _search(checker, generation, builder.shapes)) or (
+    searched = not refused and checker.crashed is None  # a crash: nothing is run again
+    found = (_search(checker, generation, builder.shapes) if searched else None) or (
         boundary_failure
     )
     if found is not None:
@@ -155,8 +169,13 @@ class _ShapeChecker:
         mutates: Mapping[str, Any] | None,
         tolerance: Tolerance,
         triage: Triage | None,
+        screen: CrashScreen | None = None,
     ) -> None:
         self.program = program
+        self.screen = screen
+        self.crashed: _Failure | None = None
+        """The first shape whose engine crashed its child: every later run fails with it
+        (no engine is called again), and the search reports it unshrunk."""
         self.module = module
         self.triage = triage
         self.builder = builder
@@ -200,6 +219,10 @@ class _ShapeChecker:
                 )
             except Refusal as refusal:
                 raise _Failure(dict(values), seed, refusal) from None
+        if self.crashed is not None:
+            raise self.crashed
+        if self.screen is not None:
+            self._screen(values, seed)
         try:
             run = self._input_run(values, seed)
             stats = run.check(self.calls, self.mutates, values_too=False)
@@ -208,9 +231,19 @@ class _ShapeChecker:
         self.count += 1
         self.stats += stats
 
+    def _screen(self, values: dict[str, int], seed: int) -> None:
+        assert self.screen is not None
+        inputs = self.builder.build(values, seed)
+        try:
+            self.screen.screen(inputs, "generated " + _describe_shapes(self.builder.shapes, values))
+        except AotiCheckError as error:
+            self.crashed = _Failure(dict(values), seed, error)
+            raise self.crashed from None
+
     def attributed(self, failure: _Failure) -> BaseException:
-        """The failure of ``failure``'s shape again, with its stage and node."""
-        if not isinstance(failure.error, AotiCheckError):
+        """The failure of ``failure``'s shape again, with its stage and node (a crash is
+        never run again: it would end the test process)."""
+        if failure is self.crashed or not isinstance(failure.error, AotiCheckError):
             return failure.error
         run = self._input_run(failure.values, failure.seed, attribute=True)
         try:

@@ -146,6 +146,16 @@ class CheckOptions:
         check=check_bytes,
         keyword=True,
     )
+    crash_screen: bool = per_check(
+        True,
+        "Run the check's engine calls once in a child process before the test process "
+        "makes them: an engine that crashes its process (a signal, an abort, a sticky CUDA "
+        "error) or hangs fails its test and the run goes on. Default: on.",
+        parse=parse_switch,
+        check=check_switch,
+        marker=True,
+        keyword=True,
+    )
     training: bool = per_check(
         False,
         "Check a module left in training mode on purpose: its BatchNorm-like layers update "

@@ -30,6 +30,7 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
     replay = error.replay
     if replay is None or not worth_keeping(program, error):
         return None
+    from pytest_aoti.compiling.custom_ops import child_preparation
     from pytest_aoti.triage.repro import write_bundle
 
     tolerance = error.finding.tolerance or {}
@@ -57,10 +58,17 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             device=program.device,
             mutated_inputs=program.mutated_inputs,
             eager_buffers=eager_buffers,
+            custom_op_modules=child_preparation(program).imports,
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
+    reproduced = "1"
+    if error.finding.kind == FindingKind.CRASH and isinstance(
+        error.finding.extra.get("signal"), int
+    ):
+        number = error.finding.extra["signal"]
+        reproduced = f"{128 + number} ({error.finding.location})"
     return (
-        f"repro bundle: {script.parent} (python {script} exits 1 while it reproduces "
-        "this failure, 0 once fixed, 2 if it cannot run)"
+        f"repro bundle: {script.parent} (python {script} exits {reproduced} while it "
+        "reproduces this failure, 0 once fixed, 2 if it cannot run)"
     )

@@ -84,7 +84,8 @@ def reproduces(
     stateful program's output or input that diverges after its first call (kind
     ``buffer``, located at the output or input) as that difference; a registered buffer the
     program mutates that the engine holds wrong as that buffer's difference (a buffer the
-    program does not record as mutated is no engine's difference: no bundle).
+    program does not record as mutated is no engine's difference: no bundle); an engine that
+    killed its process by a signal as that signal (``location`` ``SIGABRT``).
     """
     kind = str(finding_json.get("kind", ""))
     location = str(finding_json.get("location") or "")
@@ -102,6 +103,8 @@ def reproduces(
         name = location.removeprefix("buffer '").removesuffix("'")
         if not location.startswith("buffer '") or name not in set(mutated_buffers):
             return None
+    if kind == FindingKind.CRASH and not location.startswith(("SIG", "signal ")):
+        return None  # a hang or a CUDA error: the replay's exit status cannot tell it
     if kind not in REPRODUCIBLE_KINDS:
         return None
     return {"kind": kind, "location": location}
@@ -123,6 +126,7 @@ def write_bundle(
     device: torch.device | str | None = None,
     mutated_inputs: Iterable[str] | None = None,
     eager_buffers: Sequence[Mapping[str, Any]] | None = None,
+    custom_op_modules: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """Write a repro bundle for one failed check into ``directory``; return its ``repro.py``.
 
@@ -138,10 +142,11 @@ def write_bundle(
     ``kind`` and ``location`` are what ``repro.py`` must see again to exit 1.
     ``eager_buffers``: for a program that mutates registered buffers, eager's buffers after
     each call (``{name: tensor}`` per call), compared with the engine's read back.
+    ``custom_op_modules``: ``(name, file)`` of the modules that registered its custom ops.
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
     ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py``: nothing in it needs
-    more than torch to load.
+    more than torch to load (and the files that registered the engine's custom ops).
     """
     import torch
 
@@ -170,6 +175,11 @@ def write_bundle(
             "outputs": output_names,
             "mutated_inputs": mutated_inputs,
             **({"buffers": buffer_names} if buffer_names else {}),
+            **(
+                {"custom_op_modules": [list(m) for m in custom_op_modules]}
+                if custom_op_modules
+                else {}
+            ),
             "input_tree": tree_text(spec.in_spec),
             "output_tree": tree_text(spec.out_spec),
         },

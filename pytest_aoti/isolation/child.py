@@ -1,10 +1,11 @@
-"""The child process that calls AOTInductor engines on deployment-probe inputs.
+"""The child process that calls AOTInductor engines before (or instead of) the test process.
 
 Started once per test process (per xdist worker) as ``python child.py --serve`` by
-:mod:`pytest_aoti.checks.probes.runner`, never imported by the plugin: an engine handed an
-input it was not compiled for may read or write out of bounds, and on CUDA an illegal
-access poisons the whole process. Here a crash costs this process only, and torch's import
-is paid once for every program the process probes.
+:mod:`pytest_aoti.isolation.process`, never imported by the plugin: an engine may abort,
+read or write out of bounds (a deployment probe's input it was not compiled for, a kernel
+that overruns its buffer), and on CUDA an illegal access poisons the whole process. Here a
+crash costs this process only, and torch's import is paid once for every program the
+process runs.
 
 It reads one JSON line per program on stdin, ``{"request": REQUEST, "outdir": OUTDIR}``, and
 answers one JSON line on its own stdout once that program's jobs are done:
@@ -15,7 +16,12 @@ goes to stderr, so it never garbles an answer.
 (None or the CUDA index the engine runs on), ``fresh`` (load an engine per job: the
 program mutates registered buffers), ``inputs`` (one flat list of the tensor inputs per
 variant, in the program's order: the engine drops other leaves) and ``jobs``
-(``[variant index, checked]`` pairs, unchecked ones first). For job ``k`` it writes
+(``[variant index, checked]`` pairs, unchecked ones first); optionally ``repeat`` (calls
+per job on the same inputs, which carry what a call wrote in place to the next: default
+1), ``discard`` (save no outputs: only whether the calls returned), ``libraries`` (custom
+op libraries to load, ``torch.ops.load_library``) and ``imports`` (``[module name, file]``
+of the Python modules that registered the program's custom ops, imported once per
+process). For job ``k`` it writes
 ``OUTDIR/started-k`` before the call and ``OUTDIR/job-k.pt`` after it, so the parent knows
 which job a crash or a hang happened in.
 
@@ -28,7 +34,6 @@ setting it was first called with. Self-contained: it imports nothing of pytest-a
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -63,6 +68,15 @@ def probe(request_path: str, outdir: str) -> None:
 
     request = torch.load(request_path, weights_only=False)
     out = Path(outdir)
+    try:
+        _prepare(request)
+    except Exception as error:  # not the engine's doing: every job says why it did not run
+        why = f"{type(error).__name__}: {str(error).strip()[:300]}"
+        for position, (index, checked) in enumerate(request["jobs"]):
+            _save(
+                {"index": index, "checked": checked, "unprepared": why}, out / f"job-{position}.pt"
+            )
+        return
     device_index = request.get("device_index")
     engines: dict[bool, Any] = {}
 
@@ -82,13 +96,15 @@ def probe(request_path: str, outdir: str) -> None:
         try:
             _set_checks(checked)
             runner = engine(checked)
-            with torch.no_grad():
-                outputs = runner.boxed_run(list(flat))
-            if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-                torch.cuda.synchronize()  # an asynchronous CUDA error belongs to this job
-            out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
-            result["outputs"] = pytree.tree_unflatten(outputs, out_spec)
-            result["inputs"] = flat
+            for _ in range(int(request.get("repeat") or 1)):
+                with torch.no_grad():
+                    outputs = runner.boxed_run(list(flat))
+                if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+                    torch.cuda.synchronize()  # an asynchronous CUDA error belongs to this job
+            if not request.get("discard"):
+                out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
+                result["outputs"] = pytree.tree_unflatten(outputs, out_spec)
+                result["inputs"] = flat
         except Exception as error:  # the engine refused the input: that is the answer
             if _poisons_process(error):
                 # a CUDA error sticks to the process: every later job would fail the same
@@ -103,8 +119,33 @@ def probe(request_path: str, outdir: str) -> None:
             result["error"] = (useful or lines or [type(error).__name__])[0].strip()[:300]
         _save(result, out / f"job-{position}.pt")
     _set_checks(False)
-    engines.clear()
-    gc.collect()
+    engines.clear()  # the loaders hold no cycles: no collection (a tenth of a second)
+
+
+_PREPARED: set[str] = set()
+
+
+def _prepare(request: dict[str, Any]) -> None:
+    """Load the custom op libraries and import the modules that register the program's
+    custom ops, once per process: the engine calls them through torch's dispatcher."""
+    import importlib.util
+
+    import torch
+
+    for library in request.get("libraries") or ():
+        if library not in _PREPARED:
+            torch.ops.load_library(library)  # type: ignore[no-untyped-call]
+            _PREPARED.add(library)
+    for name, file in request.get("imports") or ():
+        if name in _PREPARED or name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {name} from {file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _PREPARED.add(name)
 
 
 def _poisons_process(error: BaseException) -> bool:
@@ -132,6 +173,8 @@ def serve() -> int:
         if not line.strip():
             continue
         asked = json.loads(line)
+        if asked.get("path"):  # where the parent imports the user's modules from
+            sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
         probe(asked["request"], asked["outdir"])
         answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
     return 0

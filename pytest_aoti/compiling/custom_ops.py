@@ -1,0 +1,128 @@
+"""The custom ops a compiled package calls, and what a fresh process needs to call them.
+
+An AOTInductor engine calls a custom op (one a user registered with ``torch.library``)
+through torch's dispatcher, by name: a process that loads the package must have registered
+the op first. The engine child (:mod:`pytest_aoti.isolation.child`) is a fresh
+interpreter, so it imports the modules that registered the package's ops in this process
+(a test file, a conftest, the user's package) and loads the same op libraries.
+
+The ops a package calls are the ``target`` of the extern-kernel nodes AOTInductor writes
+beside its wrapper (``data/aotinductor/<model>/*.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+@dataclass(frozen=True)
+class ChildPreparation:
+    """What a fresh process does before it calls a package's engine."""
+
+    imports: tuple[tuple[str, str], ...] = ()
+    """``(module name, file)`` of each module that registered an op the package calls."""
+    libraries: tuple[str, ...] = ()
+    """The op libraries this process loaded (``torch.ops.load_library``)."""
+    path: tuple[str, ...] = ()
+    """This process's ``sys.path``, for those modules' own imports."""
+    unfound: tuple[str, ...] = ()
+    """Ops the package calls whose registering module was not found: a fresh process
+    cannot call them."""
+
+    def request(self) -> dict[str, Any]:
+        """The child request's keys for it (see :mod:`pytest_aoti.isolation.child`)."""
+        return {"imports": [list(pair) for pair in self.imports], "libraries": list(self.libraries)}
+
+
+def called_ops(package: Path) -> set[str]:
+    """The qualified names (``ns::op``) of the extern ops ``package``'s engine calls."""
+    names: set[str] = set()
+    try:
+        with zipfile.ZipFile(package) as archive:
+            for info in archive.infolist():
+                if "/data/aotinductor/" not in f"/{info.filename}" or not info.filename.endswith(
+                    ".json"
+                ):
+                    continue
+                try:
+                    data = json.loads(archive.read(info))
+                except ValueError:
+                    continue
+                for node in (data.get("nodes") or []) if isinstance(data, dict) else []:
+                    target = (node.get("node") or {}).get("target")
+                    if isinstance(target, str):
+                        names.add(target.split(".", 1)[0] if "::" in target else target)
+    except (OSError, zipfile.BadZipFile):
+        return set()
+    return names
+
+
+def child_preparation(program: AotiProgram) -> ChildPreparation:
+    """What the engine child needs to call ``program``'s engine: the modules that
+    registered the Python-defined ops it calls, and the op libraries loaded here."""
+    import torch
+
+    user_defined = set(getattr(torch.library, "_defs", ()))
+    wanted = sorted(op for op in called_ops(program.package_path) if op in user_defined)
+    imports: dict[str, str] = {}
+    unfound: list[str] = []
+    for op in wanted:
+        module = _registering_module(op)
+        if module is None:
+            unfound.append(op)
+        elif not _is_torch_own(module):
+            file = getattr(module, "__file__", None)
+            if file:
+                imports[module.__name__] = str(file)
+            else:
+                unfound.append(op)
+    libraries = tuple(sorted(getattr(torch.ops, "loaded_libraries", ())))
+    return ChildPreparation(
+        imports=tuple(imports.items()),
+        libraries=libraries,
+        path=tuple(entry for entry in sys.path if isinstance(entry, str)),
+        unfound=tuple(unfound),
+    )
+
+
+def _registering_module(op: str) -> ModuleType | None:
+    """The module that registered ``op``: the one that defined it with
+    ``torch.library.custom_op``, or one holding its ``torch.library.Library`` or its
+    custom op object."""
+    import torch
+    from torch._library.custom_ops import OPDEFS, CustomOpDef
+
+    definition = OPDEFS.get(op)
+    if definition is not None:
+        module = sys.modules.get(getattr(definition._init_fn, "__module__", "") or "")
+        if module is not None and module.__name__ != "__main__":
+            return module
+    namespace, _, name = op.partition("::")
+    for module in _loaded_modules():
+        for value in list(vars(module).values()):
+            if isinstance(value, CustomOpDef) and value._qualname == op:
+                return module
+            if isinstance(value, torch.library.Library) and value.ns == namespace:
+                if name in {defined.split("::")[-1].split(".")[0] for defined in value._op_defs}:
+                    return module
+    return None
+
+
+def _loaded_modules() -> Iterator[ModuleType]:
+    for module in list(sys.modules.values()):
+        if isinstance(module, ModuleType) and getattr(module, "__file__", None):
+            yield module
+
+
+def _is_torch_own(module: ModuleType) -> bool:
+    return module.__name__ == "torch" or module.__name__.startswith("torch.")

@@ -1,0 +1,247 @@
+"""The test process's one long-lived child that calls AOTInductor engines (:mod:`.child`).
+
+One child per test process (per xdist worker) runs the jobs of every program in turn (the
+deployment probes' variants, the crash screen's input sets), so torch's import is paid once
+per session, not per program. A crash or a hang ends that child only: :func:`run_jobs`
+records the job it died in as such, and a new child goes on with the rest, until the time
+given is spent. The child is also replaced after :data:`PACKAGES_PER_CHILD` programs or
+above :data:`MEMORY_CAP` (each load leaves about its package's size resident), and shut
+down with the session (:func:`shutdown`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+PACKAGES_PER_CHILD = 32
+"""Programs one child runs before a fresh one takes over."""
+
+MEMORY_CAP = 2 * 2**30
+"""Resident bytes above which the child is replaced after its current program."""
+
+STICKY_CUDA_ERROR = 70
+"""The child's exit status after a CUDA error that poisons its process."""
+
+HUNG = "the engine did not return within"
+"""How the reason for a job past its time begins."""
+
+_CHILD = Path(__file__).with_name("child.py")
+
+Job = tuple[int, bool]
+"""``(input set index, checked)``: one job of a request (see :mod:`.child`)."""
+
+
+def run_jobs(
+    request: Mapping[str, Any],
+    jobs: Sequence[Job],
+    timeout: float,
+    path: Sequence[str] = (),
+    late: str = "not run: the time for these calls ran out",
+) -> dict[Job, dict[str, Any]]:
+    """Run ``jobs`` of ``request`` (the child's request, without its jobs) in child
+    processes, within ``timeout`` seconds in all; a crash or a hang ends a child, and the
+    next one goes on after the job it died in. Returns the result per job; a job that
+    crashed or hung has ``{"crashed": why, "signal": number or None}``, a job that the time
+    left no room for ``{"crashed": late}``."""
+    import torch
+
+    results: dict[Job, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    child = engine_child()
+    with tempfile.TemporaryDirectory(prefix="pytest-aoti-child-") as root:
+        request_path = Path(root) / "request.pt"
+        remaining = list(jobs)
+        attempt = 0
+        while remaining:
+            attempt += 1
+            outdir = Path(root) / f"run-{attempt}"
+            outdir.mkdir()
+            torch.save({**request, "jobs": remaining}, request_path)
+            why = child.run(request_path, outdir, max(1.0, deadline - time.monotonic()), path)
+            done = 0
+            for position, job in enumerate(remaining):
+                job_path = outdir / f"job-{position}.pt"
+                if not job_path.exists():
+                    break
+                results[job] = torch.load(job_path, weights_only=False, map_location="cpu")
+                done += 1
+            if done == len(remaining):
+                break
+            if why is None:
+                why = "the child process stopped without a result"
+            crashed = remaining[done]
+            results[crashed] = {"crashed": why, "signal": child.last_signal}
+            remaining = remaining[done + 1 :]
+            if time.monotonic() >= deadline:
+                for job in remaining:
+                    results[job] = {"crashed": late}
+                break
+    return results
+
+
+class EngineChild:
+    """The long-lived child (:mod:`.child`): started on first use, replaced after a crash, a hang,
+    :data:`PACKAGES_PER_CHILD` programs or above :data:`MEMORY_CAP`."""
+
+    def __init__(self, script: Path) -> None:
+        self.script = script
+        self.starts = 0
+        """Children started so far (one unless one crashed, hung or was replaced)."""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._stderr_start = 0
+        """Where the running program's part of the child's stderr begins."""
+        self._packages = 0
+        self.last_signal: int | None = None
+        """The signal that ended the last child to die by one (None: it did not)."""
+        self.last_stderr = ""
+        """The last line the last failed child wrote on stderr."""
+
+    def run(
+        self, request: Path, outdir: Path, timeout: float, path: Sequence[str] = ()
+    ) -> str | None:
+        """Have the child run ``request``'s jobs, with ``path`` first on its ``sys.path``;
+        None when it answered, else why not (the child is then gone, and the next call
+        starts another)."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            process = self._start()
+        assert process.stdin is not None and process.stdout is not None
+        if self._stderr is not None:
+            # the child's stderr holds every earlier program's lines: a failure quotes
+            # only what this program wrote
+            self._stderr_start = os.fstat(self._stderr.fileno()).st_size
+        try:
+            asked = {"request": str(request), "outdir": str(outdir), "path": list(path)}
+            process.stdin.write((json.dumps(asked) + "\n").encode())
+            process.stdin.flush()
+        except OSError:
+            return self._failed()
+        line = _read_line(process.stdout, timeout)
+        if line is None:
+            self.close()
+            self.last_signal = None
+            return f"{HUNG} {timeout:.0f} s"
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or not answer.get("done"):
+            return self._failed()
+        self._packages += 1
+        if self._packages >= PACKAGES_PER_CHILD or int(answer.get("rss") or 0) > MEMORY_CAP:
+            self.close()
+        return None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.close()
+        env = dict(os.environ)
+        env.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
+        # the child only loads packages built on this machine: skip the ISA probe's compile
+        env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+        self._stderr = tempfile.TemporaryFile(prefix="pytest-aoti-probes-")
+        self._process = subprocess.Popen(
+            [sys.executable, str(self.script), "--serve"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        self._packages = 0
+        self.starts += 1
+        return self._process
+
+    def _failed(self) -> str:
+        """Why the child stopped without an answer; the child is gone after it."""
+        process = self._process
+        assert process is not None
+        try:
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        tail = ""
+        if self._stderr is not None:
+            self._stderr.seek(self._stderr_start)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            tail = lines[-1] if lines else ""
+        self.last_stderr = tail
+        self.last_signal = None
+        self.close()
+        if code is not None and code < 0:
+            self.last_signal = -code
+            return f"the engine crashed the process (signal {-code})"
+        if code == STICKY_CUDA_ERROR:
+            self.last_signal = None
+            return f"the engine hit a CUDA error that sticks to its process: {tail or code}"
+        return f"the probe process failed: {tail or code}"
+
+    def close(self) -> None:
+        """End the child: end of input first, then a kill if it does not exit."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.stdin is not None:
+                try:
+                    process.stdin.close()
+                except OSError:
+                    pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
+    """One line from ``stream`` within ``timeout`` seconds; None on a timeout; what was read
+    (possibly empty) when the stream ends."""
+    deadline = time.monotonic() + timeout
+    fd = stream.fileno()
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+_PROCESS: EngineChild | None = None
+
+
+def engine_child() -> EngineChild:
+    """This process's engine child (see :class:`EngineChild`)."""
+    global _PROCESS
+    if _PROCESS is None or _PROCESS.script != _CHILD:
+        if _PROCESS is not None:
+            _PROCESS.close()
+        _PROCESS = EngineChild(_CHILD)
+        atexit.register(_PROCESS.close)
+    return _PROCESS
+
+
+def shutdown() -> None:
+    """End this process's engine child, if there is one (at the end of the session)."""
+    global _PROCESS
+    if _PROCESS is not None:
+        _PROCESS.close()
+        _PROCESS = None
