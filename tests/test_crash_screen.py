@@ -31,7 +31,9 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 @torch.library.custom_op("pytest_aoti_faults::abort", mutates_args=())
 def abort(x: torch.Tensor) -> torch.Tensor:
-    os.abort()
+    if x.shape[0] > 2:  # a generated shape's check has 2 rows: only larger shapes abort
+        os.abort()
+    return x.clone()
 
 
 @abort.register_fake
@@ -70,6 +72,16 @@ def test_crashes(aoti):
         Affine(),
         (torch.full((4, 3), FILL),),
         inductor_configs={"post_grad_custom_post_pass": CallsAbort()},
+    )
+
+
+def test_crashes_on_a_generated_shape(aoti):
+    aoti.check(
+        Affine(),
+        (torch.full((2, 3), FILL),),
+        dynamic_shapes={"x": {0: torch.export.Dim("rows", max=16)}},
+        inductor_configs={"post_grad_custom_post_pass": CallsAbort()},
+        examples=4,
     )
 
 
@@ -113,28 +125,37 @@ def test_an_aborting_engine_fails_its_test_and_the_run_goes_on(
         "on the example inputs*"
     )
     plain = _run(pytester, monkeypatch, cache, fill="1")
-    plain.assert_outcomes(passed=2, failed=1)
+    plain.assert_outcomes(passed=2, failed=2)
     assert plain.ret == 1
     plain.stdout.fnmatch_lines(
         [crash_line, "*crash_screen=False*", "*repro bundle: *exits 134 (SIGABRT)*"]
     )
     plain.stdout.no_fnmatch_line("*Fatal Python error*")
+    plain.stdout.fnmatch_lines(
+        [
+            "*AotiCheckError: boundary shape fails: x=(*",
+            "*first difference: the AOTI compile broke it: the AOTI engine crashed its "
+            "process (SIGABRT) on the inputs of generated x=(*",
+            "*repro bundle: *test_crashes_on_a_generated_shape*exits 134 (SIGABRT)*",
+        ]
+    )
     records = _records(pytester)
     assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
     assert records["test_crashes[cpu]"]["finding"]["location"] == "SIGABRT"
     assert records["test_after[cpu]"]["crash_screen"] == "screened"
     bundles = list((pytester.path / "bundles").glob("*/repro.py"))
-    assert len(bundles) == 1
-    replay = subprocess.run(
-        [sys.executable, str(bundles[0])], capture_output=True, text=True, timeout=300
-    )
-    assert replay.returncode == 128 + signal.SIGABRT, replay.stdout + replay.stderr
-    assert "REPRODUCED: the AOTI engine crashed its process (SIGABRT)" in replay.stdout
+    assert len(bundles) == 2, "the example's crash and the generated shape's"
+    for bundle in bundles:
+        replay = subprocess.run(
+            [sys.executable, str(bundle)], capture_output=True, text=True, timeout=300
+        )
+        assert replay.returncode == 128 + signal.SIGABRT, replay.stdout + replay.stderr
+        assert "REPRODUCED: the AOTI engine crashed its process (SIGABRT)" in replay.stdout
 
     # other values: the same programs (no compile), screened again, by xdist's workers
     pytest.importorskip("xdist")
     distributed = _run(pytester, monkeypatch, cache, "-n", "2", fill="2")
-    distributed.assert_outcomes(passed=2, failed=1)
+    distributed.assert_outcomes(passed=2, failed=2)
     distributed.stdout.fnmatch_lines([crash_line])
     records = _records(pytester)
     assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
@@ -142,7 +163,7 @@ def test_an_aborting_engine_fails_its_test_and_the_run_goes_on(
 
     # the same values again: the verdicts kept with the packages, no child call
     warm = _run(pytester, monkeypatch, cache, fill="2")
-    warm.assert_outcomes(passed=2, failed=1)
+    warm.assert_outcomes(passed=2, failed=2)
     warm.stdout.fnmatch_lines([crash_line])
     assert _records(pytester)["test_after[cpu]"]["crash_screen"] == "cached"
 
@@ -169,3 +190,18 @@ def test_the_verdict_key_follows_values_and_layout() -> None:
     assert inputs_digest(((x * 2,), {})) != same
     assert inputs_digest(((x.t().contiguous().t(),), {})) != same
     assert inputs_digest(((x, 3), {})) != inputs_digest(((x, 4), {}))
+
+
+def test_where_the_child_cannot_run_the_calls_the_record_says_unprotected() -> None:
+    from types import SimpleNamespace
+
+    from pytest_aoti.checks.crash_screen import CrashScreen
+
+    program = SimpleNamespace(device=torch.device("meta"), key="k")
+    screen = CrashScreen(program, torch.nn.Identity(), calls=1)  # type: ignore[arg-type]
+    screen.screen(((torch.ones(2),), {}), "the example inputs")  # no child, no raise
+    record = screen.record()
+    assert record.fields == {"crash_screen": "unprotected"}
+    assert record.notes == (
+        "engine calls ran unprotected: the engine child does not run meta engines",
+    )

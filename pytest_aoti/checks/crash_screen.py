@@ -286,4 +286,4 @@ def _data_start(tensor: torch.Tensor) -> bytes:
         return b""
     flat = tensor.detach().reshape(-1)
     start = flat[: max(1, _DIGEST_BYTES // flat.element_size())].cpu().contiguous()
-    return bytes(start.view(torch.uint8).numpy().tobytes())
+    return start.view(torch.uint8).numpy().tobytes()

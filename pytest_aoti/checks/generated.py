@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Triage
+from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, Phase, Triage
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
 
@@ -191,12 +191,20 @@ class _ShapeChecker:
             UncompiledProgram(program.exported) if has_runtime_asserts(program.exported) else None
         )
 
-    def _input_run(self, values: dict[str, int], seed: int, *, attribute: bool = False) -> InputRun:
-        """The check of one generated input set; attributed to a stage (and localized)
-        only once the search has found its smallest failing shape."""
+    def _input_run(
+        self,
+        values: dict[str, int],
+        seed: int,
+        *,
+        attribute: bool = False,
+        inputs: InputSet | None = None,
+    ) -> InputRun:
+        """The check of one generated input set (``inputs``: already built for ``values``
+        and ``seed``); attributed to a stage (and localized) only once the search has found
+        its smallest failing shape."""
         from pytest_aoti.checks.parity import InputRun
 
-        args, kwargs = self.builder.build(values, seed)
+        args, kwargs = inputs if inputs is not None else self.builder.build(values, seed)
         return InputRun(
             self.program,
             self.module,
@@ -221,19 +229,21 @@ class _ShapeChecker:
                 raise _Failure(dict(values), seed, refusal) from None
         if self.crashed is not None:
             raise self.crashed
-        if self.screen is not None:
-            self._screen(values, seed)
         try:
-            run = self._input_run(values, seed)
+            inputs = self.builder.build(values, seed)
+            if self.screen is not None:
+                self._screen(values, seed, inputs)  # raises its own _Failure: a crash
+            run = self._input_run(values, seed, inputs=inputs)
             stats = run.check(self.calls, self.mutates, values_too=False)
+        except _Failure:
+            raise
         except Exception as error:  # the engine crashing on a legal shape is a failure too
             raise _Failure(dict(values), seed, error) from None
         self.count += 1
         self.stats += stats
 
-    def _screen(self, values: dict[str, int], seed: int) -> None:
+    def _screen(self, values: dict[str, int], seed: int, inputs: InputSet) -> None:
         assert self.screen is not None
-        inputs = self.builder.build(values, seed)
         try:
             self.screen.screen(inputs, "generated " + _describe_shapes(self.builder.shapes, values))
         except AotiCheckError as error:
@@ -396,7 +406,7 @@ def _report(
                 f"first difference: {inner.headline(stage=False)}",
                 *inner.details,
             ),
-            extra={**inner.extra, **extra, "inner_kind": inner.kind},
+            extra={**inner.extra, **extra, "inner_kind": inner.kind.value},
         )
     first = str(error).splitlines()[0] if str(error) else ""
     return plain_finding(

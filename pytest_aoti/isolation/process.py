@@ -103,9 +103,7 @@ class EngineChild:
         """Where the running program's part of the child's stderr begins."""
         self._packages = 0
         self.last_signal: int | None = None
-        """The signal that ended the last child to die by one (None: it did not)."""
-        self.last_stderr = ""
-        """The last line the last failed child wrote on stderr."""
+        """The signal that ended the child during the last :meth:`run` (None: none did)."""
 
     def run(
         self, request: Path, outdir: Path, timeout: float, path: Sequence[str] = ()
@@ -113,6 +111,7 @@ class EngineChild:
         """Have the child run ``request``'s jobs, with ``path`` first on its ``sys.path``;
         None when it answered, else why not (the child is then gone, and the next call
         starts another)."""
+        self.last_signal = None
         process = self._process
         if process is None or process.poll() is not None:
             process = self._start()
@@ -130,7 +129,6 @@ class EngineChild:
         line = _read_line(process.stdout, timeout)
         if line is None:
             self.close()
-            self.last_signal = None
             return f"{HUNG} {timeout:.0f} s"
         try:
             answer = json.loads(line)
@@ -174,14 +172,11 @@ class EngineChild:
             self._stderr.seek(self._stderr_start)
             lines = self._stderr.read().decode(errors="replace").strip().splitlines()
             tail = lines[-1] if lines else ""
-        self.last_stderr = tail
-        self.last_signal = None
         self.close()
         if code is not None and code < 0:
             self.last_signal = -code
             return f"the engine crashed the process (signal {-code})"
         if code == STICKY_CUDA_ERROR:
-            self.last_signal = None
             return f"the engine hit a CUDA error that sticks to its process: {tail or code}"
         return f"the probe process failed: {tail or code}"
 

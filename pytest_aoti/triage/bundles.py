@@ -62,13 +62,20 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]
-    reproduced = "1"
-    if error.finding.kind == FindingKind.CRASH and isinstance(
-        error.finding.extra.get("signal"), int
-    ):
-        number = error.finding.extra["signal"]
-        reproduced = f"{128 + number} ({error.finding.location})"
     return (
-        f"repro bundle: {script.parent} (python {script} exits {reproduced} while it "
+        f"repro bundle: {script.parent} (python {script} exits {_reproduced_status(error)} while it "
         "reproduces this failure, 0 once fixed, 2 if it cannot run)"
     )
+
+
+def _reproduced_status(error: AotiCheckError) -> str:
+    """The exit status of ``repro.py`` while it reproduces ``error``: 1, or 128+N with the
+    signal's name for an engine that killed its process by signal N (also found on a
+    generated shape: what the bundle reproduces decides, not the outer finding's kind)."""
+    from pytest_aoti.triage.repro import reproduces
+
+    target = reproduces(error.finding.to_json()) or {}
+    number = error.finding.extra.get("signal")
+    if target.get("kind") == FindingKind.CRASH and isinstance(number, int):
+        return f"{128 + number} ({target['location']})"
+    return "1"
