@@ -205,3 +205,26 @@ def test_where_the_child_cannot_run_the_calls_the_record_says_unprotected() -> N
     assert record.notes == (
         "engine calls ran unprotected: the engine child does not run meta engines",
     )
+
+
+def test_the_module_that_registered_an_op_through_a_library_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from pytest_aoti.compiling.custom_ops import _registering_module
+
+    (tmp_path / "registers_ops.py").write_text(
+        "import torch\n"
+        'LIBRARY = torch.library.Library("pytest_aoti_library_faults", "DEF")\n'
+        'LIBRARY.define("double(Tensor x) -> Tensor")\n'
+        'LIBRARY.impl("double", lambda x: x * 2, "CompositeExplicitAutograd")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("registers_ops")
+    try:
+        assert _registering_module("pytest_aoti_library_faults::double") is module
+        assert _registering_module("pytest_aoti_library_faults::absent") is None
+    finally:
+        module.LIBRARY._destroy()
+        sys.modules.pop("registers_ops", None)

@@ -78,14 +78,13 @@ def child_preparation(program: AotiProgram) -> ChildPreparation:
     unfound: list[str] = []
     for op in wanted:
         module = _registering_module(op)
-        if module is None:
+        if module is not None and _is_torch_own(module):
+            continue  # a fresh process registers torch's own ops by importing torch
+        file = getattr(module, "__file__", None)
+        if module is not None and file:
+            imports[module.__name__] = str(file)
+        else:
             unfound.append(op)
-        elif not _is_torch_own(module):
-            file = getattr(module, "__file__", None)
-            if file:
-                imports[module.__name__] = str(file)
-            else:
-                unfound.append(op)
     libraries = tuple(sorted(getattr(torch.ops, "loaded_libraries", ())))
     return ChildPreparation(
         imports=tuple(imports.items()),
@@ -110,17 +109,25 @@ def _registering_module(op: str) -> ModuleType | None:
     namespace, _, name = op.partition("::")
     for module in _loaded_modules():
         for value in list(vars(module).values()):
-            if isinstance(value, CustomOpDef) and value._qualname == op:
+            # type(), not isinstance: a module's lazy or deprecated object may warn on
+            # __class__
+            kind = type(value)
+            if issubclass(kind, CustomOpDef) and value._qualname == op:
                 return module
-            if isinstance(value, torch.library.Library) and value.ns == namespace:
+            if issubclass(kind, torch.library.Library) and value.ns == namespace:
                 if name in {defined.split("::")[-1].split(".")[0] for defined in value._op_defs}:
                     return module
     return None
 
 
 def _loaded_modules() -> Iterator[ModuleType]:
+    """The loaded modules with a file, torch's own left out (the child has those)."""
     for module in list(sys.modules.values()):
-        if isinstance(module, ModuleType) and getattr(module, "__file__", None):
+        if (
+            isinstance(module, ModuleType)
+            and getattr(module, "__file__", None)
+            and not _is_torch_own(module)
+        ):
             yield module
 
 
