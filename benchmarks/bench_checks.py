@@ -244,7 +244,7 @@ TEST_FILE = textwrap.dedent(
         # deployment probes: warm (outcomes cached) against off, and cold against the compile
         report["probes"] = {{}}
         if CONFIG.get("probes"):
-            from pytest_aoti.checks.probes.check import run_probes
+            from pytest_aoti.probes.check import run_probes
             from pytest_aoti.tolerance import Tolerance
 
             for label, module, args, options, _ in prepared:

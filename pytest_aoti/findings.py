@@ -9,6 +9,7 @@ bundle all read the same fields.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -220,6 +221,9 @@ class Finding:
     tolerance_note: str = ""
     """Said next to the stage when the difference is within the dtype's default tolerance
     and only the test's tighter one failed: ``within the dtype default (...); you set zero``."""
+    record_fields: Mapping[str, Any] = field(default_factory=dict)
+    """Fields the failing check still adds to its JSON record (what it measured before it
+    failed, such as the deployment probes' outcomes); not part of the finding's JSON."""
     check: str | None = None
     """The check that failed, where another plugin added it (the ``pytest_aoti_checks``
     hook); None for the built-in checks, whose kind says which failed."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,8 +11,11 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.checks.base import Check
+    from pytest_aoti.cache.registry import ProgramRegistry
+    from pytest_aoti.checks.base import Check, CheckPlan, Triage
     from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.reports.records import CheckRecord
     from pytest_aoti.tester import CheckResult
 
 
@@ -140,3 +144,53 @@ def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
         def pytest_aoti_checks(config):
             return [LatencyBudget()]
     """
+
+
+@pytest.hookspec
+def pytest_aoti_terminal_summary(
+    terminalreporter: Any, config: pytest.Config, records: Sequence[CheckRecord]
+) -> None:
+    """Write a section of pytest-aoti's terminal summary, from the session's check records.
+
+    Called once, at the end of the run (on the xdist controller, with every worker's
+    records), after the table of the slowest checks and before the cache problems and
+    notes: the plugin's own features' sections first (deployment hazards), then the other
+    plugins' and conftests' in conftest order. ``records`` are
+    :class:`~pytest_aoti.reports.records.CheckRecord` objects, one per ``aoti.check``:
+    their declared fields, and ``other_fields`` for the fields a check added
+    (``check_figures`` for those of a ``pytest_aoti_checks`` check).
+
+    Example, in ``conftest.py``: one line for the checks over a latency budget::
+
+        def pytest_aoti_terminal_summary(terminalreporter, config, records):
+            slow = [r.label for r in records if (r.engine_seconds or 0) > 0.01]
+            if slow:
+                terminalreporter.write_sep("-", "aoti: over 10 ms per engine call")
+                for label in slow:
+                    terminalreporter.write_line(label)
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_aoti_triage(
+    program: AotiProgram,
+    plan: CheckPlan,
+    registry: ProgramRegistry,
+    device: torch.device,
+    label: str,
+) -> Triage | None:
+    """Return what explains the failed input sets of one ``aoti.check`` of ``program``: a
+    :class:`~pytest_aoti.checks.base.Triage` (its ``explain`` names the stage that
+    introduced a difference and the first diverging node; its ``replayed`` keeps the input
+    set for the repro bundle). The first result counts; the plugin's own triage answers
+    last. None: failures are not explained (no stage, no node, no bundle)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_aoti_failure_bundle(
+    program: AotiProgram, error: AotiCheckError, bundle_dir: Callable[[], Path | None]
+) -> str | None:
+    """Keep what reproduces failure ``error`` of ``program``; return the line the failure
+    shows about it, or None. ``bundle_dir()`` gives the next folder of the test's bundles
+    (``--aoti-keep-failed``), None where none is kept; call it only for a failure that
+    gets a bundle. The first result counts; the plugin's own triage answers last."""

@@ -6,16 +6,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_aoti import features
 from pytest_aoti.options.settings import read_settings
 from pytest_aoti.options.table import add_options, marker_help
-from pytest_aoti.session import AotiSession
+from pytest_aoti.session import SESSION_PLUGIN, AotiSession, session_of
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.tester import AotiTester
 
-SESSION_PLUGIN = "aoti-session"
+pytest_plugins = list(features.plugins())
+"""The features' hooks (each feature's ``plugin`` module), registered with this one."""
+
 _DEVICE_FIXTURE = "aoti_device"
 _EXPORT_FIXTURE = "aoti_export_mode"
 
@@ -30,16 +33,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """``--aoti-models-list``: print the model specs and exit, as ``--fixtures`` does."""
-    if not config.getoption("aoti_models_list"):
-        return None
-    from pytest_aoti.models.collect import list_main
-
-    return list_main(config)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", marker_help())
     session = AotiSession(config, read_settings(config))
@@ -51,28 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
         session.devices  # noqa: B018
     session.stores.check_cache_dir()
     config.pluginmanager.register(session, SESSION_PLUGIN)
-    if session.settings.models or session.settings.models_list:
-        from pytest_aoti.models.collect import register
-
-        register(config, session.settings.models)  # the specs resolve now, or a usage error
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         from pytest_aoti.reports.xdist import XdistControllerHooks
 
         config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # before the terminal summary, which pytest's reporter runs after every sessionfinish
-    from pytest_aoti.reports.idle_hypothesis import leave_out_idle_summary
-
-    leave_out_idle_summary(session.config)
-
-
-def _session(config: pytest.Config) -> AotiSession:
-    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
-    assert isinstance(session, AotiSession)
-    return session
 
 
 def _is_aoti_test(metafunc: pytest.Metafunc) -> bool:
@@ -95,7 +70,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return  # the test parametrizes its device itself
     if _DEVICE_FIXTURE not in metafunc.fixturenames:
         metafunc.fixturenames.append(_DEVICE_FIXTURE)
-    session = _session(metafunc.config)
+    session = session_of(metafunc.config)
     devices = [
         *session.devices,
         *(
@@ -125,7 +100,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def aoti_device(request: pytest.FixtureRequest) -> torch.device:
     """The ``torch.device`` this AOTI test runs on (one of ``--aoti-device``). Under
     ``pytest -n N``, ``cuda`` is worker ``gwI``'s own GPU: ``cuda:(I mod GPUs)``."""
-    session = _session(request.config)
+    session = session_of(request.config)
     name = getattr(request, "param", None) or session.devices[0]
     return session.torch_device(name)
 
@@ -150,7 +125,7 @@ def aoti(
     __tracebackhide__ = True  # a wrong marker option shows its message, not our frames
     from pytest_aoti.tester import AotiTester
 
-    session = _session(request.config)
+    session = session_of(request.config)
     item = request.node
     defaults = session.defaults_for(item, aoti_device, aoti_export_mode)
     return AotiTester(

@@ -48,7 +48,7 @@ The replay runs in a child process, so that an engine that kills its process is 
 rather than mistaken for an exit status; python repro.py --in-process runs it in this one
 (for a debugger).
 """
-# In pytest-aoti this file is pytest_aoti/triage/repro_script.py, copied into each bundle as
+# In pytest-aoti this file is pytest_aoti/repro_script.py, copied into each bundle as
 # it is. It imports torch and the standard library only, torch inside the functions that use
 # it, so that a Python without torch still gets to say so (exit 2). pytest-aoti imports two
 # parts of it: assert_close's default tolerances and the reading of an engine's buffers

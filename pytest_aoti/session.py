@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from pytest_aoti.reports.events import ItemEvents
 
 
+SESSION_PLUGIN = "aoti-session"
+"""The name the session's state is registered under, as a plugin."""
+
+
 class AotiSession:
     """State shared by every AOTI test of one pytest process."""
 
@@ -154,10 +158,11 @@ class AotiSession:
         at the first check: every conftest is loaded by then."""
         __tracebackhide__ = True
         if self._added_checks is None:
+            from pytest_aoti.feature_hooks import other_results
             from pytest_aoti.run.added import added_checks
 
-            # pluggy calls the latest registered first: reversed, conftest order
-            results = reversed(self.config.hook.pytest_aoti_checks(config=self.config))
+            # the features' own checks are built in (pytest_aoti.run.catalog)
+            results = other_results(self.config, "pytest_aoti_checks", {"config": self.config})
             self._added_checks = added_checks(results)
         return self._added_checks
 
@@ -269,16 +274,11 @@ class AotiSession:
         self.stores.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_aoti.feature_hooks import results_in_feature_order
         from pytest_aoti.reports.fleet import remote_summary_lines
         from pytest_aoti.reports.terminal import write_summary
 
         settings = self.settings
-        # what the hazards were is kept only where the run may write its cache
-        probed = (
-            settings.cache_mode == "readwrite"
-            and not _is_xdist_worker(self.config)
-            and any(record.probes for record in self.collector.records)
-        )
         write_summary(
             terminalreporter,
             self.collector,
@@ -292,11 +292,23 @@ class AotiSession:
                 ini_trusted=settings.cache_trusted_keys,
                 not_before=settings.cache_not_before,
             ),
-            hazards="all" if self.config.get_verbosity() > 0 else settings.hazards,
-            serving_checks=settings.checks.serving_checks,
-            # kept where the plugin keeps its packages
-            memory=self.stores.cache_root() if probed else None,
+            sections=lambda: results_in_feature_order(
+                self.config,
+                "pytest_aoti_terminal_summary",
+                {
+                    "terminalreporter": terminalreporter,
+                    "config": self.config,
+                    "records": tuple(self.collector.records),
+                },
+            ),
         )
+
+
+def session_of(config: pytest.Config) -> AotiSession:
+    """The session's state, for a hook of the plugin's own features."""
+    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    assert isinstance(session, AotiSession)
+    return session
 
 
 def _merged(results: list[Mapping[str, Any] | None]) -> dict[str, Any]:

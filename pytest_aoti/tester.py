@@ -125,7 +125,7 @@ class AotiTester:
         - ``samples=[args2, ...]``: more input tuples for the same program;
         - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer it from the samples;
         - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and each field
-          of :class:`~pytest_aoti.options.check_options.CheckOptions` that ``aoti.check``
+          of :class:`~pytest_aoti.features.CheckOptions` that ``aoti.check``
           takes (``examples``, ``threads``, ``max_extra_bytes``, ``random``, ``probes``,
           ``probes_skip``; each field's help says what it does), checked before any export;
           they override the marker and the command line.

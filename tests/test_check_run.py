@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_aoti.checks import catalog
+from pytest_aoti import features
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, RecordPart
 from pytest_aoti.checks.parity import _expectation_or
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.reports.records import CheckRecord
+from pytest_aoti.run import catalog
 from pytest_aoti.run.phases import PlanRun
 from pytest_aoti.tolerance import Tolerance
 
@@ -176,7 +177,9 @@ def test_a_check_s_own_record_fields_reach_the_json_and_come_back() -> None:
     declared = CheckRecord("t.py::test", "cpu", "key", False, 0.0, 0.0).to_json()
     assert list(data) == [*list(declared)[:-1], "probe_level", "engine_over_eager"]
     again = CheckRecord.from_json(data)
-    assert again.other_fields == {"probe_level": 3} and again.to_json() == data
+    # every feature's fields are in every record, with their values where it did not run
+    expected = {**features.record_fields(), "probe_level": 3}
+    assert again.other_fields == expected and again.to_json() == data
 
 
 class Level:

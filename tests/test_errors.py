@@ -16,7 +16,6 @@ import pytest
 import torch
 from torch.export import Dim, ExportedProgram
 
-from pytest_aoti.checks.generated import Generation, _Failure, _report
 from pytest_aoti.compiling.explain import source_frame, torch_reason
 from pytest_aoti.compiling.pipeline import (
     check_constant_outputs,
@@ -33,6 +32,7 @@ from pytest_aoti.errors import (
     AotiUsageError,
     user_facing,
 )
+from pytest_aoti.generated.check import Generation, _Failure, _report
 from pytest_aoti.mutation_maps import named_user_inputs, read_signature
 from pytest_aoti.shapes.read import read_program_shapes
 from pytest_aoti.shapes.validate import validate_inputs

@@ -11,7 +11,7 @@ import torch
 
 from pytest_aoti.checks.memory import PeakMemory, _assert_extra_bytes
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.options.check_options import CheckOptions
+from pytest_aoti.features import CheckOptions
 
 
 class FakeCudaMemory:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.checks.probes import check as probes
-from pytest_aoti.reports import last_hazards
-from pytest_aoti.reports.hazards import hazard_lines
+from pytest_aoti.probes import check as probes
+from pytest_aoti.probes import last_hazards
+from pytest_aoti.probes.hazards import hazard_lines
 from pytest_aoti.reports.records import CheckRecord
 
 SUITE = textwrap.dedent(
@@ -199,16 +199,16 @@ def _probe(
 
 
 def _record(test: str, program: str, *items: dict[str, Any], cached: bool = False) -> CheckRecord:
-    return CheckRecord(
+    record = CheckRecord(
         test=test,
         device="cpu",
         program=program,
         cache_hit=False,
         compile_seconds=0.0,
         original_compile_seconds=0.0,
-        probes=list(items),
-        probes_cached=cached,
     )
+    record.update({"probes": list(items), "probes_cached": cached})  # as the probes report
+    return record
 
 
 LAYOUT = _probe("channels_last", "channels_last", "wrong", True)
@@ -275,7 +275,7 @@ def test_every_variant_in_the_all_view() -> None:
 
 def test_cached_unchanged_programs_collapse_a_new_or_changed_one_shows() -> None:
     same = _record("t.py::a", "p1", LAYOUT, ALIASED, cached=True)
-    last = {"p1@cpu": last_hazards.outcomes_digest(same.probes)}
+    last = {"p1@cpu": last_hazards.outcomes_digest(same.other_fields["probes"])}
     assert hazard_lines([same], last=last) == [
         "1 program(s) keep the hazards of the last run: -v lists them"
     ]

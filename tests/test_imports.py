@@ -25,12 +25,23 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # runner tolerance and compiling/engine_state import
     (
         "base",
-        ("frames", "trees", "findings", "errors", "torch_bugs", "atomic_files", "repro_script"),
+        (
+            "frames",
+            "trees",
+            "findings",
+            "errors",
+            "torch_bugs",
+            "atomic_files",
+            "folder_names",
+            "repro_script",
+        ),
     ),
     # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
     # devices, the options (values, rows, typed per-check options, settings, the resolver),
     # an exported program's mutation maps and user inputs (shapes/ and compiling/ read them)
-    ("rules", ("tolerance", "compare", "devices", "options", "mutation_maps")),
+    # the feature list, which composes the features' typed options (each feature folder's
+    # `feature` module is on this floor too: FEATURE_MODULE_FLOORS)
+    ("rules", ("tolerance", "compare", "devices", "options", "mutation_maps", "features")),
     # dynamic shapes, and their public Hypothesis strategies
     ("shapes", ("shapes", "strategies")),
     # the torch boundary: export, decompose, compile, load, explain torch's errors, guards,
@@ -45,6 +56,9 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("triage", ("triage",)),
     # records and every view of them
     ("reports", ("reports",)),
+    # the features whose rooms are checks with their own summary: generated shapes and
+    # deployment probes (each reaches the run through its plugin module only)
+    ("features", ("generated", "probes")),
     # one call from eager to result: resolved into its frozen plan, its checks run phase by
     # phase, the runner that owns it around the export and the compile
     ("run", ("run",)),
@@ -53,8 +67,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # tests of --aoti-model specs with no test file: each calls the tester (through the
     # `aoti` fixture); the plugin registers their collection, below it and the session
     ("models", ("models",)),
-    # session state and the hooks' extension points
-    ("session", ("session", "hookspecs")),
+    # session state, the hooks' extension points, and the features' hooks called in order
+    ("session", ("session", "hookspecs", "feature_hooks")),
     # pytest's entry point and the package's public names ("" is pytest_aoti itself);
     # __main__: the commands outside a pytest run (merge-reports, keygen)
     ("plugin", ("plugin", "", "__main__")),
@@ -63,6 +77,11 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 MODULE_FLOORS: dict[str, str] = {}
 """Modules whose floor is not their folder's."""
+
+FEATURE_MODULE_FLOORS = {"feature": "rules", "plugin": "plugin"}
+"""The floor of two modules of every feature folder, whatever the folder's: ``feature``
+declares it as data (read by the feature list, on the rules floor), ``plugin`` holds its
+hooks (registered by the plugin, on the plugin floor)."""
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 """Imports that point up today, each with what replaces it. An entry whose import is gone
@@ -132,7 +151,10 @@ def import_graph() -> dict[str, dict[str, int]]:
     for module, path in modules.items():
         edges: dict[str, int] = {}
         source = path.read_text(encoding="utf-8")
-        for name, line in imported_names(source, module, path.name == "__init__.py"):
+        found = imported_names(source, module, path.name == "__init__.py")
+        for name, line in found:
+            if any(at == line and _submodule_of(other, name, modules) for other, at in found):
+                continue  # `from pytest_aoti import features` imports the module, not the package
             target = resolve(name, modules)
             if target is not None and target != module:
                 edges.setdefault(target, line)
@@ -140,14 +162,28 @@ def import_graph() -> dict[str, dict[str, int]]:
     return graph
 
 
+def _submodule_of(name: str, package: str, modules: dict[str, Path]) -> bool:
+    """Whether ``name`` is a module directly inside package ``package``."""
+    return name in modules and name.rpartition(".")[0] == package
+
+
 def floor_of(module: str) -> int | None:
     """The index of ``module``'s floor in FLOORS; None when no floor names it."""
     wanted = MODULE_FLOORS.get(module)
-    top = module.partition(".")[0]
+    top, _, rest = module.partition(".")
+    if top in feature_folders() and rest in FEATURE_MODULE_FLOORS:
+        wanted = FEATURE_MODULE_FLOORS[rest]
     for index, (floor, names) in enumerate(FLOORS):
         if floor == wanted or (wanted is None and top in names):
             return index
     return None
+
+
+def feature_folders() -> set[str]:
+    """The folders of the plugin's features (each feature's name is its folder)."""
+    from pytest_aoti import features
+
+    return {feature.name for feature in features.FEATURES}
 
 
 def describe(module: str) -> str:
@@ -426,3 +462,42 @@ def test_no_function_or_string_literal_is_over_its_limit() -> None:
                     long_strings.append(f"{describe(name)} line {node.lineno} ({lines})")
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
     assert not long_strings, f"string literals over {MAX_STRING_LINES} lines: {long_strings}"
+
+
+# --------------------------------------------------------------------------- the features
+
+
+def feature_of(module: str) -> str | None:
+    """The feature whose folder holds ``module``, or None."""
+    top = module.partition(".")[0]
+    return top if top in feature_folders() else None
+
+
+def test_nothing_outside_a_feature_imports_its_insides() -> None:
+    """A feature is reached through the feature list alone: only ``features`` imports a
+    feature's ``feature`` module, and nothing outside its folder imports its other modules
+    (pytest imports its ``plugin`` module, named in the feature's declaration)."""
+    reached = []
+    for module, edges in sorted(import_graph().items()):
+        for target, line in sorted(edges.items()):
+            owner = feature_of(target)
+            if owner is None or feature_of(module) == owner or target == owner:
+                continue
+            if module == "features" and target == f"{owner}.feature":
+                continue
+            reached.append(f"{describe(module)} (line {line}) imports {describe(target)}")
+    assert not reached, "a feature's insides imported from outside it:\n" + "\n".join(reached)
+
+
+def test_every_feature_is_one_folder_with_its_declaration_and_hooks() -> None:
+    from pytest_aoti import features
+
+    modules = package_modules()
+    for feature in features.FEATURES:
+        assert f"{feature.name}.feature" in modules, feature.name
+        declared = [feature.options, feature.settings]
+        assert all(
+            cls.__module__ == f"{PACKAGE}.{feature.name}.feature" for cls in declared if cls
+        ), f"{feature.name} declares its options in its own feature module"
+        if feature.plugin:
+            assert feature.plugin == f"{PACKAGE}.{feature.name}.plugin", feature.name

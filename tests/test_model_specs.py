@@ -82,16 +82,17 @@ def test_a_mapping_takes_every_keyword_option_row(monkeypatch: pytest.MonkeyPatc
     """aoti.check takes an option's keyword through ``**options``: so does a factory's mapping."""
     from dataclasses import dataclass
 
-    from pytest_aoti.options import check_options
+    from pytest_aoti import features
+    from pytest_aoti.options.fields import per_check
 
     @dataclass(frozen=True)
-    class LevelOptions(check_options.CheckOptions):
-        probe_level: int = check_options.per_check(1, "Probe level.", keyword=True)
+    class LevelOptions(features.CheckOptions):
+        probe_level: int = per_check(1, "Probe level.", keyword=True)
 
     case = {"module": torch.nn.Linear(2, 2), "args": (torch.ones(1, 2),), "probe_level": 3}
     with pytest.raises(AotiUsageError, match="unknown keys 'probe_level'"):
         read_case(case, "s")
-    monkeypatch.setattr(check_options, "CheckOptions", LevelOptions)
+    monkeypatch.setattr(features, "CheckOptions", LevelOptions)
     assert read_case(case, "s").check == {"probe_level": 3}
     with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
         read_case({**case, "options": {}}, "s")

@@ -17,15 +17,17 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_aoti.checks import catalog
+from pytest_aoti import features
 from pytest_aoti.checks.base import PHASES, CheckContext, CheckPlan, Outcome
 from pytest_aoti.compiling.random_ops import RandomOp
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options import check_options, defaults, resolve, table
-from pytest_aoti.options.check_options import CheckOptions, per_check
+from pytest_aoti.features import CheckOptions
+from pytest_aoti.options import defaults, resolve, table
 from pytest_aoti.options.defaults import CheckDefaults
+from pytest_aoti.options.fields import per_check
 from pytest_aoti.options.settings import AotiSettings
 from pytest_aoti.options.values import ValueProblem
+from pytest_aoti.run import catalog
 
 
 def _probe_level(text: str) -> int:
@@ -82,7 +84,7 @@ class ProbeCheck:
 def probe(monkeypatch: pytest.MonkeyPatch) -> ProbeCheck:
     """The new field and its check, added as a contributor would add them."""
     check = ProbeCheck()
-    monkeypatch.setattr(check_options, "CheckOptions", LevelOptions)
+    monkeypatch.setattr(features, "CheckOptions", LevelOptions)
     monkeypatch.setattr(defaults, "CheckDefaults", LevelDefaults)
     monkeypatch.setattr(catalog, "CHECKS", [*catalog.CHECKS, check])
     return check
@@ -135,16 +137,16 @@ def test_rows_and_settings_agree() -> None:
             assert option.check is not None, option.name
     names = [option.keyword_name for option in table.rows() if option.marker or option.keyword]
     assert len(names) == len(set(names))
-    # the marker's help line is the one pytest showed before the fields drove it
+    # the marker's help line: the core options, then each feature's in feature order
     assert table.marker_help().startswith(
-        "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, examples=None, "
-        "max_dim=None, localize=None, random=None, probes=None, probes_skip=None, "
-        "crash_screen=None): "
+        "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
+        "crash_screen=None, examples=None, max_dim=None, localize=None, probes=None, "
+        "probes_skip=None): "
     )
 
 
 def test_one_vocabulary_parses_and_checks_the_probe_policy() -> None:
-    from pytest_aoti.options.values import PROBE_POLICIES
+    from pytest_aoti.probes.feature import PROBE_POLICIES
 
     assert PROBE_POLICIES.parse(" Fail ") == "fail"
     assert resolve.checked({"probes": "FAIL"}, marker=True) == {"probes": "fail"}
@@ -281,3 +283,28 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
     assert "not random" not in [
         check.name for check in catalog.CHECKS if check.applies(plan, context)
     ]
+
+
+def test_the_composed_options_are_the_features_options_in_feature_order() -> None:
+    """``CheckOptions`` is the core options and each feature's, one typed class; the rows
+    follow: the core per-check rows, then each feature's, in the feature list's order."""
+    from pytest_aoti.options.check_options import CoreOptions
+    from pytest_aoti.options.fields import per_check_fields
+
+    owners = [CoreOptions, *(f.options for f in features.FEATURES if f.options)]
+    expected = [item.name for owner in owners for item in per_check_fields(owner)]
+    assert [item.name for item in features.option_fields()] == expected
+    per_check_rows = [row.keyword_name for row in table.rows() if row.per_check]
+    assert per_check_rows == expected
+    session_names = {row.attribute for row in features.feature_session_rows()}
+    assert session_names == {
+        item.name for f in features.FEATURES if f.settings for item in fields(f.settings)
+    }
+    assert session_names <= set(AotiSettings.__dataclass_fields__)
+
+    @dataclass(frozen=True)
+    class Reordered(features.GeneratedOptions, features.ProbeOptions, CoreOptions):
+        pass
+
+    with pytest.raises(TypeError, match="must extend the features' options classes"):
+        features._composed(Reordered, (CoreOptions,), "options")

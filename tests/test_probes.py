@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.checks.probes import check as probes
-from pytest_aoti.checks.probes import runner as probe_runner
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.isolation import process as engine_process
-from pytest_aoti.options.values import PROBE_KINDS, PROBE_POLICIES, ValueProblem
+from pytest_aoti.options.values import ValueProblem
+from pytest_aoti.probes import check as probes
+from pytest_aoti.probes import runner as probe_runner
+from pytest_aoti.probes.feature import PROBE_KINDS, PROBE_POLICIES
 
 PROBED = """
 import torch

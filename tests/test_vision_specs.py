@@ -18,8 +18,8 @@ import torch
 from pytest_aoti.errors import AotiUsageError, install_hint
 from pytest_aoti.models.collect import resolve_specs
 from pytest_aoti.models.factories import call_factory, describe_inputs
+from pytest_aoti.models.feature import parse_model_spec
 from pytest_aoti.models.vision import literal, read_overrides
-from pytest_aoti.options.values import parse_model_spec
 
 # --------------------------------------------------------------------------- stand-ins
 

@@ -7,10 +7,10 @@ or raises :class:`~pytest_aoti.AotiCheckError` with a :class:`~pytest_aoti.findi
 Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is exported,
 ``"exported"`` once the program is exported and before its compile, ``"engine"`` once it is
 compiled. :mod:`pytest_aoti.run.phases` runs the checks of
-:data:`pytest_aoti.checks.catalog.CHECKS` phase by phase, in order, then the checks other
+:data:`pytest_aoti.run.catalog.CHECKS` phase by phase, in order, then the checks other
 plugins add (the ``pytest_aoti_checks`` hook); adding a built-in check is a module with one
 :class:`Check` and its line there. A check reads its options as typed fields
-of the plan's :class:`~pytest_aoti.options.check_options.CheckOptions`
+of the plan's :class:`~pytest_aoti.features.CheckOptions`
 (``plan.options.threads``).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pytest_aoti.options.check_options import CheckOptions
+from pytest_aoti.features import CheckOptions
 
 if TYPE_CHECKING:
     import pytest
@@ -268,7 +268,7 @@ class CheckResult:
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
     ``engine_seconds``, ``eager_seconds``, ``load``, ``profile``, ``measure_error`` where
-    measured; ``probes`` (a :class:`~pytest_aoti.checks.probes.check.ProbeReport`) where probes ran."""
+    measured; ``probes`` (a :class:`~pytest_aoti.probes.check.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
     """The checks of the compiled program that ran, in order (``signature``, ``parity``,
     ``timing``, ...)."""
@@ -303,7 +303,7 @@ class CheckResult:
     @property
     def probes(self) -> Any:
         """The deployment probes of the program, a
-        :class:`~pytest_aoti.checks.probes.check.ProbeReport` (typed loosely: that module builds
+        :class:`~pytest_aoti.probes.check.ProbeReport` (typed loosely: that module builds
         on this one); None with ``probes="off"`` or where the check did not get that far."""
         return self.figures.get("probes")
 

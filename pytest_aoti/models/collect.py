@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_aoti.models.feature import parse_model_spec
 from pytest_aoti.models.model_spec import ModelSpec, make_importable, resolve_factory
 from pytest_aoti.models.prefixes import resolver_of
-from pytest_aoti.options.values import parse_model_spec
 
 if TYPE_CHECKING:
     from pytest_aoti.tester import AotiTester

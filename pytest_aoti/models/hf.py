@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pytest_aoti.errors import install_hint
+from pytest_aoti.models.feature import HF_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, closest, usage_error
-from pytest_aoti.options.values import HF_PREFIX
 
 
 def install_transformers() -> str:

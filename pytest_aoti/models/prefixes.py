@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pytest_aoti.models.feature import HF_PREFIX, TIMM_PREFIX, TORCHVISION_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec
-from pytest_aoti.options.values import HF_PREFIX, TIMM_PREFIX, TORCHVISION_PREFIX
 
 Resolver = Callable[[str, Path], ModelSpec]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_aoti.errors import AotiUsageError, install_hint
+from pytest_aoti.models.feature import TIMM_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (
     SIDE,
@@ -33,7 +34,6 @@ from pytest_aoti.models.vision import (
     split_spec,
     unexpected_keyword,
 )
-from pytest_aoti.options.values import TIMM_PREFIX
 
 NOT_OVERRIDES = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path")
 """``create_model`` arguments a spec may not set: they would load weights."""

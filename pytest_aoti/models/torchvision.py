@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_aoti.errors import AotiUsageError, install_hint
+from pytest_aoti.models.feature import TORCHVISION_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (
     BATCH,
@@ -28,7 +29,6 @@ from pytest_aoti.models.vision import (
     split_spec,
     unexpected_keyword,
 )
-from pytest_aoti.options.values import TORCHVISION_PREFIX
 
 FAMILIES = ("detection", "segmentation", "video", "optical_flow", "quantization")
 """Submodules of ``torchvision.models`` whose models take other inputs than an image batch

@@ -1,7 +1,7 @@
 """What a check falls back to: the options, the hooks and the marker, layered.
 
 :class:`CheckDefaults` is every per-check option (it inherits the fields of
-:class:`~pytest_aoti.options.check_options.CheckOptions`) plus the values layered with the
+:class:`~pytest_aoti.features.CheckOptions`) plus the values layered with the
 hooks: tolerances, ``strict``, inductor configs and export options. The resolver
 (:mod:`pytest_aoti.options.resolve`) builds it for each test.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.options.check_options import CheckOptions
+from pytest_aoti.features import CheckOptions
 
 if TYPE_CHECKING:
     from pytest_aoti.tolerance import Tolerance, ToleranceHook
@@ -24,7 +24,7 @@ class CheckDefaults(CheckOptions):
     the marker.
 
     Every per-check option is a field (``defaults.examples``, ``defaults.threads``, ...),
-    inherited from :class:`~pytest_aoti.options.check_options.CheckOptions`; tolerances,
+    inherited from :class:`~pytest_aoti.features.CheckOptions`; tolerances,
     ``strict``, inductor configs and export options are layered with the hooks.
     """
 

@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti import features
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options import check_options, defaults, table
+from pytest_aoti.options import defaults, table
 from pytest_aoti.options.values import ValueProblem
 
 if TYPE_CHECKING:
-    from pytest_aoti.options.check_options import CheckOptions
+    from pytest_aoti.features import CheckOptions
     from pytest_aoti.options.defaults import CheckDefaults
     from pytest_aoti.options.settings import AotiSettings
     from pytest_aoti.tolerance import Tolerance, ToleranceHook
@@ -112,7 +113,7 @@ def call_options(base: CheckDefaults, values: Mapping[str, Any]) -> CallOptions:
     __tracebackhide__ = True
     layered = base.overridden(**checked(values, marker=False))
     return CallOptions(
-        options=check_options.options_from(layered),
+        options=features.options_from(layered),
         tolerance=layered.tolerance(None, None),
         inductor_configs=dict(layered.inductor_configs),
         export_kwargs=layered.export_kwargs(None),
@@ -120,4 +121,4 @@ def call_options(base: CheckDefaults, values: Mapping[str, Any]) -> CallOptions:
 
 
 def _fields(options: CheckOptions) -> dict[str, Any]:
-    return {item.name: getattr(options, item.name) for item in check_options.option_fields()}
+    return {item.name: getattr(options, item.name) for item in features.option_fields()}

@@ -13,18 +13,20 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.options import check_options
-from pytest_aoti.options.check_options import CheckOptions
-from pytest_aoti.options.table import DEFAULT_CACHE_MAX_SIZE, Option, rows
+from pytest_aoti import features
+from pytest_aoti.features import CheckOptions, FeatureSettings
+from pytest_aoti.options.option import Option
+from pytest_aoti.options.table import DEFAULT_CACHE_MAX_SIZE, rows
 from pytest_aoti.options.values import writable_dir_problem
 
 
 @dataclass(frozen=True)
-class AotiSettings:
+class AotiSettings(FeatureSettings):
     """Validated values of every option: command line first, then ini file, then default.
 
-    Session settings are fields; the command-line and ini values of per-check options
-    (``--aoti-examples``, ...) are :attr:`checks`."""
+    Session settings are fields (the features' own are inherited from
+    :class:`~pytest_aoti.features.FeatureSettings`); the command-line and ini values of
+    per-check options (``--aoti-examples``, ...) are :attr:`checks`."""
 
     devices: tuple[str, ...] = ("auto",)
     export_modes: tuple[str, ...] = ("default",)
@@ -32,7 +34,6 @@ class AotiSettings:
     """``--aoti-rtol``: below the tolerance hook, the marker and the call."""
     atol: float | None = None
     inductor_configs: dict[str, Any] | None = None
-    keep_failed: Path | None = None
     report: Path | None = None
     profile: Path | None = None
     durations: int = 5
@@ -40,14 +41,11 @@ class AotiSettings:
     cache_dir: Path | None = None
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
     cache_clear: bool = False
-    models: tuple[str, ...] = ()
-    models_list: bool = False
     cache_url: str | None = None
     cache_remote: str = "readwrite"
     cache_storage_options: dict[str, Any] | None = None
     cache_trusted_keys: tuple[str, ...] = ()
     cache_not_before: float | None = None
-    hazards: str = "summary"
     checks: CheckOptions = dataclass_field(default_factory=CheckOptions)
     """The command-line and ini values of the per-check options (their defaults where
     neither sets them)."""
@@ -80,7 +78,7 @@ def read_settings(config: pytest.Config) -> AotiSettings:
             f"--aoti-cache-clear empties the cache, which --aoti-cache={values['cache_mode']} "
             "never writes: drop --aoti-cache-clear, or clear it with --aoti-cache=readwrite"
         )
-    return AotiSettings(**values, checks=check_options.options_from(checks))
+    return AotiSettings(**values, checks=features.options_from(checks))
 
 
 def _path(config: pytest.Config, text: str) -> Path:

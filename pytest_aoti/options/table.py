@@ -4,22 +4,19 @@ The rows drive the ``--aoti-*`` options and their ini keys,
 :class:`~pytest_aoti.options.settings.AotiSettings`, the keywords ``@pytest.mark.aoti`` and
 ``aoti.check`` accept and the marker's help line. Session options (devices, cache, reports)
 are written here; each per-check option is a field of
-:class:`~pytest_aoti.options.check_options.CheckOptions`, whose metadata makes its row.
+:class:`~pytest_aoti.features.CheckOptions`, whose metadata makes its row, and a feature's
+session options are fields of its settings class.
 
 Pure logic without torch: parsing here is what makes a bad value a usage error at startup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
-from pytest_aoti.options import check_options
+from pytest_aoti import features
+from pytest_aoti.options.option import Option
 from pytest_aoti.options.values import (
-    HAZARD_VIEWS,
     check_mapping,
     check_switch,
     check_tolerance,
@@ -28,7 +25,6 @@ from pytest_aoti.options.values import (
     parse_devices,
     parse_export_modes,
     parse_json_object,
-    parse_model_spec,
     parse_non_negative_int,
     parse_path_list,
     parse_size,
@@ -47,82 +43,10 @@ tolerance (over the ``pytest_aoti_tolerance`` hook), ``strict`` (over the export
 hook) and the inductor configs (merged with the ini file's and the hook's)."""
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option: where it can be set, how it is parsed and checked, its default.
-
-    - ``parse`` set: a command-line option ``--<name>`` (unless ``cli`` is False) and an ini
-      key; otherwise a marker or ``aoti.check`` keyword only;
-    - ``marker``: also a keyword of ``@pytest.mark.aoti`` (listed in its help line);
-    - ``keyword``: also a keyword of ``aoti.check``;
-    - ``many``: repeatable (``--aoti-model=A --aoti-model=B``, a tuple), its ini key a line
-      list; ``ini``: another ini key, or None for a command-line-only option; ``flag``: a
-      switch without a value (``parse`` reads its ini twin, if any).
-
-    The marker and ``aoti.check`` keyword is :attr:`keyword_name`: the name without
-    ``aoti-``, with underscores; for a per-check option also its ``CheckOptions`` field.
-    """
-
-    name: str
-    parse: Callable[[str], Any] | None
-    """Command-line and ini text to value; None for an option that is neither."""
-    default: Any
-    help: str
-    field: str = ""
-    """The :class:`~pytest_aoti.options.settings.AotiSettings` field; by default the name
-    without ``aoti-``."""
-    check: Callable[[str, Any], Any] | None = None
-    """A marker's or ``aoti.check``'s value, given the keyword, as the check reads it;
-    raises :class:`~pytest_aoti.options.values.ValueProblem` with what is wrong."""
-    path: str = ""
-    """``dir`` or ``file``: a path made absolute against the rootdir and checked writable
-    at startup; ``location``: made absolute only (its user copes with it being unusable)."""
-    cli: bool = True
-    """False for ini-only options (values that are awkward on a command line)."""
-    marker: bool = False
-    keyword: bool = False
-    many: bool = False
-    ini: str | None = ""
-    """The ini key; by default the ``dest``; None for a command-line-only flag."""
-    flag: bool = False
-    per_check: bool = False
-    """A field of ``CheckOptions``: its command-line and ini value is
-    ``AotiSettings.checks``'s, and every check reads it (``plan.options.NAME``)."""
-
-    @property
-    def dest(self) -> str:
-        return self.name.replace("-", "_")
-
-    @property
-    def attribute(self) -> str:
-        """The ``AotiSettings`` field of a session option (``AotiSettings.checks``' field of a
-        per-check one)."""
-        return self.field or self.dest.removeprefix("aoti_")
-
-    @property
-    def keyword_name(self) -> str:
-        """The marker's and ``aoti.check``'s keyword."""
-        return self.name.removeprefix("aoti-").replace("-", "_")
-
-    @property
-    def ini_key(self) -> str | None:
-        """The ini key, None for a command-line-only option."""
-        return self.dest if self.ini == "" else self.ini
-
-
-def check_rows() -> tuple[Option, ...]:
-    """The rows of the per-check options: one per ``CheckOptions`` field, in field order."""
-    made = []
-    for item in check_options.option_fields():
-        facets = dict(item.metadata[check_options.ROW])
-        name = f"aoti-{item.name.replace('_', '-')}" if facets["parse"] else item.name
-        made.append(Option(name, default=item.default, per_check=True, **facets))
-    return tuple(made)
-
-
 def rows() -> tuple[Option, ...]:
-    """Every option, in the order of ``--help``."""
-    return (*_FIRST, *check_rows(), *_SESSION)
+    """Every option, in the order of ``--help``: the core ones, then each feature's
+    (:mod:`pytest_aoti.features`)."""
+    return (*_FIRST, *features.check_rows(), *_SESSION, *features.feature_session_rows())
 
 
 _FIRST = (
@@ -184,21 +108,6 @@ _FIRST = (
 
 _SESSION = (
     Option(
-        "aoti-hazards",
-        HAZARD_VIEWS.parse,
-        "summary",
-        "Deployment hazards in the summary: summary (grouped by remedy, a warm run's unchanged "
-        "ones in one line) or all (every variant; also with -v). Default: summary.",
-    ),
-    Option(
-        "aoti-keep-failed",
-        str,
-        None,
-        "Directory where each failing check leaves a repro bundle (exported program, inputs, "
-        "package, finding, and a repro.py that needs only torch). Default: none.",
-        path="dir",
-    ),
-    Option(
         "aoti-report",
         str,
         None,
@@ -246,28 +155,6 @@ _SESSION = (
         parse_switch,
         False,
         "Empty the compiled-package cache at session start.",
-        ini=None,
-        flag=True,
-    ),
-    Option(
-        "aoti-model",
-        parse_model_spec,
-        (),
-        "Collect an AOTI test of this model spec, no test file needed: module.path:callable, "
-        "path/to/file.py:callable (returning the module and its inputs; a list or dict of "
-        "such callables), hf:MODEL_TYPE[?field=value&...], timm:NAME[?argument=value&...] "
-        "or torchvision:NAME[?argument=value&...] (random weights). Repeatable; ini "
-        "aoti_models, one per line. Default: none.",
-        field="models",
-        many=True,
-        ini="aoti_models",
-    ),
-    Option(
-        "aoti-models-list",
-        parse_switch,
-        False,
-        "Print the --aoti-model specs that would be collected, with their inputs' shapes, "
-        "and exit.",
         ini=None,
         flag=True,
     ),

@@ -5,7 +5,8 @@ A parser turns text into a value or raises ``argparse.ArgumentTypeError`` with w
 write instead; a value check (``check_count``, :meth:`Words.check`, ...) returns the value
 as checks read it or raises :class:`ValueProblem` with what is wrong. A vocabulary is one
 :class:`Words`: its parser and its value check share one word list. The rows that use them
-are in :mod:`pytest_aoti.options.table` and :mod:`pytest_aoti.options.check_options`.
+are in :mod:`pytest_aoti.options.table`, :mod:`pytest_aoti.options.check_options` and
+each feature's ``feature`` module.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,35 +128,6 @@ def parse_tolerance(text: str) -> float:
     return value
 
 
-HF_PREFIX = "hf:"
-TIMM_PREFIX = "timm:"
-TORCHVISION_PREFIX = "torchvision:"
-_NAMED_FORMS = {
-    HF_PREFIX: "MODEL_TYPE such as hf:bert",
-    TIMM_PREFIX: "NAME such as timm:resnet18",
-    TORCHVISION_PREFIX: "NAME such as torchvision:resnet18",
-}
-"""Prefixes of specs that name a model in a library, each with its example name."""
-_MODEL_SPEC_FORMS = (
-    "module.path:callable, path/to/file.py:callable, hf:MODEL_TYPE, timm:NAME or torchvision:NAME"
-)
-
-
-def parse_model_spec(text: str) -> str:
-    """The form of an ``--aoti-model`` spec only: resolving it (importing the module,
-    building an ``hf:`` config) waits for the rootdir, in ``pytest_aoti.models.model_spec``."""
-    spec = str(text).strip()
-    for prefix, form in _NAMED_FORMS.items():
-        if spec.startswith(prefix):
-            if not spec[len(prefix) :].strip("?/"):
-                raise argparse.ArgumentTypeError(f"{spec!r}: expected {prefix}{form}")
-            return spec
-    target, _, name = spec.rpartition(":")
-    if not target or not name or not name.replace(".", "").isidentifier():
-        raise argparse.ArgumentTypeError(f"{spec!r}: expected {_MODEL_SPEC_FORMS}")
-    return spec
-
-
 RANDOM_MODES = Words("fail", "shapes", quoted=True)
 """What a check does with a program that draws random numbers: ``fail`` (eager and the
 engine draw different numbers), or compare ``shapes`` (output structure, shapes and dtypes,
@@ -177,52 +149,6 @@ def parse_export_modes(text: str) -> tuple[str, ...]:
     if len(set(modes)) != len(modes):
         raise argparse.ArgumentTypeError(f"export mode listed twice in {text!r}")
     return modes
-
-
-PROBE_POLICIES = Words("off", "report", "fail")
-"""What deployment probes do after a passing check."""
-
-HAZARD_VIEWS = Words("summary", "all")
-"""How the terminal lists deployment hazards."""
-
-
-PROBE_LAYOUT_KINDS = (
-    "channels_last",
-    "channels_last_3d",
-    "permuted",
-    "strided_slice",
-    "storage_offset",
-)
-PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
-"""The kinds of deployment-probe variants; ``probes_skip`` names these."""
-
-
-def probes_skip_problem(name: str, value: Any) -> str:
-    """What is wrong with a ``probes_skip`` value: a set of kinds (``"*"``: all), or a
-    dict of input name to such a set."""
-    if value is None:
-        return ""
-
-    def kinds_problem(names: Any, where: str) -> str:
-        if isinstance(names, str):
-            names = {names}
-        if not isinstance(names, Iterable):
-            return f"{name}{where} must be a set of variant kinds"
-        unknown = sorted({str(item) for item in names} - set(PROBE_KINDS) - {"*"})
-        if unknown:
-            return (
-                f"{name}{where} names unknown variant kind(s) {', '.join(unknown)}; "
-                f"known: {', '.join(PROBE_KINDS)} (or * for all)"
-            )
-        return ""
-
-    if isinstance(value, Mapping):
-        for key, names in value.items():
-            problem = kinds_problem(names, f"[{key!r}]")
-            if problem:
-                return problem
-        return ""
-    return kinds_problem(value, "")
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -324,13 +250,6 @@ def check_mapping(name: str, value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
         return dict(value)
     raise ValueProblem(f"{name} must be a dict of option name to value, got {value!r}")
-
-
-def check_probes_skip(name: str, value: Any) -> Any:
-    problem = probes_skip_problem(name, value)
-    if problem:
-        raise ValueProblem(problem)
-    return value
 
 
 def writable_dir_problem(path: Path, option: str) -> str:

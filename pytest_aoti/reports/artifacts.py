@@ -22,7 +22,7 @@ class ArtifactPaths:
         """Where the next repro bundle of ``test`` (a node id) goes, or None."""
         if self._bundles_root is None:
             return None
-        from pytest_aoti.triage.repro import bundle_dir_name
+        from pytest_aoti.folder_names import bundle_dir_name
 
         name = bundle_dir_name(test)
         count = self._bundles[name] = self._bundles.get(name, 0) + 1
@@ -34,7 +34,7 @@ class ArtifactPaths:
         """Where the next Chrome trace of ``test`` (a node id) goes, or None."""
         if self._profiles_root is None:
             return None
-        from pytest_aoti.triage.repro import bundle_dir_name
+        from pytest_aoti.folder_names import bundle_dir_name
 
         name = bundle_dir_name(test)
         count = self._profiles[name] = self._profiles.get(name, 0) + 1

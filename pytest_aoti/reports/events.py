@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from pytest_aoti.findings import FindingKind
 from pytest_aoti.reports.junit import check_properties, compile_properties
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
@@ -15,7 +14,8 @@ if TYPE_CHECKING:
     import pytest
     import torch
 
-    from pytest_aoti.checks.base import CheckContext, CheckResult
+    from pytest_aoti.cache.registry import ProgramRegistry
+    from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult, Triage
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.reports.collector import ReportCollector
@@ -75,21 +75,22 @@ class ItemEvents:
         stage = getattr(error, "stage", None) or "compile"
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         finding = getattr(error, "finding", None)  # eager and random failures have one
-        self._add(
-            CheckRecord(
-                test=self._item.nodeid,
-                device=str(self._device),
-                program="",
-                cache_hit=False,
-                compile_seconds=0.0,
-                original_compile_seconds=0.0,
-                outcome="failed",
-                finding=finding.to_json()
-                if finding is not None
-                else {"kind": stage, "message": first, "stage": stage},
-                check_seconds=seconds,
-            )
+        record = CheckRecord(
+            test=self._item.nodeid,
+            device=str(self._device),
+            program="",
+            cache_hit=False,
+            compile_seconds=0.0,
+            original_compile_seconds=0.0,
+            outcome="failed",
+            finding=finding.to_json()
+            if finding is not None
+            else {"kind": stage, "message": first, "stage": stage},
+            check_seconds=seconds,
         )
+        if finding is not None:
+            record.update(finding.record_fields)  # what the check measured until it failed
+        self._add(record)
 
     def note(self, message: str) -> None:
         """A check noted ``message`` without failing: it joins this check's record and,
@@ -134,11 +135,7 @@ class ItemEvents:
             self._item.user_properties.extend(result.record.properties)
         if error is not None:
             record.finding = error.finding.to_json()
-            if (
-                error.finding.kind == FindingKind.PROBE
-            ):  # probes="fail": the outcomes that failed it
-                record.probes = list(error.finding.extra.get("probes", []))
-                record.probes_cached = bool(error.finding.extra.get("probes_cached"))
+            record.update(error.finding.record_fields)  # what the check measured until it failed
             figures = error.finding.figures
             if figures is not None:
                 record.max_abs, record.max_rel = figures.max_abs, figures.max_rel
@@ -150,17 +147,25 @@ class ItemEvents:
         """Where this test's next engine trace goes (``--aoti-profile``), or None."""
         return self._session.profile_path(self._item)
 
+    def triage(
+        self,
+        program: AotiProgram,
+        plan: CheckPlan,
+        *,
+        registry: ProgramRegistry,
+        device: torch.device,
+        label: str,
+    ) -> Triage | None:
+        result: Triage | None = self._session.config.hook.pytest_aoti_triage(
+            program=program, plan=plan, registry=registry, device=device, label=label
+        )
+        return result
+
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
-        from pytest_aoti.triage.bundles import keep_bundle, worth_keeping
-
-        # a failure that gets no bundle takes no bundle folder name
-        if not worth_keeping(program, error):
-            return None
-        directory = self._session.bundle_dir(self._item)
-        if directory is None:
-            return None
-
-        return keep_bundle(directory, program, error)
+        line: str | None = self._session.config.hook.pytest_aoti_failure_bundle(
+            program=program, error=error, bundle_dir=lambda: self._session.bundle_dir(self._item)
+        )
+        return line
 
     def inferred(self, spec_text: str) -> None:
         self._session.record_inferred(self._item, spec_text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_aoti import features
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
 PLAIN_VALUES = (bool, int, float, str)
@@ -43,19 +44,15 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
         "aoti_extra_bytes": record.extra_bytes,
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
-    # a check's own fields (see CheckRecord.update): the plain values among them
+    # a check's own fields (see CheckRecord.update): the plain values among them; the
+    # features render theirs
+    owned = features.record_fields()
     props += [
         (f"aoti_{name}", value)
         for name, value in record.other_fields.items()
-        if isinstance(value, PLAIN_VALUES)
+        if isinstance(value, PLAIN_VALUES) and name not in owned
     ]
-    if record.probes:
-        outcomes = [probe.get("outcome") for probe in record.probes]
-        props += [
-            ("aoti_probes", len(outcomes)),
-            ("aoti_probes_wrong", outcomes.count("wrong")),
-            ("aoti_probes_unguarded", outcomes.count("unguarded")),
-        ]
+    props += features.record_properties(record.other_fields)
     finding = record.finding
     if finding is not None:
         figures = finding.get("figures") or {}

@@ -7,9 +7,12 @@ is rendered from them by the other modules of :mod:`pytest_aoti.reports`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pytest_aoti import features
 
 TOO_SHORT_TO_TIME_SECONDS = 1e-3
 """A median call shorter than this is not timed: on a busy machine a call of a fraction of
@@ -77,17 +80,16 @@ class CheckRecord:
     notes: list[str] = field(default_factory=list)
     """What the check noted without failing: buffer state the program mutates, warnings
     torch raised from its own frames while exporting and compiling, skipped input sets."""
-    probes: list[dict[str, Any]] = field(default_factory=list)
-    """Deployment probes of the program: ``input``, ``variant``, ``outcome``, ``max_abs``,
-    ``max_rel``, ``refused_with_checks``, ``remedy``, ``group`` per variant."""
     buffers: list[dict[str, Any]] = field(default_factory=list)
     """The registered buffers the program mutates, read back from the engine and compared
     with eager's after every call: ``name``, ``verified``, ``calls_compared``, ``max_abs``,
     ``max_rel``, and ``reason`` where not verified."""
-    probes_cached: bool = False
-    """The probes' outcomes came from the cache: no engine was called for them."""
-    other_fields: dict[str, Any] = field(default_factory=dict)
-    """Fields a check adds that this record does not declare: JSON fields of their own."""
+    other_fields: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(dict(features.record_fields()))
+    )
+    """Fields a check adds that this record does not declare: JSON fields of their own.
+    Every feature's fields (:func:`pytest_aoti.features.record_fields`) are here from the
+    start, with their values where the feature did not run: every record has their keys."""
 
     def update(self, fields: Mapping[str, Any]) -> None:
         """Set the fields a check reported (its figures), declared here or not."""
@@ -149,9 +151,9 @@ class CheckRecord:
     def from_json(cls, data: Mapping[str, Any]) -> CheckRecord:
         names = _DECLARED
         record = cls(**{key: value for key, value in data.items() if key in names})
-        record.other_fields = {
-            key: value for key, value in data.items() if key not in names and key not in _DERIVED
-        }
+        record.other_fields.update(
+            (key, value) for key, value in data.items() if key not in names and key not in _DERIVED
+        )
         return record
 
 

@@ -1,16 +1,16 @@
-"""The terminal summary: inferred specs, the durations table, workers' compiles, deployment
-hazards, cache problems, notes and the one-line compile figures."""
+"""The terminal summary: inferred specs, the durations table, workers' compiles, the
+features' sections (deployment hazards), cache problems, notes and the one-line compile
+figures."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_aoti.cache.history import SEED_ADVICE
 from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
-from pytest_aoti.reports.hazards import write_hazards
 from pytest_aoti.reports.progress import worker_lines
 from pytest_aoti.reports.records import CheckRecord
 
@@ -81,14 +81,12 @@ def write_summary(
     durations: int,
     report: Path | None,
     remote: Sequence[str] = (),
-    hazards: str = "summary",
-    serving_checks: bool = False,
-    memory: Path | None = None,
+    sections: Callable[[], object] = lambda: None,
 ) -> None:
     """Everything pytest-aoti adds to pytest's terminal summary; ``remote``: the remote
-    store's lines (:func:`pytest_aoti.reports.fleet.remote_summary_lines`); ``hazards``,
-    ``serving_checks`` and ``memory``: how the deployment hazards are shown and where what
-    they were is remembered (:func:`pytest_aoti.reports.hazards.write_hazards`)."""
+    store's lines (:func:`pytest_aoti.reports.fleet.remote_summary_lines`); ``sections``
+    writes the features' and other plugins' sections (``pytest_aoti_terminal_summary``),
+    after the figures of the checks and before the cache problems and notes."""
     if collector.inferred:
         reporter.write_sep("-", "aoti: inferred dynamic_shapes")
         for nodeid, text in sorted(collector.inferred):
@@ -112,7 +110,7 @@ def write_summary(
             f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
             f"{devices}: device memory is measured on CUDA only"
         )
-    write_hazards(reporter, records, view=hazards, serving_checks=serving_checks, memory=memory)
+    sections()
     if collector.cache_problems:
         reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
         for problem in collector.cache_problems:

@@ -14,7 +14,7 @@ def added_checks(results: Iterable[Sequence[Any] | None]) -> tuple[Check, ...]:
     one (no ``name``, a phase that is none of :data:`~pytest_aoti.checks.base.PHASES`, no
     ``applies`` or ``run``) or whose name another check has is a usage error."""
     __tracebackhide__ = True
-    from pytest_aoti.checks import catalog
+    from pytest_aoti.run import catalog
 
     taken = {check.name: "a built-in check" for check in catalog.CHECKS}
     found: list[Check] = []

@@ -1,4 +1,4 @@
-"""Running a plan: the checks of :data:`~pytest_aoti.checks.catalog.CHECKS`, phase by phase,
+"""Running a plan: the checks of :data:`~pytest_aoti.run.catalog.CHECKS`, phase by phase,
 then within each phase the checks other plugins add (the ``pytest_aoti_checks`` hook).
 
 The runner calls :meth:`PlanRun.run` with ``"eager"`` before anything is exported,
@@ -57,7 +57,7 @@ class PlanRun:
         """Every check of ``phase`` that applies to the plan: the built-in ones in the
         catalog's order, then the added ones in the order the hook returned them."""
         __tracebackhide__ = True
-        from pytest_aoti.checks import catalog  # read at run time: a test may extend it
+        from pytest_aoti.run import catalog  # read at run time: a test may extend it
 
         built_in = [(check, False) for check in catalog.CHECKS]
         for check, added in [*built_in, *((check, True) for check in self.added)]:
@@ -142,7 +142,7 @@ class PlanRun:
 
 def built_in_figure_owner(name: str) -> str | None:
     """The built-in check that reports figure ``name`` (each declares its ``figures``)."""
-    from pytest_aoti.checks import catalog
+    from pytest_aoti.run import catalog
 
     for check in catalog.CHECKS:
         if name in getattr(check, "figures", ()):

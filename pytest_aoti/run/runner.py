@@ -4,7 +4,8 @@ A resolved, frozen :class:`~pytest_aoti.checks.base.CheckPlan` goes in; the runn
 plan's ``"eager"`` checks, exports the module, runs the ``"exported"`` checks, gets the
 program from the registry (the artifact cache, or a compile), runs the ``"engine"`` checks
 (:class:`~pytest_aoti.run.phases.PlanRun`), and tells the session what happened
-(:class:`CheckEvents`). A failure is explained by :mod:`pytest_aoti.triage.attribution`.
+(:class:`CheckEvents`), which also gives what explains a failure (the
+``pytest_aoti_triage`` hook: the plugin's triage).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.checks.base import Check, CheckContext, CheckPlan, CheckResult
+from pytest_aoti.checks.base import Check, CheckContext, CheckPlan, CheckResult, Triage
 from pytest_aoti.checks.signature import names
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from pytest_aoti.cache.registry import ProgramRegistry
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.run.phases import PlanRun
-    from pytest_aoti.triage.attribution import Attribution
 
 
 class CheckEvents(Protocol):
@@ -60,6 +60,17 @@ class CheckEvents(Protocol):
 
     def profile_path(self) -> Path | None:
         """Where the next Chrome trace of the engine's calls goes; None: no trace."""
+
+    def triage(
+        self,
+        program: AotiProgram,
+        plan: CheckPlan,
+        *,
+        registry: ProgramRegistry,
+        device: torch.device,
+        label: str,
+    ) -> Triage | None:
+        """What explains the failed input sets of ``program`` (``pytest_aoti_triage``)."""
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         """A check failed; the returned line (where its repro bundle is) joins the report."""
@@ -210,22 +221,13 @@ class CallRunner:
             item=self.item,
         )
 
-    def _triage(self, program: AotiProgram, plan: CheckPlan) -> Attribution:
-        """What explains a failed input set of ``program``: stage attribution and, with
-        ``localize``, the first diverging node (one instrumented compile, when needed)."""
-        from pytest_aoti.triage.attribution import Attribution, compiling_localizer
-
-        localizer = None
-        if plan.options.localize:
-            localizer = compiling_localizer(
-                program,
-                self.registry,
-                device=self.device,
-                tolerance=plan.tolerance,
-                configs=dict(plan.inductor_configs),
-                label=self.label,
-            )
-        return Attribution(localizer)
+    def _triage(self, program: AotiProgram, plan: CheckPlan) -> Triage | None:
+        """What explains a failed input set of ``program`` (the session's triage)."""
+        if self.events is None:
+            return None
+        return self.events.triage(
+            program, plan, registry=self.registry, device=self.device, label=self.label
+        )
 
     def _failed(
         self, program: AotiProgram, error: AotiCheckError, plan: CheckPlan, context: CheckContext
@@ -234,10 +236,9 @@ class CallRunner:
         with a line saying where the bundle is."""
         if self.events is None:
             return error
-        if error.replay is None:  # not about one input set: replay the first one
-            from pytest_aoti.triage.attribution import Replay
-
-            error.replay = Replay(plan.module, *plan.input_sets[0], context.calls)
+        if error.replay is None and context.triage is not None:
+            # not about one input set: the bundle replays the first one
+            error = context.triage.replayed(error, plan.module, plan.input_sets[0], context.calls)
         line = self.events.failed(program, error)
         if not line:
             return error

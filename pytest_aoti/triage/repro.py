@@ -12,9 +12,7 @@ meant for whoever fixes the compiler, on a machine that has only torch. Only fai
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest_aoti.repro_script as repro_script
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.findings import REPRODUCIBLE_KINDS, FindingKind
+from pytest_aoti.folder_names import MAX_NAME_LENGTH, bundle_dir_name
 from pytest_aoti.trees import clone_tree
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
@@ -40,35 +39,6 @@ if TYPE_CHECKING:
 
 REPRO_SCRIPT_FILE = Path(repro_script.__file__)
 """The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.repro_script`."""
-
-
-MAX_NAME_LENGTH = 150
-"""Longest folder name :func:`bundle_dir_name` returns, hash suffix included."""
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]", re.ASCII)
-
-
-def bundle_dir_name(nodeid: str) -> str:
-    """A filesystem-safe folder name for a pytest node id.
-
-    ``tests/test_m.py::test_x[cpu]`` becomes ``tests_test_m.py__test_x-cpu-``. Characters
-    other than letters, digits, ``.``, ``_`` and ``-`` are replaced; where that replacement
-    is lossy (spaces, quotes, non-ASCII parameter ids) or the name exceeds
-    :data:`MAX_NAME_LENGTH`, a hash of the whole id is appended so that distinct ids keep
-    distinct folders.
-    """
-    readable = nodeid.replace("::", "__").replace("/", "_").replace("\\", "_")
-    readable = readable.replace("[", "-").replace("]", "-")
-    safe = _UNSAFE.sub("_", readable)
-    lossy = safe != readable
-    if not safe or safe.startswith("."):
-        # "", "." and ".." are not folders of their own; a leading dot would hide the folder
-        safe = "_" + safe
-        lossy = True
-    if not lossy and len(safe) <= MAX_NAME_LENGTH:
-        return safe
-    suffix = "-" + hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return safe[: MAX_NAME_LENGTH - len(suffix)] + suffix
 
 
 def reproduces(

@@ -8,7 +8,7 @@ silent even with input checks (aliasing, a scalar the engine does not refuse, an
 whose checked run is unknown), each with its figures and remedy. With serving checks
 declared (``--aoti-serving-checks``) the refused ones are no hazards: the paragraph says
 so in a line. A warm run's programs whose outcomes came from the cache and did not change
-since a run last showed them are one line (see :mod:`pytest_aoti.reports.last_hazards`).
+since a run last showed them are one line (see :mod:`pytest_aoti.probes.last_hazards`).
 ``--aoti-hazards=all`` (or ``-v``) lists every variant of every probed program.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_aoti.options.values import PROBE_LAYOUT_KINDS
-from pytest_aoti.reports.last_hazards import keep, outcomes_digest, read_last
+from pytest_aoti.probes.feature import PROBE_LAYOUT_KINDS
+from pytest_aoti.probes.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.reports.records import CheckRecord
 
 _KIND_WORDS = {
@@ -75,7 +75,7 @@ class Probed:
 
 def group_of(probe: Mapping[str, Any]) -> str:
     """A probe's group (``none``, ``input_checks``, ``silent``), from its outcome."""
-    from pytest_aoti.checks.probes.check import hazard_group
+    from pytest_aoti.probes.check import hazard_group
 
     checks = probe.get("refused_with_checks")
     return hazard_group(str(probe.get("outcome")), None if checks is None else bool(checks))
@@ -86,12 +86,16 @@ def programs_probed(records: Sequence[CheckRecord]) -> list[Probed]:
     first: dict[tuple[str, str], CheckRecord] = {}
     cached: dict[tuple[str, str], bool] = {}
     for record in records:
-        if not record.probes:
+        probes = record.other_fields.get("probes")
+        if not probes:
             continue
         slot = (record.program, record.device)
         first.setdefault(slot, record)
-        cached[slot] = cached.get(slot, True) and record.probes_cached
-    return [Probed(record, record.probes, cached[slot]) for slot, record in first.items()]
+        cached[slot] = cached.get(slot, True) and bool(record.other_fields.get("probes_cached"))
+    return [
+        Probed(record, record.other_fields["probes"], cached[slot])
+        for slot, record in first.items()
+    ]
 
 
 def hazard_lines(
@@ -102,7 +106,7 @@ def hazard_lines(
     last: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The section's lines; empty when no probe found a hazard. ``last``: the digests of
-    what the last runs showed, by slot (:func:`~pytest_aoti.reports.last_hazards.read_last`)."""
+    what the last runs showed, by slot (:func:`~pytest_aoti.probes.last_hazards.read_last`)."""
     probed = [item for item in programs_probed(records) if item.hazardous]
     if not probed:
         return []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options.values import PROBE_KINDS, probes_skip_problem
+from pytest_aoti.probes.feature import PROBE_KINDS, probes_skip_problem
 
 if TYPE_CHECKING:
     import torch

@@ -46,10 +46,10 @@ from pytest_aoti.checks.base import (
     Sidecars,
     Triage,
 )
-from pytest_aoti.checks.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
-from pytest_aoti.checks.probes.variants import Variant, check_skip, choose_variants
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
+from pytest_aoti.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
+from pytest_aoti.probes.variants import Variant, check_skip, choose_variants
 
 if TYPE_CHECKING:
     import torch
@@ -543,6 +543,7 @@ def probe_failure(
             ),
             stage="compile",
             extra={"probes": report.to_json(), "probes_cached": report.cached},
+            record_fields={"probes": report.to_json(), "probes_cached": report.cached},
         )
     )
     chosen = next(

@@ -11,8 +11,8 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_aoti.checks.probes.variants import Variant
     from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.probes.variants import Variant
 
 CHILD_TIMEOUT = 120.0
 """Seconds one child process may run (startup and every job together)."""

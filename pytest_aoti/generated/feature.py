@@ -1,0 +1,52 @@
+"""Generated shapes, declared: their options (see :class:`~pytest_aoti.options.feature.Feature`).
+
+Pure data without torch; the check is :mod:`.check`, its hooks :mod:`.plugin`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_aoti.options.feature import Feature
+from pytest_aoti.options.fields import per_check
+from pytest_aoti.options.values import (
+    check_count,
+    check_non_negative,
+    parse_non_negative_int,
+    parse_positive_int,
+)
+
+DEFAULT_EXAMPLES = 20
+DEFAULT_MAX_DIM = 64
+
+
+@dataclass(frozen=True)
+class GeneratedOptions:
+    """The per-check options of generated shapes."""
+
+    examples: int = per_check(
+        DEFAULT_EXAMPLES,
+        "Generated input shapes per dynamic-shape check; 0 turns generation off. "
+        f"Default: {DEFAULT_EXAMPLES}.",
+        parse=parse_non_negative_int,
+        check=check_non_negative,
+        marker=True,
+        keyword=True,
+    )
+    max_dim: int = per_check(
+        DEFAULT_MAX_DIM,
+        "Largest size drawn for a generated dim, and the cap of unbounded ranges. "
+        f"Default: {DEFAULT_MAX_DIM}.",
+        parse=parse_positive_int,
+        check=check_count,
+        marker=True,
+    )
+
+
+GENERATED = Feature(
+    "generated",
+    "Generated shapes: Hypothesis draws input shapes inside the exported ranges and each "
+    "is compared with eager on the one engine",
+    options=GeneratedOptions,
+    plugin="pytest_aoti.generated.plugin",
+)

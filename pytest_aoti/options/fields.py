@@ -1,0 +1,89 @@
+"""Options as fields of frozen dataclasses: a field's metadata is its row.
+
+A per-check option is a field made by :func:`per_check` (every check reads it on
+``plan.options``); a session option is a field made by :func:`session_field` (read once
+per run, on the session's settings). The core per-check options are fields of
+:class:`~pytest_aoti.options.check_options.CoreOptions`; each feature declares its own
+classes in its ``feature`` module, and :mod:`pytest_aoti.features` composes them all.
+
+Pure logic without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import Field, field, fields
+from typing import Any
+
+from pytest_aoti.options.option import Option
+
+ROW = "pytest_aoti.option"
+"""The metadata key of a per-check field's row facets."""
+
+SESSION_ROW = "pytest_aoti.session_option"
+"""The metadata key of a session field's :class:`~pytest_aoti.options.option.Option`."""
+
+
+def per_check(
+    default: Any,
+    help: str,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    check: Callable[[str, Any], Any] | None = None,
+    marker: bool = False,
+    keyword: bool = False,
+    flag: bool = False,
+) -> Any:
+    """A per-check option's field and its row.
+
+    - ``parse``: command-line and ini text to value; with it, the option is
+      ``--aoti-NAME`` (dashes for underscores) and ini key ``aoti_NAME``; ``flag``: a
+      switch without a value on the command line, ``parse`` reads its ini twin;
+    - ``marker`` / ``keyword``: also a keyword of ``@pytest.mark.aoti`` / ``aoti.check``;
+    - ``check``: a marker's or call's value as the check reads it, given the option's
+      name; raises :class:`~pytest_aoti.options.values.ValueProblem`.
+    """
+    facets = {
+        "parse": parse,
+        "help": help,
+        "check": check,
+        "marker": marker,
+        "keyword": keyword,
+        "flag": flag,
+    }
+    return field(default=default, metadata={ROW: facets})
+
+
+def session_field(option: Option) -> Any:
+    """A session option's field: ``option``'s default, and ``option`` as its row (its
+    :attr:`~pytest_aoti.options.option.Option.attribute` is the field's name)."""
+    return field(default=option.default, metadata={SESSION_ROW: option})
+
+
+def per_check_fields(options: type) -> tuple[Field[Any], ...]:
+    """The per-check option fields of dataclass ``options``, in order."""
+    return tuple(item for item in fields(options) if ROW in item.metadata)
+
+
+def per_check_rows(options: type) -> tuple[Option, ...]:
+    """The rows of the per-check options of dataclass ``options``, in field order."""
+    made = []
+    for item in per_check_fields(options):
+        facets = dict(item.metadata[ROW])
+        name = f"aoti-{item.name.replace('_', '-')}" if facets["parse"] else item.name
+        made.append(Option(name, default=item.default, per_check=True, **facets))
+    return tuple(made)
+
+
+def session_rows(settings: type) -> tuple[Option, ...]:
+    """The rows of the session options of dataclass ``settings``, in field order; a row
+    whose attribute is not its field's name is a mistake of the declaration."""
+    made = []
+    for item in fields(settings):
+        option = item.metadata.get(SESSION_ROW)
+        if option is None:
+            continue
+        if option.attribute != item.name:
+            raise TypeError(f"option --{option.name} is field {item.name!r}: give it field=")
+        made.append(option)
+    return tuple(made)
