@@ -526,6 +526,7 @@ def test_xdist_workers_racing_for_one_key_compile_it_once(
     fake_compile(pytester, golden, delay=1.0)
 
     result = pytester.runpytest_subprocess(
+        "test_race.py",  # the golden program's own test file may share the folder
         "-n",
         "2",
         "-p",

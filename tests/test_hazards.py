@@ -131,6 +131,9 @@ def test_hazards_grouped_by_remedy_serving_mode_and_warm_runs(
             shown = f"input '{name}' {variant}:" in block or f"{name} {variant} " in block
             assert shown, (test, name, variant, block)
     assert "keep the hazards of the last run" not in listed
+    # the 10 elementwise programs share their remedies: each is said once
+    remedies = [line for line in listed.splitlines() if line.strip().startswith("remedy:")]
+    assert remedies and len(remedies) == len(set(remedies)), remedies
 
     # serving checks declared: what the checked engine refuses fails nothing
     serving = pytester.runpytest(
@@ -271,6 +274,21 @@ def test_every_variant_in_the_all_view() -> None:
         "    remedy: remedy of size",
         "  not hazards: x permuted ok",
     ]
+
+
+def test_the_all_view_says_each_remedy_once() -> None:
+    records = [_record(f"t.py::{name}", name * 6, LAYOUT, SIZE) for name in ("a", "b", "c")]
+    lines = hazard_lines(records, view="all")
+    assert [line for line in lines if "remedy:" in line] == [
+        "    remedy: remedy of channels_last",
+        "    remedy: remedy of size",
+    ]
+    later = (
+        "  wrong: input 'x' channels_last: max abs error 5.37, max rel error 2; refused "
+        "with AOTI_RUNTIME_CHECK_INPUTS=1 (remedy above)"
+    )
+    assert lines.count(later) == 2, lines  # programs b and c
+    assert lines.count("t.py::c (program cccccc):") == 1
 
 
 def test_cached_unchanged_programs_collapse_a_new_or_changed_one_shows() -> None:

@@ -15,7 +15,7 @@ from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
-from pytest_aoti.reports.terminal import durations_table
+from pytest_aoti.reports.terminal import durations_table, problem_lines
 
 # the engine adds 5e-5 to one of 1000 elements: beyond fp32's default tolerance, well
 # within the fp64 rule (RMSE 1.6e-6 against eager's float64 run)
@@ -123,12 +123,15 @@ def test_compiles_only(aoti):
         "--junitxml=figures.xml",
     )
     result.assert_outcomes(passed=2)
-    # a call of microseconds is too short to time: n/a, not a ratio of two noises. The rows
-    # are in order of their seconds, which the crash screen's first child call may swap
+    # a call of microseconds is too short to time: no ratio of two noises, and with no row
+    # timed no engine/eager column. The rows are in order of their seconds, which the crash
+    # screen's first child call may swap
     for row in ("test_two[[]cpu[]] (cpu)", "test_two[[]cpu[]] #2 (cpu)"):
         result.stdout.fnmatch_lines([f"* passed  test_inner.py::{row}"])
     rows = [line for line in result.stdout.lines if "passed  test_inner.py::test_two" in line]
-    assert len(rows) == 2 and all(row.split()[4] == "n/a" for row in rows), rows
+    assert len(rows) == 2 and not any("n/a" in row for row in rows), rows
+    assert "engine/eager" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["seconds*compile*shapes*err/tol*outcome*test"])
     document = json.loads(report.read_text())
     assert [check["check_index"] for check in document["checks"]] == [1, 2]
     assert all(check["engine_over_eager"] is None for check in document["checks"])
@@ -229,6 +232,10 @@ def test_a_ratio_is_a_figure_only_above_the_noise_floor_on_an_idle_machine() -> 
     ]
     cells = [row.split() for row in durations_table(records, limit=0)[1:]]
     assert [row[4] for row in cells] == ["n/a", "busy", "0.005"]
+    # without the one timed row, no row has a figure: the column is left out
+    header, *untimed = durations_table(records[:2], limit=0)
+    assert header.split() == ["seconds", "compile", "shapes", "err/tol", "outcome", "test"]
+    assert [row.split()[4] for row in untimed] == ["passed", "passed"]
     assert [record.speed_ratio for record in records[:2]] == [None, None]
     assert records[0].to_json()["engine_over_eager"] is None
     assert records[1].to_json()["timing_load"] == 3.8
@@ -297,3 +304,16 @@ def test_notes_travel_in_the_worker_payload_and_show_once() -> None:
     write_summary(reporter, controller, CompileStats(), durations=-1, report=None)
     at = reporter.lines.index("--- aoti: notes (not failures)")
     assert reporter.lines[at + 1 :] == ["the program mutates registered buffers ['count']"]
+
+
+def test_reports_of_one_cache_problem_are_one_line_with_a_count() -> None:
+    """A cache folder removed during a run fails every entry alike: one line, not nine."""
+    gone = [
+        f"pytest-aoti cache entry {index:02x}{'ab' * 15} not used: missing: "
+        f"/tmp/cache/v1/entries/{index:02x}/package.pt2; removed it"
+        for index in range(9)
+    ]
+    other = "pytest-aoti cache off for this run: read-only file system"
+    lines = problem_lines([*gone, other, gone[0]])
+    assert lines == [f"{gone[0]} (and 9 more like it)", other]
+    assert problem_lines(gone[:1]) == gone[:1]

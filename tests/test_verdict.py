@@ -217,7 +217,7 @@ def test_threads(aoti):
 
 
 def test_library_warnings_are_notes_and_user_warnings_follow_the_filters(
-    run_aoti: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+    run_aoti: Callable[..., pytest.RunResult], pytester: pytest.Pytester, shared_cache_dir: Path
 ) -> None:
     library = pytester.mkdir("site-packages") / "modellib"
     library.mkdir()
@@ -267,6 +267,13 @@ def test_user(aoti):
             "UserWarning from *modellib*__init__.py:*: modellib traced",
         ]
     )
+    # a warm rerun loads the program: its library's warning was said when it was compiled
+    warm = pytester.runpytest(
+        "--aoti-device=cpu", f"--aoti-cache-dir={shared_cache_dir}", "-W", "error", "-k", "library"
+    )
+    warm.assert_outcomes(passed=1)
+    warm.stdout.fnmatch_lines(["aoti: 1 program; 0 compiled in *; 1 loaded from cache in *"])
+    assert "modellib traced" not in warm.stdout.str() + warm.stderr.str()
 
 
 def test_unknown_inductor_keys_are_usage_errors_before_compiling(

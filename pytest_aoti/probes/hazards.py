@@ -170,17 +170,23 @@ def _variant_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _every_variant(probed: Sequence[Probed]) -> list[str]:
+    """Every variant of every program; each remedy once, under the first variant it
+    applies to (ten programs of one kind share one remedy sentence)."""
     lines = []
+    said: set[str] = set()
     for item in probed:
         lines.append(f"{item.record.label} (program {item.record.program[:12]}):")
         hazards = [probe for probe in item.probes if group_of(probe) != "none"]
         for probe in hazards:
-            lines.append(
+            remedy = str(probe.get("remedy") or "")
+            line = (
                 f"  {probe.get('outcome')}: input '{probe.get('input')}' "
                 f"{probe.get('variant')}: {_figures(probe)}"
             )
-            if probe.get("remedy"):
-                lines.append(f"    remedy: {probe['remedy']}")
+            lines.append(f"{line} (remedy above)" if remedy in said else line)
+            if remedy and remedy not in said:
+                said.add(remedy)
+                lines.append(f"    remedy: {remedy}")
         fine = [
             f"{probe.get('input')} {probe.get('variant')} {probe.get('outcome')}"
             for probe in item.probes

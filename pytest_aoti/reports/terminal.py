@@ -4,6 +4,7 @@ figures."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,16 @@ from pytest_aoti.reports.records import CheckRecord
 
 
 def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
-    """The slowest AOTI checks, like ``--durations``: ``limit`` rows, 0 for all."""
+    """The slowest AOTI checks, like ``--durations``: ``limit`` rows, 0 for all. The
+    ``engine/eager`` column is there only where a row of the table has a figure: a column
+    of ``n/a`` and ``busy`` says nothing."""
     ordered = sorted(records, key=lambda record: record.check_seconds, reverse=True)
     if limit:
         ordered = ordered[:limit]
-    rows = [("seconds", "compile", "shapes", "err/tol", "engine/eager", "outcome", "test")]
+    timed = any(record.speed_ratio is not None for record in ordered)
+    rows: list[tuple[str, ...]] = [
+        ("seconds", "compile", "shapes", "err/tol", "engine/eager", "outcome", "test")
+    ]
     for record in ordered:
         compile_text = "cached" if record.cache_hit else f"{record.compile_seconds:.1f}"
         if not record.program:
@@ -38,6 +44,8 @@ def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
                 f"{record.label} ({record.device})",
             )
         )
+    if not timed:
+        rows = [(*row[:4], *row[5:]) for row in rows]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     return [
         "  ".join(cell.rjust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1]
@@ -59,6 +67,23 @@ def _ratio_text(record: CheckRecord) -> str:
         return "busy"  # timed while the machine was saturated: no figure to read
     # timed, or a passed check whose timing gave no figure: too short to time
     return "n/a" if record.timed or (record.outcome == "passed" and record.program) else "-"
+
+
+_VARYING = re.compile(r"\b[0-9a-f]{8,}\b|(?:/[^\s:;,'\"]+)+|\d+(?:\.\d+)?")
+"""What differs between two reports of one problem: cache keys, paths, sizes."""
+
+
+def problem_lines(problems: Sequence[str]) -> list[str]:
+    """Cache problems, one line per problem: reports that differ only in keys, paths and
+    numbers (a cache folder removed during the run fails every entry alike) are the first
+    of them with a count."""
+    groups: dict[str, list[str]] = {}
+    for problem in problems:
+        groups.setdefault(_VARYING.sub("#", problem), []).append(problem)
+    return [
+        same[0] if len(same) == 1 else f"{same[0]} (and {len(same) - 1} more like it)"
+        for same in groups.values()
+    ]
 
 
 def summary_line(totals: CompileStats) -> str:
@@ -113,7 +138,7 @@ def write_summary(
     sections()
     if collector.cache_problems:
         reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
-        for problem in collector.cache_problems:
+        for problem in problem_lines(collector.cache_problems):
             reporter.write_line(problem)
     if collector.notes:
         reporter.write_sep("-", "aoti: notes (not failures)")

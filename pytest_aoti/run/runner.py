@@ -10,8 +10,9 @@ program from the registry (the artifact cache, or a compile), runs the ``"engine
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -163,8 +164,13 @@ class CallRunner:
         device_args, device_kwargs = plan.input_sets[0]
         if checks is not None:
             checks.run("eager")
-        # torch's own warnings here are notes; the user's code's follow the user's filters
-        with library_warnings_recorded(self._note):
+        # torch's own warnings here are notes, once per program: said where this call
+        # compiled it (or failed), not on a cached load; the user's follow the user's filters
+        heard: list[str] = []
+        with (  # said after the recording ends: the outer block
+            _said_unless_loaded(heard, self._note) as done,
+            library_warnings_recorded(heard.append),
+        ):
             exported = export_module(
                 plan.module,
                 device_args,
@@ -180,6 +186,7 @@ class CallRunner:
                 inductor_configs=dict(plan.inductor_configs),
                 label=self.label,
             )
+            done(program)
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(plan.dynamic_shapes, device_args, device_kwargs)
         return program
@@ -255,6 +262,26 @@ class CallRunner:
         if self.events is not None:
             self.events.inferred(format_dynamic_shapes(spec))
         return spec
+
+
+@contextlib.contextmanager
+def _said_unless_loaded(
+    heard: list[str], say: Callable[[str], None]
+) -> Iterator[Callable[[AotiProgram], None]]:
+    """Say what was ``heard`` when the block ends: all of it where it failed or its
+    program was compiled by this call, nothing where the program was loaded or compiled
+    earlier in the session (its compile said it then)."""
+    loaded: list[bool] = []
+
+    def done(program: AotiProgram) -> None:
+        loaded.append(program.cache_hit or program.compile_seconds == 0)
+
+    try:
+        yield done
+    finally:
+        if not (loaded and loaded[0]):
+            for text in heard:
+                say(text)
 
 
 def _buffer_warning(program: AotiProgram) -> AotiBufferMutationWarning:
