@@ -237,6 +237,11 @@ class AotiSession:
         result = yield
         if "aoti" in getattr(item, "fixturenames", ()):
             self.stores.after_test()
+            from pytest_aoti.reports.cost_hints import COMPILED_HERE, cost_hints
+
+            compiled = item.stash.get(COMPILED_HERE, [])
+            for line in cost_hints(item.nodeid, compiled):
+                self.collector.note(line)
         return result
 
     @pytest.hookimpl(trylast=True)

@@ -475,6 +475,40 @@ def test_library_warnings_are_recorded_and_user_warnings_issued_again() -> None:
     assert [(w.filename, w.lineno) for w in caught] == [("/home/me/model.py", 12)]
 
 
+def test_a_library_warning_raised_through_python_s_frames_is_said_at_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stacklevel that lands in ``contextlib.py`` names the library's line instead."""
+    from pytest_aoti.compiling.library_warnings import library_warnings_recorded
+
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "noisylib.py").write_text(
+        textwrap.dedent(
+            """
+            import contextlib
+            import warnings
+
+            @contextlib.contextmanager
+            def noisy():
+                warnings.warn("noisy library", UserWarning, stacklevel=2)  # contextlib's line
+                yield
+
+            def run():
+                with noisy():
+                    return 1
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(library))
+    import noisylib
+
+    notes: list[str] = []
+    with library_warnings_recorded(notes.append):
+        noisylib.run()
+    assert notes == [f"UserWarning from {library / 'noisylib.py'}:7: noisy library"], notes
+
+
 def test_a_bad_random_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("--aoti-random=values")

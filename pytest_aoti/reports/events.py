@@ -147,6 +147,12 @@ class ItemEvents:
         """Where this test's next engine trace goes (``--aoti-profile``), or None."""
         return self._session.profile_path(self._item)
 
+    def built(self, program: AotiProgram, module: str) -> None:
+        from pytest_aoti.reports.cost_hints import COMPILED_HERE, CompiledHere
+
+        compiled = self._item.stash.setdefault(COMPILED_HERE, [])
+        compiled.append(CompiledHere(module, program.key_parts, program.seconds_compiled_here))
+
     def triage(
         self,
         program: AotiProgram,

@@ -62,6 +62,9 @@ class CheckEvents(Protocol):
     def profile_path(self) -> Path | None:
         """Where the next Chrome trace of the engine's calls goes; None: no trace."""
 
+    def built(self, program: AotiProgram, module: str) -> None:
+        """This call compiled ``program`` from a module of class ``module``."""
+
     def triage(
         self,
         program: AotiProgram,
@@ -187,6 +190,8 @@ class CallRunner:
                 label=self.label,
             )
             done(program)
+        if self.events is not None and program.seconds_compiled_here:
+            self.events.built(program, type(plan.module).__qualname__)
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(plan.dynamic_shapes, device_args, device_kwargs)
         return program
