@@ -166,6 +166,11 @@ def compile_package(
                 package_path=str(package_path),
                 inductor_configs=dict(inductor_configs or {}),
             )
+    except KeyboardInterrupt:
+        from pytest_aoti.compiling.compilers import end_compilers
+
+        end_compilers()  # the compilers the driver started outlive its kill
+        raise
     except Exception as error:
         raise AotiCompileError(compile_failure(error), stage="compile") from error
     return Path(written)

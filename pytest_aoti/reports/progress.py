@@ -78,15 +78,21 @@ class CompileProgress:
         started = time.perf_counter()
         timer.start()
         failed = True
+        interrupted = False
         try:
             yield
             failed = False
+        except KeyboardInterrupt:
+            interrupted = True  # Ctrl-C: the compile did not fail
+            raise
         finally:
             timer.cancel()
             seconds = time.perf_counter() - started
             with self._lock:
                 if announced.is_set():
-                    if failed:
+                    if interrupted:
+                        self._emit(f"aoti: compiling {what} interrupted after {seconds:.1f} s")
+                    elif failed:
                         self._emit(f"aoti: compiling {what} failed after {seconds:.1f} s")
                     else:
                         self._emit(f"aoti: compiled {what} in {seconds:.1f} s")
