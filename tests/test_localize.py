@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,7 @@ def _assert_names_times_three(found: Localization, program: torch.export.Exporte
     assert (node.shape, node.dtype, node.input_shapes) == ((3, 2), "float32", ((3, 2),))
     assert node.mismatched == node.numel == 6
     assert node.max_abs > 0.1
+    assert not node.sole_output, "cos(b) is the output, not b"
     assert node.source is not None
     assert node.source.file.endswith("test_localize.py")
     assert "a * 3" in node.source.text
@@ -223,3 +225,24 @@ def test_sample_is_evenly_spaced_and_keeps_the_last(count: int, limit: int) -> N
     assert chosen == sorted(set(chosen))
     assert len(chosen) == min(count, limit)
     assert chosen[-1] == count - 1
+
+
+def test_a_node_that_is_the_program_s_one_output_reports_the_headline_s_figures() -> None:
+    """The instrumented engine, compiled with more outputs, may be wrong by another amount
+    than the engine under test: one tensor, one set of figures (the headline's)."""
+    from pytest_aoti.findings import Figures
+    from pytest_aoti.triage.node_finding import NodeFinding
+
+    node = NodeFinding("mul", "aten.mul.Tensor", (3, 2), "float32", ((3, 2),), 6, 6, 2.0, 1.0, None)
+    headline = Figures(
+        shape=(3, 2), dtype="float32", device="cpu", numel=6, mismatched=4, max_abs=1.0,
+        max_rel=0.5, mean_abs=0.3, worst_index=(0, 0), expected_value="1", actual_value="2",
+    )  # fmt: skip
+    assert node.as_measured(headline) is node, "an inner node's own figures stay"
+    measured = replace(node, sole_output=True).as_measured(headline)
+    assert (measured.mismatched, measured.max_abs, measured.max_rel) == (4, 1.0, 0.5)
+    assert "mismatched 4 of 6 elements (66.7%), max abs error 1, max rel error 0.5" in (
+        measured.describe()
+    )
+    other_shape = replace(headline, shape=(6,))
+    assert replace(node, sole_output=True).as_measured(other_shape).max_abs == 2.0

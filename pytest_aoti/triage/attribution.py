@@ -116,7 +116,10 @@ class Attribution:
         except Exception as error:  # like the stage: a bonus that never masks the failure
             reason = f"localizing raised {type(error).__name__}: {error}".splitlines()[0]
             return replace(finding, node_reason=reason)
-        return replace(finding, node=localization.node, node_reason=localization.reason)
+        node = localization.node
+        if node is not None and finding.kind == FindingKind.OUTPUT:
+            node = node.as_measured(finding.figures)  # one tensor, one set of figures
+        return replace(finding, node=node, node_reason=localization.reason)
 
 
 def _replay_differs(run: ComparedRun, program: ExportedProgram, calls: int) -> bool:

@@ -14,7 +14,7 @@ tensor-valued nodes than ``max_outputs`` are narrowed in two rounds (two extra c
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,6 +79,22 @@ def localize(
     for torch's failures: those give a Localization without a node whose reason starts
     with ``Type: message``.
     """
+    found = _localize(decomposed, args, kwargs, compile_engine, tolerance, calls, max_outputs)
+    if found.node is None:
+        return found
+    outputs = list(decomposed.graph_signature.user_outputs)
+    return replace(found, node=replace(found.node, sole_output=outputs == [found.node.name]))
+
+
+def _localize(
+    decomposed: ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    compile_engine: CompileEngine,
+    tolerance: Tolerance,
+    calls: int,
+    max_outputs: int,
+) -> Localization:
     limit = max(1, max_outputs)
     calls = max(1, calls)
     try:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import linecache
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.explain import quoted_frames
 
 if TYPE_CHECKING:
     from torch.fx import Node
+
+    from pytest_aoti.findings import Figures
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,23 @@ class NodeFinding:
     """The innermost frame of the user's code in the node's stack trace."""
     detail: str = ""
     """The comparison's own first line, e.g. when the shapes differ."""
+    sole_output: bool = False
+    """Its value is the program's one output: the tensor the failure's headline measured
+    (in the engine under test; its figures are the headline's, see :meth:`as_measured`)."""
+
+    def as_measured(self, figures: Figures | None) -> NodeFinding:
+        """The node with the headline's ``figures`` where its value is the program's one
+        output of the same shape: the instrumented engine, compiled with more outputs, can
+        be wrong by another amount, and one tensor gets one set of figures."""
+        if not self.sole_output or figures is None or tuple(figures.shape) != self.shape:
+            return self
+        return replace(
+            self,
+            mismatched=figures.mismatched,
+            numel=figures.numel,
+            max_abs=figures.max_abs,
+            max_rel=figures.max_rel,
+        )
 
     def describe(self) -> list[str]:
         """A few human-readable lines: the node, its source line, the figures."""
