@@ -1,5 +1,6 @@
 """Ctrl-C during a compile: the run says "interrupted", ends the compiler processes it
-started (its own descendants only) and still writes its JSON report."""
+started (its own descendants only), leaves no partial cache entry and still writes its
+JSON report."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_sigint_during_a_compile_ends_its_compilers_and_says_interrupted(
             "-p",
             "no:xdist",
             "--aoti-device=cpu",
-            "--aoti-cache=off",
+            f"--aoti-cache-dir={tmp_path / 'cache'}",
             f"--aoti-report={report}",
         ],
         cwd=pytester.path,
@@ -71,6 +72,8 @@ def test_sigint_during_a_compile_ends_its_compilers_and_says_interrupted(
     assert "interrupted after" in text or "compiling" not in text, text
     assert "failed after" not in text, text
     assert json.loads(report.read_text())["interrupted"] is True
+    entries = tmp_path / "cache" / "v1" / "entries"
+    assert not entries.exists() or not any(entries.iterdir()), "no partial cache entry"
 
 
 def _interrupt_its_compile(
