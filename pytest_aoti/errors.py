@@ -181,13 +181,13 @@ def user_facing(function: _F) -> _F:
 
 
 REPOSITORY = "git+https://github.com/<org>/pytest-aoti"
-"""The README's install source: this project's own repository (the URL it was cloned from)."""
+"""The documented install source: this project's own repository (the URL it was cloned from)."""
 
 
 def install_hint(extra: str = "") -> str:
     """The command that installs this project with ``extra`` (``s3``, ``hf``), from where it
     was installed (pip's ``direct_url.json``), else from the repository its metadata names
-    (``Project-URL`` or ``Home-page``), else as the README says.
+    (``Project-URL`` or ``Home-page``), else as the install docs say.
 
     Never the bare name from the package index: pytest-aoti is not published there, and
     whoever registers the name there would be installed instead."""

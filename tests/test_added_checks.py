@@ -15,24 +15,18 @@ import pytest
 from pytest_aoti import AotiUsageError, Check, CheckContext, CheckPlan, Outcome
 from pytest_aoti.run.added import added_checks
 
-LATENCY_CONFTEST = """
-import pytest
-from pytest_aoti import AotiCheckError, Outcome
+LATENCY_BUDGET = Path(__file__).resolve().parent / "samples" / "latency_budget.py"
+"""The hooks page's example check, run here as written."""
 
-
-class LatencyBudget:
-    name, phase = "latency", "engine"
-
-    def applies(self, plan, context):
-        return context.item is not None and context.item.get_closest_marker("budget") is not None
-
-    def run(self, plan, context):
-        budget = context.item.get_closest_marker("budget").args[0]
-        seconds = context.figures["engine_seconds"]  # timing ran before: same phase, built-in
-        if seconds > budget:
-            raise AotiCheckError(f"engine call took {seconds:.6f} s, over the budget of {budget} s")
-        return Outcome(figures={"budget": budget, "engine_calls_timed": True})
-
+LATENCY_CONFTEST = (
+    LATENCY_BUDGET.read_text(encoding="utf-8")
+    .replace("return [LatencyBudget()]", "return [LatencyBudget(), Clash()]")
+    .replace(
+        'latency budget")',
+        'latency budget")\n'
+        '    config.addinivalue_line("markers", "clash: report a figure of the timing check")',
+    )
+    + """
 
 class Clash:
     name, phase = "clash", "engine"
@@ -42,16 +36,8 @@ class Clash:
 
     def run(self, plan, context):
         return Outcome(figures={"engine_seconds": 0.0})
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "budget(seconds): an engine call's latency budget")
-    config.addinivalue_line("markers", "clash: report a figure of the timing check")
-
-
-def pytest_aoti_checks(config):
-    return [LatencyBudget(), Clash()]
 """
+)
 
 
 def _records(path: Path) -> dict[str, dict[str, Any]]:

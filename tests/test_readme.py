@@ -1,7 +1,7 @@
-"""The README's "Using it in your repo" snippets run as written, on this machine.
+"""The README's and the docs' snippets run as written, on this machine.
 
-The conftest, the ini file and the first test are taken from README.md itself, so an edit
-that breaks them fails here.
+The first test is taken from README.md and the getting-started page, the conftest and the ini
+file from the "Using it in your repo" page, so an edit that breaks them fails here.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ import pytest
 import torch
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = README.parent / "docs"
 
 
-def section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def section(title: str, page: Path = README) -> str:
+    """The ``## title`` section of a page; ``# title``, the page's own title, is all of it."""
+    text = page.read_text(encoding="utf-8")
+    if text.startswith(f"# {title}\n"):
+        return text
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
@@ -28,8 +32,10 @@ def blocks(text: str, language: str) -> list[str]:
 
 def test_readme_snippets_run_as_written(pytester: pytest.Pytester, shared_cache_dir: Path) -> None:
     [first_test] = blocks(section("Add it to your project"), "python")
-    [conftest] = blocks(section("Using it in your repo"), "python")
-    [ini] = blocks(section("Using it in your repo"), "ini")
+    assert blocks(section("Getting started", DOCS / "getting-started.md"), "python") == [first_test]
+    in_your_repo = section("Using it in your repo", DOCS / "in-your-repo.md")
+    [conftest] = blocks(in_your_repo, "python")
+    [ini] = blocks(in_your_repo, "ini")
     pytester.makeconftest(conftest)
     pytester.makefile(".ini", pytest=ini)
     tests = pytester.mkdir("tests")
@@ -101,7 +107,8 @@ def test_the_bare_install_pattern(line: str, bare: bool) -> None:
 def test_no_install_line_or_hint_names_the_bare_package() -> None:
     """Every install line and hint installs this project, never the index's ``pytest-aoti``."""
     package = README.parent / "pytest_aoti"
-    for path in [README, *sorted(package.rglob("*.py"))]:
+    pages = [README, README.parent / "CONTRIBUTING.md", *sorted(DOCS.glob("*.md"))]
+    for path in [*pages, *sorted(package.rglob("*.py"))]:
         text = path.read_text(encoding="utf-8")
         assert not [match.group(0) for match in BARE_INSTALL.finditer(text)], path
 
@@ -113,7 +120,7 @@ def test_ci_snippets_install_the_plugin_as_the_first_section_does() -> None:
 
     [first] = blocks(section("Add it to your project"), "bash")
     assert f"pip install {REPOSITORY_INSTALL.format('')}" in first
-    fleet = section("CI fleet")
+    fleet = section("The CI fleet store", DOCS / "cache.md")
     lines = [
         line
         for block in blocks(fleet, "yaml") + blocks(fleet, "")

@@ -4,9 +4,15 @@ at the user's line, and a repro bundle that runs with plain torch in a fresh pro
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
+
+LISTING = Path(__file__).resolve().parent.parent / "docs" / "_listings" / "compile-failure.txt"
+"""The failure report the README and the failures page show; this file's first test writes
+it again with ``AOTI_REGENERATE_LISTINGS=1`` and fails where its wording has drifted."""
 
 TRIAGE_TESTS = """
 from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -99,6 +105,9 @@ def test_stage_node_and_repro_bundle(
             "differs from eager",
         ]
     )
+    compare_listing(
+        result.stdout.lines, {str(tmp_path): "/tmp/demo", str(pytester.path): "/tmp/demo"}
+    )
     folders = sorted(path.name for path in bundles.iterdir())
     assert folders == [
         "test_inner.py__test_compile_stage-cpu-",
@@ -117,6 +126,30 @@ def test_stage_node_and_repro_bundle(
         run = run_isolated(folder / "repro.py", tmp_path)
         assert run.returncode == 1, run.stdout + run.stderr
         assert expected_line in run.stdout
+
+
+def masked(line: str) -> str:
+    """A listing line with its figures masked: torch releases differ in the last digits."""
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", line)
+
+
+def compare_listing(lines: list[str], paths: dict[str, str]) -> None:
+    """The compile failure's ``E`` lines against the kept listing (paths made neutral)."""
+    start = next(i for i, line in enumerate(lines) if "the AOTI compile broke it: output" in line)
+    end = next(i for i in range(start, len(lines)) if "repro bundle:" in lines[i]) + 1
+    listing = []
+    for line in lines[start:end]:
+        for real, shown in sorted(paths.items(), key=lambda item: -len(item[0])):
+            line = line.replace(real, shown)
+        listing.append(line.rstrip())
+    text = "\n".join(listing) + "\n"
+    if os.environ.get("AOTI_REGENERATE_LISTINGS") == "1":
+        LISTING.parent.mkdir(exist_ok=True)
+        LISTING.write_text(text, encoding="utf-8")
+    kept = LISTING.read_text(encoding="utf-8").splitlines()
+    assert [masked(line) for line in kept] == [masked(line) for line in listing], (
+        "the failure report changed: rerun this test with AOTI_REGENERATE_LISTINGS=1"
+    )
 
 
 def test_localize_off_names_no_node(run_aoti) -> None:

@@ -97,7 +97,7 @@ MEASURED_TYPES = (
     "wav2vec2",
     "hubert",
 )
-"""Model types measured through the full check (README's table: all pass but GPT-2 with
+"""Model types measured through the full check (the specs page's table: all pass but GPT-2 with
 SDPA attention, which fails in torch's run_decompositions). Other types of transformers
 are built the same way, unmeasured."""
 

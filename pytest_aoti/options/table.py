@@ -164,7 +164,7 @@ _SESSION = (
         None,
         "fsspec URL of a remote cache shared by a CI fleet, behind the local cache "
         "(s3://bucket/prefix, gs://..., az://..., file:///..., read-only https://...); its "
-        "entries must be signed (README: CI fleet). Default: none.",
+        "entries must be signed (docs: the CI fleet store). Default: none.",
     ),
     Option(
         "aoti-cache-remote",

@@ -1,6 +1,6 @@
 """The JSON report (``--aoti-report=PATH``): one document per run, written atomically.
 
-Its layout is versioned by :data:`REPORT_VERSION`; the README's "Reports" section lists
+Its layout is versioned by :data:`REPORT_VERSION`; the reports page (docs/reports.md) lists
 what each version changed.
 """
 
