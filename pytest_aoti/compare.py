@@ -237,6 +237,9 @@ class _LazyReference:
     def _load(self) -> None:
         try:
             tree = self._compute()
+        except NoReference as exc:  # no reference on purpose: its reason as it is
+            self._problem = str(exc)
+            return
         except Exception as exc:  # the reference is a bonus; its failure must not mask the mismatch
             self._problem = f"computing it raised {type(exc).__name__}: {exc}"
             return

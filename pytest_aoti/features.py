@@ -1,6 +1,6 @@
 """The plugin's feature list: every feature once, and what is composed from it.
 
-A feature is one folder (``generated/``, ``probes/``, ``triage/``, ``models/``) that owns
+A feature is one folder (``generated/``, ``values/``, ``probes/``, ``triage/``, ``models/``) that owns
 its options, its checks, its record fields and its terminal section. Its ``feature``
 module declares them as data (a :class:`~pytest_aoti.options.feature.Feature`); its
 ``plugin`` module holds its hooks, which pytest registers with the plugin
@@ -31,8 +31,9 @@ from pytest_aoti.options.fields import per_check_fields, per_check_rows, session
 from pytest_aoti.options.option import Option
 from pytest_aoti.probes.feature import PROBES, ProbeOptions, ProbeSettings
 from pytest_aoti.triage.feature import TRIAGE, TriageOptions, TriageSettings
+from pytest_aoti.values.feature import VALUES, ValuesOptions
 
-FEATURES: tuple[Feature, ...] = (GENERATED, TRIAGE, PROBES, MODELS)
+FEATURES: tuple[Feature, ...] = (GENERATED, VALUES, TRIAGE, PROBES, MODELS)
 """Every feature, in the order of their options in ``--help``, their checks in a phase
 and their sections in the summary."""
 
@@ -42,7 +43,7 @@ and their sections in the summary."""
 
 
 @dataclass(frozen=True)
-class CheckOptions(ProbeOptions, TriageOptions, GeneratedOptions, CoreOptions):
+class CheckOptions(ProbeOptions, TriageOptions, ValuesOptions, GeneratedOptions, CoreOptions):
     """Every per-check option's value for one check: the core options then each
     feature's, each from the field's default, then the command line or ini file, the
     hooks, the marker and the call (the resolver's layers)."""

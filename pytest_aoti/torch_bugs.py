@@ -76,3 +76,10 @@ UINT8_ANY_RETURNS_BOOL = TorchBug(
     "returns uint8",
     measured=("2.11.0", "2.13.0", "2.14.1", "2.15.0"),
 )
+
+NEXTAFTER_STEPS_A_FLOAT32_ULP = TorchBug(
+    issue="pytorch/pytorch#187340",
+    summary="nextafter on float16 and bfloat16 inputs steps by a float32 ulp in the engine, "
+    "where eager steps one ulp of the input's dtype",
+    measured=("2.13.0", "2.14.1"),
+)

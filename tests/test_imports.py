@@ -58,7 +58,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reports", ("reports",)),
     # the features whose rooms are checks with their own summary: generated shapes and
     # deployment probes (each reaches the run through its plugin module only)
-    ("features", ("generated", "probes")),
+    ("features", ("generated", "values", "probes")),
     # one call from eager to result: resolved into its frozen plan, its checks run phase by
     # phase, the runner that owns it around the export and the compile
     ("run", ("run",)),

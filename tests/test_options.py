@@ -140,8 +140,8 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line: the core options, then each feature's in feature order
     assert table.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
-        "crash_screen=None, examples=None, max_dim=None, localize=None, probes=None, "
-        "probes_skip=None): "
+        "crash_screen=None, examples=None, max_dim=None, values=None, values_draws=None, "
+        "values_skip=None, localize=None, probes=None, probes_skip=None): "
     )
 
 
@@ -161,7 +161,9 @@ def test_command_line_value(aoti):
     result = aoti.check(DoubleThenCos(), (example(),))
     assert result.figures["probe_level"] == 3
     # the checks that applied, in the catalog's order; timing's figures are on the result
-    assert result.checks == ("crash_screen", "parity", "aliasing", "probes", "timing", "probe")
+    assert result.checks == (
+        "crash_screen", "parity", "aliasing", "values", "probes", "timing", "probe"
+    )
     assert result.engine_seconds > 0 and result.eager_seconds > 0
 
 @pytest.mark.aoti(probe_level=5)
@@ -238,6 +240,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
         "memory",
         "threads",
         "generated",
+        "values",
         "probes",
         "timing",
     ]
@@ -252,7 +255,7 @@ def test_the_catalog_lists_each_check_once_by_phase_with_timing_last() -> None:
     context = CheckContext(device=torch.device("cpu"))
     applying = [check.name for check in engine if check.applies(plan, context)]
     # no declaration, one thread, no memory limit, no dynamic dims; probes by default
-    assert applying == ["crash_screen", "parity", "aliasing", "probes", "timing"]
+    assert applying == ["crash_screen", "parity", "aliasing", "values", "probes", "timing"]
     assert [check.name for check in catalog.CHECKS if check.applies(plan, context)] == [
         "eager",
         *applying,

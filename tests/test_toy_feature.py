@@ -91,8 +91,8 @@ FEATURE_LIST_EDITS = (
         "from pytest_aoti.toy.feature import TOY, ToyOptions\nfrom pytest_aoti.triage.feature import",
     ),
     (
-        "FEATURES: tuple[Feature, ...] = (GENERATED, TRIAGE, PROBES, MODELS",
-        "FEATURES: tuple[Feature, ...] = (GENERATED, TRIAGE, PROBES, MODELS, TOY",
+        "FEATURES: tuple[Feature, ...] = (GENERATED, VALUES, TRIAGE, PROBES, MODELS",
+        "FEATURES: tuple[Feature, ...] = (GENERATED, VALUES, TRIAGE, PROBES, MODELS, TOY",
     ),
     ("class CheckOptions(ProbeOptions,", "class CheckOptions(ToyOptions, ProbeOptions,"),
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,40 @@ class CrashScreen:
         if verdict["verdict"] != "ok":
             raise self._failure(verdict, input_set, label)
 
+    def screen_all(self, input_sets: Sequence[InputSet], labels: Sequence[str]) -> None:
+        """Screen several input sets of one program in one child request (one engine for
+        them all, unless the program mutates buffers); raise the crash finding of the first
+        that crashed. Cheaper than :meth:`screen` per set: the package is loaded once."""
+        __tracebackhide__ = True
+        pending: list[tuple[int, str]] = []
+        verdicts: dict[int, dict[str, Any]] = {}
+        for position, input_set in enumerate(input_sets):
+            key = self._key(input_set)
+            kept = self._kept().get(key)
+            if kept is not None:
+                self.cached += 1
+                verdicts[position] = kept
+                continue
+            why_not = self._why_unprotected(input_set)
+            if why_not:
+                if why_not not in self.unprotected:
+                    self.unprotected.append(why_not)
+                continue
+            pending.append((position, key))
+        for chunk in _chunks(pending, [input_sets[position] for position, _ in pending]):
+            ran = self._run_many([input_sets[position] for position, _ in chunk])
+            for (position, key), verdict in zip(chunk, ran):
+                self.screened += 1
+                if verdict.get("unprotected"):
+                    self.unprotected.append(str(verdict["unprotected"]))
+                    continue
+                verdicts[position] = verdict
+                if verdict["verdict"] != "hang":
+                    self._keep(key, verdict)
+        for position in sorted(verdicts):
+            if verdicts[position]["verdict"] != "ok":
+                raise self._failure(verdicts[position], input_sets[position], labels[position])
+
     def record(self) -> RecordPart:
         """The screen in the check's record: ``crash_screen`` is ``screened``, ``cached``
         or ``unprotected`` (with a note saying why)."""
@@ -160,38 +195,37 @@ class CrashScreen:
         return self._preparation
 
     def _run(self, input_set: InputSet) -> dict[str, Any]:
+        return self._run_many([input_set], fresh=True)[0]
+
+    def _run_many(
+        self, input_sets: Sequence[InputSet], *, fresh: bool | None = None
+    ) -> list[dict[str, Any]]:
         import torch
 
-        from pytest_aoti.isolation.process import HUNG, run_jobs
+        from pytest_aoti.isolation.process import run_jobs
         from pytest_aoti.mutation_maps import flat_user_inputs
         from pytest_aoti.trees import clone_tree
 
-        args, kwargs = input_set
-        flat = flat_user_inputs(self.program.exported, tuple(args), kwargs)
-        tensors = [leaf for leaf in clone_tree(flat) if isinstance(leaf, torch.Tensor)]
+        inputs = []
+        for args, kwargs in input_sets:
+            flat = flat_user_inputs(self.program.exported, tuple(args), kwargs)
+            inputs.append([leaf for leaf in clone_tree(flat) if isinstance(leaf, torch.Tensor)])
         device = self.program.device
         preparation = self._prepared()
         request = {
             "package": str(self.program.package_path),
             "device_index": device.index if device.type == "cuda" else None,
-            "fresh": True,
-            "inputs": [tensors],
+            # one engine for every set, unless each must start from the exported state
+            "fresh": bool(self.program.mutated_buffers) if fresh is None else fresh,
+            "inputs": inputs,
             "repeat": self.calls,
             "discard": True,
             **preparation.request(),
         }
-        result = run_jobs(request, [(0, False)], SCREEN_TIMEOUT, preparation.path)[(0, False)]
-        if "unprepared" in result:
-            return {
-                "unprotected": f"the child could not register the custom ops: {result['unprepared']}"
-            }
-        crashed = result.get("crashed")
-        if crashed is None:
-            return {"verdict": "ok"}
-        if str(crashed).startswith(HUNG):
-            return {"verdict": "hang", "why": crashed}
-        number = result.get("signal")
-        return {"verdict": "crash", "signal": number, "why": crashed}
+        jobs = [(index, False) for index in range(len(inputs))]
+        # each set gets the deadline it would get screened alone
+        results = run_jobs(request, jobs, SCREEN_TIMEOUT * len(jobs), preparation.path)
+        return [_verdict(results[job]) for job in jobs]
 
     def _failure(self, verdict: dict[str, Any], input_set: InputSet, label: str) -> AotiCheckError:
         finding = crash_finding(verdict, label, self.calls)
@@ -219,6 +253,46 @@ class CrashScreen:
             self.sidecars.keep_sidecar(self.program.key, SIDECAR, dict(kept))
         except OSError:  # a verdict not kept is screened again next time: never a failure
             pass
+
+
+def _verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """One job's result from the child as a verdict: ok, crash (with its signal) or hang."""
+    from pytest_aoti.isolation.process import HUNG
+
+    if "unprepared" in result:
+        return {
+            "unprotected": f"the child could not register the custom ops: {result['unprepared']}"
+        }
+    crashed = result.get("crashed")
+    if crashed is None:
+        return {"verdict": "ok"}
+    if str(crashed).startswith(HUNG):
+        return {"verdict": "hang", "why": crashed}
+    number = result.get("signal")
+    return {"verdict": "crash", "signal": number, "why": crashed}
+
+
+def _chunks(
+    pending: list[tuple[int, str]], input_sets: Sequence[InputSet]
+) -> list[list[tuple[int, str]]]:
+    """``pending`` in requests of at most :data:`MAX_SCREEN_BYTES` of inputs each."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    chunks: list[list[tuple[int, str]]] = []
+    size = 0
+    for item, input_set in zip(pending, input_sets):
+        nbytes = sum(
+            leaf.numel() * leaf.element_size()
+            for leaf in pytree.tree_leaves(input_set)
+            if isinstance(leaf, torch.Tensor)
+        )
+        if not chunks or size + nbytes > MAX_SCREEN_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += nbytes
+    return chunks
 
 
 def signal_name(number: int | None) -> str:

@@ -12,12 +12,29 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.mutation_maps import named_user_inputs
+from pytest_aoti.tolerance import NoReference
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.compiling.program import AotiProgram
+
+
+PRECISION_DEPENDENT_OPS = frozenset({"nextafter"})
+"""Ops whose result is defined by the dtype's precision (``nextafter`` steps one ulp of its
+dtype): computed in float64 they mean something else, so the fp64 rule never rescues a
+program that calls one."""
+
+
+def precision_dependent(exported: Any) -> str | None:
+    """The first op of ``exported`` whose meaning depends on the dtype's precision."""
+    for node in exported.graph.nodes:
+        if node.op == "call_function":
+            name = getattr(node.target, "__name__", str(node.target)).partition(".")[0]
+            if name in PRECISION_DEPENDENT_OPS:
+                return name
+    return None
 
 
 class Float64Reference:
@@ -65,6 +82,12 @@ class Float64Reference:
         import torch
 
         if self._state is None:
+            op = precision_dependent(self._program.exported)
+            if op is not None:
+                raise NoReference(
+                    f"the program calls {op}, whose result depends on the dtype's precision: "
+                    "float64 is no reference for it"
+                )
             module = copy.deepcopy(self._module).to(torch.float64)
             args, kwargs = to_float64(clone_tree(self._inputs))
             self._state = (module, args, kwargs)

@@ -153,7 +153,7 @@ class _TensorMaker:
 
     @classmethod
     def like(cls, example: torch.Tensor) -> _TensorMaker:
-        low, high = _value_range(example)
+        low, high = value_range(example)
         strides = example.stride()
         order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
         return cls(example.dtype, example.device, low, high, order)
@@ -188,7 +188,7 @@ def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
     return _TensorMaker.like(example).make(tuple(example.shape), generator)
 
 
-def _value_range(example: torch.Tensor) -> tuple[float, float]:
+def value_range(example: torch.Tensor) -> tuple[float, float]:
     """The example's [min, max], or a default where it says nothing usable."""
     floating = example.dtype.is_floating_point or example.dtype.is_complex
     if example.dtype == torch.bool:

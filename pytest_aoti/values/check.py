@@ -1,0 +1,343 @@
+"""The values check: after parity on the example, the same program compared with eager on
+input sets of generated values (:mod:`.draws`), through parity's own path.
+
+No compile: every draw runs on the one engine (a program with buffer state loads a fresh
+one per draw, so its draws are capped). A draw the exported program refuses (its runtime
+assertions) is skipped; a failing draw is narrowed to the fewest elements that differ from
+its plain draw, attributed to a stage (and its node) like any parity failure, and reported
+with the input, the element and its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, Phase, RecordPart
+from pytest_aoti.errors import AotiCheckError, AotiUsageError
+
+if TYPE_CHECKING:
+    from pytest_aoti.checks.crash_screen import CrashScreen
+    from pytest_aoti.checks.parity import InputRun
+    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.values.draws import Draw
+
+STATEFUL_DRAWS = 2
+"""Draws at most for a program that mutates registered buffers: each draw loads a fresh
+engine (so that every draw starts from the exported state), and each load maps the package
+for good."""
+NARROWING_RUNS = 64
+"""Runs at most spent narrowing a failing draw to its fewest overlaid elements."""
+BATCH_BYTES = 256 * 2**20
+"""Drawn input bytes held at once: the draws are made, screened in the child and checked a
+batch at a time, so a large cache is not drawn sixteen times over in memory."""
+SHOWN_ELEMENTS = 4
+"""Elements named in a failure's headline."""
+SIDECAR = "values_failures"
+"""The sidecar, kept with the package, of the draws that failed each test: tried first on
+the next run."""
+
+
+class ValuesCheck:
+    """``values_draws`` input sets of generated values, each compared with eager after every
+    call, on the one compiled program."""
+
+    name = "values"
+    figures: tuple[str, ...] = ()
+    phase: Phase = "engine"
+
+    def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
+        return (
+            plan.options.values != "off"
+            and plan.options.values_draws > 0
+            and not context.random_ops  # a random program's values cannot match
+        )
+
+    def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        __tracebackhide__ = True
+        search = _Search(plan, context)
+        search.run()
+        return Outcome(stats=tuple(search.stats), input_sets=search.count, record=search.record())
+
+
+@dataclass
+class _Failed:
+    draw: Draw
+    values: dict[str, Any]
+    """The failing values by input name (narrowed: only the elements that matter overlaid)."""
+    error: BaseException
+    points: list[tuple[str, list[int]]] = field(default_factory=list)
+    """The overlaid elements left after narrowing: (input name, index)."""
+
+
+class _Search:
+    """The draws of one check, run in order; the first failure ends them."""
+
+    def __init__(self, plan: CheckPlan, context: CheckContext) -> None:
+        from pytest_aoti.mutation_maps import named_user_inputs
+        from pytest_aoti.values.draws import tie_dependent
+
+        self.plan = plan
+        self.context = context
+        self.program: AotiProgram = context.program
+        exported = self.program.exported
+        args, kwargs = plan.input_sets[0]
+        self.named = named_user_inputs(exported, args, kwargs)
+        self.rebuild = _rebuilder(self.named, args, kwargs)
+        skip = plan.options.values_skip or frozenset()
+        unknown = sorted(set(skip) - set(self.named))
+        if unknown:
+            raise AotiUsageError(
+                f"values_skip names {', '.join(map(repr, unknown))}, which the program does "
+                f"not take: its inputs are {', '.join(map(repr, self.named))}"
+            )
+        self.skip = skip
+        self.no_repeats = tie_dependent(exported)
+        self.draws = plan.options.values_draws
+        if self.program.mutated_buffers:
+            self.draws = min(self.draws, STATEFUL_DRAWS)
+        self.count = 0
+        self.refused = 0
+        self.stats: list[Any] = []
+        self.failed: _Failed | None = None
+        self._refusals = _refusals(exported)
+        self._screen = _screen(plan, context)
+
+    def run(self) -> None:
+        __tracebackhide__ = True
+        from pytest_aoti.values.draws import draw_seed, make_draw
+
+        kept = self._kept_failures()
+        # a draw that failed on an earlier run goes first, also one beyond values_draws now
+        order = [*kept, *(k for k in range(self.draws) if k not in kept)]
+        batch: list[tuple[Draw, InputSet]] = []
+        size = 0
+        for index in order:
+            seed = draw_seed(self.context.label, self.program.key, index)
+            draw = make_draw(index, seed, self.named, no_repeats=self.no_repeats, keep=self.skip)
+            inputs = self.rebuild(draw.values)
+            if self._refusals is not None and self._refusals.refusal(*inputs) is not None:
+                self.refused += 1  # the program's own assertion: not the engine's fault
+                continue
+            batch.append((draw, inputs))
+            size += _nbytes(draw.values)
+            if size >= BATCH_BYTES and not self._run_batch(batch):
+                break
+            if size >= BATCH_BYTES:
+                batch, size = [], 0
+        else:
+            self._run_batch(batch)
+        if self.failed is not None:
+            self._keep_failure(self.failed.draw.index)
+            raise self._reported(self._narrowed(self.failed)) from None
+        if kept:
+            self._keep_failure(None)
+
+    def _kept_failures(self) -> list[int]:
+        """The draws that failed this test on earlier runs (kept with the package)."""
+        sidecars = self.context.sidecars
+        data = sidecars.sidecar(self.program.key, SIDECAR) if sidecars is not None else None
+        index = (data or {}).get(self.context.label)
+        return [index] if isinstance(index, int) and index >= 0 else []
+
+    def _keep_failure(self, index: int | None) -> None:
+        """Keep the failing draw's index for the next run (None: this test passes now)."""
+        sidecars = self.context.sidecars
+        if sidecars is None or not self.context.label:
+            return
+        data = dict(sidecars.sidecar(self.program.key, SIDECAR) or {})
+        if index is None:
+            data.pop(self.context.label, None)
+        else:
+            data[self.context.label] = index
+        sidecars.keep_sidecar(self.program.key, SIDECAR, data)
+
+    def _run_batch(self, batch: list[tuple[Draw, InputSet]]) -> bool:
+        """Screen the batch's draws in one child request, then check each in this process;
+        False once one failed (kept in :attr:`failed`)."""
+        __tracebackhide__ = True
+        if not batch:
+            return True
+        if self._screen is not None:  # a crash raises here
+            self._screen.screen_all(
+                [inputs for _, inputs in batch], [f"values draw {d.index}" for d, _ in batch]
+            )
+        for draw, inputs in batch:
+            try:
+                self.stats += self._input_run(draw.index, inputs).check(
+                    self.context.calls, self.plan.mutates, values_too=False
+                )
+            except AotiCheckError as error:
+                self.failed = _Failed(draw, dict(draw.values), error)
+                return False
+            self.count += 1
+        return True
+
+    def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
+        from pytest_aoti.checks.parity import InputRun
+
+        args, kwargs = inputs
+        return InputRun(
+            self.program,
+            self.plan.module,
+            args,
+            kwargs,
+            tolerance=self.plan.tolerance,
+            label=f"values draw {index}",
+            triage=self.context.triage,
+            attribute=attribute,
+        )
+
+    def _fails(self, index: int, values: Mapping[str, Any]) -> BaseException | None:
+        try:
+            self._input_run(index, self.rebuild(values)).check(
+                self.context.calls, self.plan.mutates, values_too=False
+            )
+        except AotiCheckError as error:
+            return error
+        return None
+
+    def _narrowed(self, failed: _Failed) -> _Failed:
+        """The failing draw with as few overlaid elements as still fail (greedy halving of
+        the overlaid elements, at most :data:`NARROWING_RUNS` runs); the plain draw itself
+        failing leaves the draw as it is."""
+        import torch
+
+        draw = failed.draw
+        points = [
+            (name, position)
+            for name, mask in draw.masks.items()
+            for position in mask.nonzero().tolist()
+        ]
+        if not points or self._fails(draw.index, draw.plain) is not None:
+            return failed
+        runs, chunk = 1, max(1, len(points) // 2)
+        best = _Failed(draw, failed.values, failed.error, points)
+        while chunk >= 1 and runs < NARROWING_RUNS:
+            shrunk = False
+            for start in range(0, len(points), chunk):
+                if runs >= NARROWING_RUNS or len(points) <= 1:
+                    break
+                kept = points[:start] + points[start + chunk :]
+                if not kept:
+                    continue
+                keep = {name: torch.zeros_like(mask) for name, mask in draw.masks.items()}
+                for name, position in kept:
+                    keep[name][tuple(position)] = True
+                values = draw.narrowed(keep)
+                runs += 1
+                error = self._fails(draw.index, values)
+                if error is not None:
+                    points, best, shrunk = kept, _Failed(draw, values, error, kept), True
+                    break
+            if not shrunk:
+                chunk //= 2
+        return best
+
+    def _reported(self, failed: _Failed) -> AotiCheckError:
+        """The failure of ``failed``'s values again, attributed (stage, node, replay), as
+        the finding of a values draw."""
+        error = failed.error
+        run = self._input_run(failed.draw.index, self.rebuild(failed.values), attribute=True)
+        try:
+            run.check(self.context.calls, self.plan.mutates, values_too=False)
+        except AotiCheckError as attributed:
+            error = attributed
+        if not isinstance(error, AotiCheckError):
+            raise error
+        elements = [
+            _element(name, position, failed.values[name]) for name, position in failed.points
+        ]
+        inner = error.finding
+        shown = ", ".join(elements[:SHOWN_ELEMENTS])
+        if len(elements) > SHOWN_ELEMENTS:
+            shown += f" and {len(elements) - SHOWN_ELEMENTS} more"
+        what = f"values draw {failed.draw.index} fails"
+        headline = f"{what}: {shown}" if shown else f"{what} (a plain draw of the example's range)"
+        details = (
+            f"first difference: {inner.headline(stage=False)}",
+            *inner.details,
+            f"{len(elements)} element(s) differ from the plain draw"
+            if elements
+            else "the plain draw (no special point) fails too",
+            "the draws come from the test id and the program, and this draw is kept with the "
+            "package and tried first: the test fails the same way on every run; replay: run "
+            "the test again, or values='off' to leave the check out",
+        )
+        values_record = {
+            "draws": self.draws,
+            "checked": self.count,
+            "refused": self.refused,
+            "failed_draw": failed.draw.index,
+            "elements": elements,
+        }
+        finding = replace(
+            inner,
+            message=headline,
+            details=details,
+            extra={**inner.extra, "values": values_record},
+        )
+        reported = AotiCheckError(finding)
+        reported.replay = error.replay
+        return reported
+
+    def record(self) -> RecordPart:
+        notes: tuple[str, ...] = ()
+        if self.refused:
+            notes = (f"{self.refused} values draw(s) refused by the exported program's checks",)
+        part = {"draws": self.draws, "checked": self.count, "refused": self.refused}
+        return RecordPart({"values": part}, notes=notes)
+
+
+def _element(name: str, position: list[int], tensor: Any) -> str:
+    """``a[3] = 0.1``: one element of a failing draw."""
+    index = ", ".join(map(str, position))
+    value = tensor[tuple(position)].item()
+    shown = repr(value) if not isinstance(value, float) else f"{value:.7g}"
+    if isinstance(value, float) and value == 0.0 and str(value).startswith("-"):
+        shown = "-0.0"
+    return f"{name}[{index}] = {shown}"
+
+
+def _rebuilder(
+    named: Mapping[str, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any]], InputSet]:
+    """``values by input name -> (args, kwargs)`` in the example's structure."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    name_of = {id(leaf): name for name, leaf in named.items() if isinstance(leaf, torch.Tensor)}
+    slots = [name_of.get(id(leaf)) for leaf in leaves]
+
+    def rebuild(values: Mapping[str, Any]) -> InputSet:
+        filled = [values[slot] if slot is not None else leaf for slot, leaf in zip(slots, leaves)]
+        new_args, new_kwargs = pytree.tree_unflatten(filled, spec)
+        return tuple(new_args), dict(new_kwargs)
+
+    return rebuild
+
+
+def _refusals(exported: Any) -> Any:
+    from pytest_aoti.checks.refused import UncompiledProgram, has_runtime_asserts
+
+    return UncompiledProgram(exported) if has_runtime_asserts(exported) else None
+
+
+def _screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
+    if not plan.options.crash_screen:
+        return None
+    from pytest_aoti.checks.crash_screen import CrashScreen
+
+    return CrashScreen.for_check(plan, context)
+
+
+def _nbytes(values: Mapping[str, Any]) -> int:
+    import torch
+
+    return sum(
+        leaf.numel() * leaf.element_size()
+        for leaf in values.values()
+        if isinstance(leaf, torch.Tensor)
+    )

@@ -1,0 +1,74 @@
+"""Generated values, declared: their options (see :class:`~pytest_aoti.options.feature.Feature`).
+
+Pure data without torch; the check is :mod:`.check`, the values :mod:`.draws`, its hooks
+:mod:`.plugin`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_aoti.options.feature import Feature
+from pytest_aoti.options.fields import per_check
+from pytest_aoti.options.values import (
+    ValueProblem,
+    Words,
+    check_non_negative,
+    parse_non_negative_int,
+)
+
+VALUES_MODES = Words("domain", "off")
+"""What the values check does after parity on the example."""
+DEFAULT_DRAWS = 16
+
+
+def check_values_skip(keyword: str, value: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(name, str) for name in value):
+        raise ValueProblem(f"{keyword}= takes a set of input names, e.g. {{'positions'}}")
+    return frozenset(value)
+
+
+@dataclass(frozen=True)
+class ValuesOptions:
+    """The per-check options of generated values."""
+
+    values: str = per_check(
+        "domain",
+        "After parity on the example, compare eager and the engine on input sets of the "
+        "example's shapes, dtypes and layouts with values of their own inside each input's "
+        "range, mixed with exact decimals, halves, integers, signed zeros, the range's ends "
+        "and repeated values (domain), or not (off). Default: domain.",
+        parse=VALUES_MODES.parse,
+        check=VALUES_MODES.check,
+        marker=True,
+        keyword=True,
+    )
+    values_draws: int = per_check(
+        DEFAULT_DRAWS,
+        f"Input sets of generated values per check (0: none). Default: {DEFAULT_DRAWS}.",
+        parse=parse_non_negative_int,
+        check=check_non_negative,
+        marker=True,
+        keyword=True,
+    )
+    values_skip: frozenset[str] | None = per_check(
+        None,
+        "Inputs whose values the values check keeps as the example's (a set of input "
+        "names, e.g. {'positions'}: inputs whose meaning is in their exact values).",
+        check=check_values_skip,
+        marker=True,
+        keyword=True,
+    )
+
+
+VALUES = Feature(
+    "values",
+    "Generated values: the example's shapes with values of their own, each input set "
+    "compared with eager on the one engine",
+    options=ValuesOptions,
+    record_fields={"values": None},
+    plugin="pytest_aoti.values.plugin",
+)
