@@ -16,34 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from suite_runs import check_seconds
 
 
 def run_suite(cache: Path, screen: bool, timings: Path) -> float:
     """Seconds of every ``aoti.check`` of one suite run."""
-    timings.unlink(missing_ok=True)
-    env = {**os.environ, "AOTI_BENCH_TIMINGS": str(timings), "AOTI_BENCH_WARMUP": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(HERE / "suite" / "test_bench_suite.py"),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--aoti-device=cpu",
-        f"--aoti-cache-dir={cache}",
-        f"--aoti-crash-screen={'on' if screen else 'off'}",
-    ]
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-    records = [json.loads(line) for line in timings.read_text().splitlines()]
-    return sum(float(r["seconds"]) for r in records if r.get("kind", "check") == "check")
+    return check_seconds(cache, timings, f"--aoti-crash-screen={'on' if screen else 'off'}")[0]
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Pytrees of tensors: the one clone every check, triage step and bundle uses."""
+"""Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size."""
 
 from __future__ import annotations
 
@@ -15,4 +15,16 @@ def clone_tree(tree: Any) -> Any:
 
     return pytree.tree_map(
         lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
+    )
+
+
+def tensor_bytes(tree: Any) -> int:
+    """The bytes of every tensor of a pytree."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    return sum(
+        leaf.numel() * leaf.element_size()
+        for leaf in pytree.tree_leaves(tree)
+        if isinstance(leaf, torch.Tensor)
     )

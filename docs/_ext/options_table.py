@@ -29,20 +29,23 @@ def shown_default(option: Option) -> str:
     return str(value)
 
 
-def where(option: Option) -> str:
-    """Where else it is set: the ini key, the marker and ``aoti.check`` keyword."""
-    places = []
+def places(option: Option, name: str) -> list[str]:
+    """Where else the option entered as ``name`` is set: its ini key, the marker's and
+    ``aoti.check``'s keyword."""
+    found = []
     ini = option.ini_key if option.parse is not None else None
-    if ini:
-        places.append(f"ini `{ini}`")
+    if ini and ini != name:
+        found.append(f"ini `{ini}`")
     keyword_of = [
-        name
-        for name, on in (("`@pytest.mark.aoti`", option.marker), ("`aoti.check`", option.keyword))
+        target
+        for target, on in (("`@pytest.mark.aoti`", option.marker), ("`aoti.check`", option.keyword))
         if on
     ]
     if keyword_of:
-        places.append(f"`{option.keyword_name}=` of {' and '.join(keyword_of)}")
-    return "; ".join(places)
+        keyword = f"{option.keyword_name}="
+        what = "a keyword" if keyword == name else f"`{keyword}`"  # a keyword-only option
+        found.append(f"{what} of {' and '.join(keyword_of)}")
+    return found
 
 
 def options_markdown() -> list[str]:
@@ -52,13 +55,9 @@ def options_markdown() -> list[str]:
     for option in rows():
         ini = option.ini_key if option.parse is not None else None
         name = flag(option) or ini or f"{option.keyword_name}="
-        places = [
-            place.replace(f"`{name}` of", "a keyword of")  # a keyword-only option
-            for place in where(option).split("; ")
-            if place and place != f"ini `{name}`"
-        ]
+        said = places(option, name)
         if "Default:" not in option.help:  # the help says it where the value needs words
-            places.append(f"default `{shown_default(option)}`")
-        said = f" ({'; '.join(places)})" if places else ""
-        lines.append(f"- **`{name}`**{said}: " + option.help.replace("\n", " "))
+            said.append(f"default `{shown_default(option)}`")
+        where = f" ({'; '.join(said)})" if said else ""
+        lines.append(f"- **`{name}`**{where}: " + option.help.replace("\n", " "))
     return lines

@@ -98,31 +98,17 @@ class CrashScreen:
         """The screen of one check's engine calls."""
         return cls(context.program, plan.module, context.calls, context.sidecars, context.triage)
 
+    @classmethod
+    def where_on(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
+        """The screen of one check's engine calls; None where ``crash_screen`` is off."""
+        return cls.for_check(plan, context) if plan.options.crash_screen else None
+
     def screen(self, input_set: InputSet, label: str) -> None:
         """Run ``input_set`` (``calls`` calls on one engine) in the child; raise the crash
         finding if the child died of it. ``label`` names the input set in the message
         (``the example inputs``, ``sample 1``, ``generated x=(3, 8)``)."""
         __tracebackhide__ = True
-        key = self._key(input_set)
-        kept = self._kept().get(key)
-        if kept is not None:  # a warm run: no child, no preparation
-            self.cached += 1
-            verdict = kept
-        else:
-            why_not = self._why_unprotected(input_set)
-            if why_not:
-                if why_not not in self.unprotected:
-                    self.unprotected.append(why_not)
-                return
-            verdict = self._run(input_set)
-            self.screened += 1
-            if verdict.get("unprotected"):
-                self.unprotected.append(str(verdict["unprotected"]))
-                return
-            if verdict["verdict"] != "hang":  # a hang may be the machine's load: not kept
-                self._keep(key, verdict)
-        if verdict["verdict"] != "ok":
-            raise self._failure(verdict, input_set, label)
+        self.screen_all([input_set], [label])
 
     def screen_all(self, input_sets: Sequence[InputSet], labels: Sequence[str]) -> None:
         """Screen several input sets of one program in one child request (one engine for
@@ -167,8 +153,7 @@ class CrashScreen:
         return RecordPart({"crash_screen": "screened" if self.screened else "cached"})
 
     def _why_unprotected(self, input_set: InputSet) -> str:
-        import torch
-        import torch.utils._pytree as pytree
+        from pytest_aoti.trees import tensor_bytes
 
         if self.program.device.type not in ("cpu", "cuda"):
             return f"the engine child does not run {self.program.device.type} engines"
@@ -178,11 +163,7 @@ class CrashScreen:
                 f"the module that registered the custom op {preparation.unfound[0]!r} was not "
                 "found, so a child process cannot call it"
             )
-        size = sum(
-            leaf.numel() * leaf.element_size()
-            for leaf in pytree.tree_leaves(input_set)
-            if isinstance(leaf, torch.Tensor)
-        )
+        size = tensor_bytes(input_set)
         if size > MAX_SCREEN_BYTES:
             return f"the inputs ({size / 2**20:.0f} MiB) are too large to copy to a child process"
         return ""
@@ -194,12 +175,7 @@ class CrashScreen:
             self._preparation = child_preparation(self.program)
         return self._preparation
 
-    def _run(self, input_set: InputSet) -> dict[str, Any]:
-        return self._run_many([input_set], fresh=True)[0]
-
-    def _run_many(
-        self, input_sets: Sequence[InputSet], *, fresh: bool | None = None
-    ) -> list[dict[str, Any]]:
+    def _run_many(self, input_sets: Sequence[InputSet]) -> list[dict[str, Any]]:
         import torch
 
         from pytest_aoti.isolation.process import run_jobs
@@ -216,7 +192,7 @@ class CrashScreen:
             "package": str(self.program.package_path),
             "device_index": device.index if device.type == "cuda" else None,
             # one engine for every set, unless each must start from the exported state
-            "fresh": bool(self.program.mutated_buffers) if fresh is None else fresh,
+            "fresh": bool(self.program.mutated_buffers),
             "inputs": inputs,
             "repeat": self.calls,
             "discard": True,
@@ -276,17 +252,12 @@ def _chunks(
     pending: list[tuple[int, str]], input_sets: Sequence[InputSet]
 ) -> list[list[tuple[int, str]]]:
     """``pending`` in requests of at most :data:`MAX_SCREEN_BYTES` of inputs each."""
-    import torch
-    import torch.utils._pytree as pytree
+    from pytest_aoti.trees import tensor_bytes
 
     chunks: list[list[tuple[int, str]]] = []
     size = 0
     for item, input_set in zip(pending, input_sets):
-        nbytes = sum(
-            leaf.numel() * leaf.element_size()
-            for leaf in pytree.tree_leaves(input_set)
-            if isinstance(leaf, torch.Tensor)
-        )
+        nbytes = tensor_bytes(input_set)
         if not chunks or size + nbytes > MAX_SCREEN_BYTES:
             chunks.append([])
             size = 0

@@ -50,8 +50,14 @@ def has_runtime_asserts(exported: ExportedProgram) -> bool:
 
 class UncompiledProgram:
     """The exported program run without compiling (a copy of ``exported.module()``): which
-    input sets it refuses. Not a check of the catalog: the generated-shapes check asks it
-    before the engine runs a shape."""
+    input sets it refuses. Not a check of the catalog: the generated-shapes and values
+    checks ask it before the engine runs an input set."""
+
+    @classmethod
+    def where_it_refuses(cls, exported: ExportedProgram) -> UncompiledProgram | None:
+        """The program's refusals, or None where it checks no runtime assertion: only a
+        program with runtime assertions can refuse an input set inside its ranges."""
+        return cls(exported) if has_runtime_asserts(exported) else None
 
     def __init__(self, exported: ExportedProgram) -> None:
         from pytest_aoti.compiling.pipeline import quiet_torch_deprecations

@@ -60,18 +60,16 @@ class GeneratedCheck:
                 label=context.label,
             ),
             triage=context.triage,
-            screen=_screen(plan, context),
+            screen=_crash_screen(plan, context),
         )
         return Outcome(stats=tuple(stats), input_sets=count, figures={"examples": count})
 
 
-def _screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
+def _crash_screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
     """The crash screen of the generated input sets (None: switched off)."""
-    if not plan.options.crash_screen:
-        return None
     from pytest_aoti.checks.crash_screen import CrashScreen
 
-    return CrashScreen.for_check(plan, context)
+    return CrashScreen.where_on(plan, context)
 
 
 @dataclass(frozen=True)
@@ -184,12 +182,9 @@ class _ShapeChecker:
         self.tolerance = tolerance
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
-        from pytest_aoti.checks.refused import UncompiledProgram, has_runtime_asserts
+        from pytest_aoti.checks.refused import UncompiledProgram
 
-        # only a program with runtime assertions can refuse a shape inside its ranges
-        self._refusals = (
-            UncompiledProgram(program.exported) if has_runtime_asserts(program.exported) else None
-        )
+        self._refusals = UncompiledProgram.where_it_refuses(program.exported)
 
     def _input_run(
         self,

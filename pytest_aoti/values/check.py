@@ -18,8 +18,6 @@ from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, 
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 
 if TYPE_CHECKING:
-    from pytest_aoti.checks.crash_screen import CrashScreen
-    from pytest_aoti.checks.parity import InputRun
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.values.draws import Draw
 
@@ -66,7 +64,7 @@ class _Failed:
     draw: Draw
     values: dict[str, Any]
     """The failing values by input name (narrowed: only the elements that matter overlaid)."""
-    error: BaseException
+    error: AotiCheckError
     points: list[tuple[str, list[int]]] = field(default_factory=list)
     """The overlaid elements left after narrowing: (input name, index)."""
 
@@ -101,11 +99,15 @@ class _Search:
         self.refused = 0
         self.stats: list[Any] = []
         self.failed: _Failed | None = None
-        self._refusals = _refusals(exported)
-        self._screen = _screen(plan, context)
+        from pytest_aoti.checks.crash_screen import CrashScreen
+        from pytest_aoti.checks.refused import UncompiledProgram
+
+        self._refusals = UncompiledProgram.where_it_refuses(exported)
+        self._screen = CrashScreen.where_on(plan, context)
 
     def run(self) -> None:
         __tracebackhide__ = True
+        from pytest_aoti.trees import tensor_bytes
         from pytest_aoti.values.draws import draw_seed, make_draw
 
         kept = self._kept_failures()
@@ -121,10 +123,10 @@ class _Search:
                 self.refused += 1  # the program's own assertion: not the engine's fault
                 continue
             batch.append((draw, inputs))
-            size += _nbytes(draw.values)
-            if size >= BATCH_BYTES and not self._run_batch(batch):
-                break
+            size += tensor_bytes(inputs)
             if size >= BATCH_BYTES:
+                if not self._run_batch(batch):
+                    break
                 batch, size = [], 0
         else:
             self._run_batch(batch)
@@ -165,20 +167,20 @@ class _Search:
             )
         for draw, inputs in batch:
             try:
-                self.stats += self._input_run(draw.index, inputs).check(
-                    self.context.calls, self.plan.mutates, values_too=False
-                )
+                self.stats += self._check(draw.index, inputs)
             except AotiCheckError as error:
                 self.failed = _Failed(draw, dict(draw.values), error)
                 return False
             self.count += 1
         return True
 
-    def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
+    def _check(self, index: int, inputs: InputSet, *, attribute: bool = False) -> list[Any]:
+        """Draw ``index`` through parity's path, every call compared; its figures.
+        ``attribute``: a failure is attributed to a stage (and localized)."""
         from pytest_aoti.checks.parity import InputRun
 
         args, kwargs = inputs
-        return InputRun(
+        run = InputRun(
             self.program,
             self.plan.module,
             args,
@@ -188,12 +190,11 @@ class _Search:
             triage=self.context.triage,
             attribute=attribute,
         )
+        return run.check(self.context.calls, self.plan.mutates, values_too=False)
 
-    def _fails(self, index: int, values: Mapping[str, Any]) -> BaseException | None:
+    def _fails(self, index: int, values: Mapping[str, Any]) -> AotiCheckError | None:
         try:
-            self._input_run(index, self.rebuild(values)).check(
-                self.context.calls, self.plan.mutates, values_too=False
-            )
+            self._check(index, self.rebuild(values))
         except AotiCheckError as error:
             return error
         return None
@@ -239,13 +240,10 @@ class _Search:
         """The failure of ``failed``'s values again, attributed (stage, node, replay), as
         the finding of a values draw."""
         error = failed.error
-        run = self._input_run(failed.draw.index, self.rebuild(failed.values), attribute=True)
         try:
-            run.check(self.context.calls, self.plan.mutates, values_too=False)
+            self._check(failed.draw.index, self.rebuild(failed.values), attribute=True)
         except AotiCheckError as attributed:
             error = attributed
-        if not isinstance(error, AotiCheckError):
-            raise error
         elements = [
             _element(name, position, failed.values[name]) for name, position in failed.points
         ]
@@ -317,27 +315,3 @@ def _rebuilder(
         return tuple(new_args), dict(new_kwargs)
 
     return rebuild
-
-
-def _refusals(exported: Any) -> Any:
-    from pytest_aoti.checks.refused import UncompiledProgram, has_runtime_asserts
-
-    return UncompiledProgram(exported) if has_runtime_asserts(exported) else None
-
-
-def _screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
-    if not plan.options.crash_screen:
-        return None
-    from pytest_aoti.checks.crash_screen import CrashScreen
-
-    return CrashScreen.for_check(plan, context)
-
-
-def _nbytes(values: Mapping[str, Any]) -> int:
-    import torch
-
-    return sum(
-        leaf.numel() * leaf.element_size()
-        for leaf in values.values()
-        if isinstance(leaf, torch.Tensor)
-    )
