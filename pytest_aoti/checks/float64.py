@@ -29,12 +29,9 @@ program that calls one."""
 
 def precision_dependent(exported: Any) -> str | None:
     """The first op of ``exported`` whose meaning depends on the dtype's precision."""
-    for node in exported.graph.nodes:
-        if node.op == "call_function":
-            name = getattr(node.target, "__name__", str(node.target)).partition(".")[0]
-            if name in PRECISION_DEPENDENT_OPS:
-                return name
-    return None
+    from pytest_aoti.compiling.graph_ops import first_call_of
+
+    return first_call_of(exported.graph, PRECISION_DEPENDENT_OPS)
 
 
 class Float64Reference:

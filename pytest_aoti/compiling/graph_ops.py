@@ -8,7 +8,7 @@ that moves them is fixed in this module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,3 +58,17 @@ def op_name(target: Any) -> str:
     if op is not None:
         return str(op)
     return str(getattr(target, "__name__", target))
+
+
+def first_call_of(graph: Any, names: Iterable[str]) -> str | None:
+    """The first op of ``graph`` named in ``names``, by its packet (``topk``) or its
+    overload (``max.dim``); None where the graph calls none of them."""
+    wanted = frozenset(names)
+    for node in graph.nodes:
+        op = aten_op(node.target) if node.op == "call_function" else None
+        if op is None:
+            continue
+        packet = op._opname
+        if packet in wanted or f"{packet}.{op._overloadname}" in wanted:
+            return packet
+    return None

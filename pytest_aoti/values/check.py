@@ -153,7 +153,10 @@ class _Search:
             data.pop(self.context.label, None)
         else:
             data[self.context.label] = index
-        sidecars.keep_sidecar(self.program.key, SIDECAR, data)
+        try:
+            sidecars.keep_sidecar(self.program.key, SIDECAR, data)
+        except OSError:  # a draw not kept is found again by its seed: never a failure
+            pass
 
     def _run_batch(self, batch: list[tuple[Draw, InputSet]]) -> bool:
         """Screen the batch's draws in one child request, then check each in this process;

@@ -101,14 +101,9 @@ def draw_seed(label: str, program_key: str, index: int) -> int:
 
 def tie_dependent(exported: Any) -> bool:
     """Whether the exported program calls an op whose result depends on ties."""
-    for node in exported.graph.nodes:
-        if node.op != "call_function":
-            continue
-        name = getattr(node.target, "__name__", str(node.target))  # "topk.default"
-        base, _, overload = name.partition(".")
-        if base in TIE_DEPENDENT_OPS or f"{base}.{overload}" in TIE_DEPENDENT_OPS:
-            return True
-    return False
+    from pytest_aoti.compiling.graph_ops import first_call_of
+
+    return first_call_of(exported.graph, TIE_DEPENDENT_OPS) is not None
 
 
 def make_draw(
