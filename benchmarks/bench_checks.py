@@ -43,6 +43,12 @@ check by check; cold: ``run_probes`` without a cache (the session's one probe ch
 the engine on every variant; the first model pays the child's start) against the program's
 compile time, as recorded with its package, per model and summed (``probes_total``).
 
+``--values`` (new tree): the cost of the values check. Each check timed with the default
+(``values="domain"``, 16 draws; 2 for a program that mutates buffers) and ``values="off"``,
+alternating check by check; the median of the paired differences is what it adds, printed
+per draw and against a cold check (the program's compile time, as recorded with its
+package, plus a check with the values check off), per model and summed (``values_total``).
+
 Prints one JSON line on stdout; progress goes to stderr.
 """
 
@@ -293,6 +299,51 @@ TEST_FILE = textwrap.dedent(
                 "cold_over_compile": cold_sum / compile_sum if compile_sum else None,
             }}
 
+        # the values check: each check timed with it (default: 16 draws) and off,
+        # alternating; what it adds, per draw and against a cold check (compile + check)
+        report["values"] = {{}}
+        if CONFIG.get("values"):
+            from pytest_aoti.values.check import STATEFUL_DRAWS
+            from pytest_aoti.values.feature import DEFAULT_DRAWS
+
+            for label, module, args, options, _ in prepared:
+                samples = {{"domain": [], "off": []}}
+                for rep in range(CONFIG["reps"]):
+                    order = ("domain", "off") if rep % 2 == 0 else ("off", "domain")
+                    for side in order:
+                        chosen = {{**options, "values": side}}
+                        samples[side].append(_check_once(aoti, module, args, chosen)[0])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    program = aoti.compile(
+                        module, args, dynamic_shapes=options.get("dynamic_shapes")
+                    )
+                draws = DEFAULT_DRAWS
+                if program.mutated_buffers:
+                    draws = min(draws, STATEFUL_DRAWS)
+                added = statistics.median(
+                    d - o for d, o in zip(samples["domain"], samples["off"])
+                )
+                cold = program.compile_seconds + statistics.median(samples["off"])
+                report["values"][label] = {{
+                    "with_ms": statistics.median(samples["domain"]) * 1e3,
+                    "without_ms": statistics.median(samples["off"]) * 1e3,
+                    "added_ms": added * 1e3,
+                    "draws": draws,
+                    "ms_per_draw": added * 1e3 / draws,
+                    "cold_check_s": cold,
+                    "added_over_cold_check": added / cold,
+                }}
+            added_sum = sum(v["added_ms"] for v in report["values"].values()) / 1e3
+            cold_sum = sum(v["cold_check_s"] for v in report["values"].values())
+            draws_sum = sum(v["draws"] for v in report["values"].values())
+            report["values_total"] = {{
+                "added_s": added_sum,
+                "cold_check_s": cold_sum,
+                "added_over_cold_check": added_sum / cold_sum if cold_sum else None,
+                "ms_per_draw": added_sum * 1e3 / draws_sum if draws_sum else None,
+            }}
+
         # every pytest_aoti module this session ran must come from the measured tree
         report["foreign_modules"] = sorted(
             module.__file__
@@ -350,6 +401,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
                 "reps_timing": options.reps_timing,
                 "ablate_timing": options.ablate_timing,
                 "probes": options.probes,
+                "values": options.values,
                 "profile": str(options.profile) if options.profile else None,
                 "lockstep": (
                     {"go": str(options.gate / "go"), "done": str(options.gate / "done")}
@@ -422,6 +474,11 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
             for k, v in report.get("probes", {}).items()
         },
         "probes_total": report.get("probes_total"),
+        "values": {
+            k: {name: round(value, 4) for name, value in v.items()}
+            for k, v in report.get("values", {}).items()
+        },
+        "values_total": report.get("values_total"),
         "session_s": report["session_s"],
         "threads": report["threads"],
     }
@@ -657,6 +714,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--probes",
         action="store_true",
         help="new tree: also time deployment probes, warm (cached) against off, and cold",
+    )
+    parser.add_argument(
+        "--values",
+        action="store_true",
+        help="new tree: also time the values check (on against off) per draw and against "
+        "a cold check",
     )
     parser.add_argument("--gate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help="cProfile stats of the timed checks")

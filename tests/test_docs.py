@@ -29,7 +29,8 @@ PAGES = [
     *sorted(DOCS.glob("*.md")),
 ]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+"""A fenced block, its info string (a language or a directive) first."""
 INCLUDE = re.compile(r"^```\{(literalinclude|include)\} (\S+)", re.MULTILINE)
 
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.probes import check as probes
-from pytest_aoti.probes import last_hazards
+from pytest_aoti.probes import last_hazards, outcomes
 from pytest_aoti.probes.hazards import hazard_lines
 from pytest_aoti.reports.records import CheckRecord
 
@@ -107,7 +106,7 @@ def test_hazards_grouped_by_remedy_serving_mode_and_warm_runs(
         assert check["probes"], check["test"]
         assert check["probes_cached"] is False
         for probe in check["probes"]:
-            assert probe["group"] == probes.hazard_group(
+            assert probe["group"] == outcomes.hazard_group(
                 probe["outcome"], probe["refused_with_checks"]
             )
         variants[check["test"]] = [(p["input"], p["variant"]) for p in check["probes"]]
@@ -309,21 +308,21 @@ def test_cached_unchanged_programs_collapse_a_new_or_changed_one_shows() -> None
 
 
 def test_what_fails_and_the_groups() -> None:
-    assert probes.hazard_group("ok", True) == "none"
-    assert probes.hazard_group("refused", None) == "none"
-    assert probes.hazard_group("wrong", True) == "input_checks"
-    assert probes.hazard_group("unguarded", True) == "input_checks"
-    assert probes.hazard_group("wrong", False) == "silent"
-    assert probes.hazard_group("wrong", None) == "silent", "unknown stays a hazard"
-    assert probes.fails("wrong", True, serving_checks=False)
-    assert not probes.fails("wrong", True, serving_checks=True)
-    assert probes.fails("wrong", False, serving_checks=True)
-    assert probes.fails("wrong", None, serving_checks=True)
-    assert not probes.fails("unguarded", False, serving_checks=False), "a scalar never fails"
-    outcome = probes.ProbeOutcome("x", "permuted", "wrong", "permuted", 1.0, 1.0, True)
+    assert outcomes.hazard_group("ok", True) == "none"
+    assert outcomes.hazard_group("refused", None) == "none"
+    assert outcomes.hazard_group("wrong", True) == "input_checks"
+    assert outcomes.hazard_group("unguarded", True) == "input_checks"
+    assert outcomes.hazard_group("wrong", False) == "silent"
+    assert outcomes.hazard_group("wrong", None) == "silent", "unknown stays a hazard"
+    assert outcomes.fails("wrong", True, serving_checks=False)
+    assert not outcomes.fails("wrong", True, serving_checks=True)
+    assert outcomes.fails("wrong", False, serving_checks=True)
+    assert outcomes.fails("wrong", None, serving_checks=True)
+    assert not outcomes.fails("unguarded", False, serving_checks=False), "a scalar never fails"
+    outcome = outcomes.ProbeOutcome("x", "permuted", "wrong", "permuted", 1.0, 1.0, True)
     assert outcome.to_json()["group"] == "input_checks"
-    assert probes.ProbeOutcome.from_json(outcome.to_json()) == outcome
-    report = probes.ProbeReport((outcome,))
+    assert outcomes.ProbeOutcome.from_json(outcome.to_json()) == outcome
+    report = outcomes.ProbeReport((outcome,))
     assert report.failing() == [outcome] and report.failing(serving_checks=True) == []
 
 

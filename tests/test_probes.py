@@ -25,6 +25,7 @@ from pytest_aoti.options.values import ValueProblem
 from pytest_aoti.probes import check as probes
 from pytest_aoti.probes import runner as probe_runner
 from pytest_aoti.probes.feature import PROBE_KINDS, PROBE_POLICIES
+from pytest_aoti.probes.outcomes import OUTCOMES
 
 PROBED = """
 import torch
@@ -127,7 +128,7 @@ def test_probes_report_hazards_merged_under_xdist(run_aoti, pytester, tmp_path: 
                 "refused_with_checks",
                 "remedy",
             }
-            assert probe["outcome"] in probes.OUTCOMES
+            assert probe["outcome"] in OUTCOMES
             if probe["outcome"] in ("ok", "refused"):
                 assert probe["remedy"] == ""
 

@@ -4,13 +4,12 @@ at the user's line, and a repro bundle that runs with plain torch in a fresh pro
 from __future__ import annotations
 
 import json
-import os
-import re
 from pathlib import Path
 
 import pytest
+from listings import LISTINGS, assert_listing
 
-LISTING = Path(__file__).resolve().parent.parent / "docs" / "_listings" / "compile-failure.txt"
+LISTING = LISTINGS / "compile-failure.txt"
 """The failure report the README and the failures page show; this file's first test writes
 it again with ``AOTI_REGENERATE_LISTINGS=1`` and fails where its wording has drifted."""
 
@@ -128,11 +127,6 @@ def test_stage_node_and_repro_bundle(
         assert expected_line in run.stdout
 
 
-def masked(line: str) -> str:
-    """A listing line with its figures masked: torch releases differ in the last digits."""
-    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", line)
-
-
 def compare_listing(lines: list[str], paths: dict[str, str]) -> None:
     """The compile failure's ``E`` lines against the kept listing (paths made neutral)."""
     start = next(i for i, line in enumerate(lines) if "the AOTI compile broke it: output" in line)
@@ -141,15 +135,8 @@ def compare_listing(lines: list[str], paths: dict[str, str]) -> None:
     for line in lines[start:end]:
         for real, shown in sorted(paths.items(), key=lambda item: -len(item[0])):
             line = line.replace(real, shown)
-        listing.append(line.rstrip())
-    text = "\n".join(listing) + "\n"
-    if os.environ.get("AOTI_REGENERATE_LISTINGS") == "1":
-        LISTING.parent.mkdir(exist_ok=True)
-        LISTING.write_text(text, encoding="utf-8")
-    kept = LISTING.read_text(encoding="utf-8").splitlines()
-    assert [masked(line) for line in kept] == [masked(line) for line in listing], (
-        "the failure report changed: rerun this test with AOTI_REGENERATE_LISTINGS=1"
-    )
+        listing.append(line)
+    assert_listing(listing, LISTING)
 
 
 def test_localize_off_names_no_node(run_aoti) -> None:

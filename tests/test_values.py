@@ -10,13 +10,13 @@ inputs never show it.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from listings import LISTINGS, assert_listing, mask_figures
 
 from pytest_aoti.torch_bugs import NEXTAFTER_STEPS_A_FLOAT32_ULP
 from pytest_aoti.values.draws import draw_seed, make_draw, tie_dependent
@@ -102,7 +102,8 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
     failed = records["test_default[cpu]"]["finding"]["extra"]["values"]
     assert failed["failed_draw"] >= 0 and failed["elements"], failed
-    passed = records["test_correct_program[cpu]"]["values"]
+    passed = dict(records["test_correct_program[cpu]"]["values"])
+    assert passed.pop("seconds") > 0, "the check's time is a figure of its own"
     assert passed == {"draws": 16, "checked": 16, "refused": 0}
     assert records["test_off[cpu]"]["values"] is None
     assert records["test_no_draws[cpu]"]["values"] is None
@@ -114,19 +115,19 @@ def test_the_option_is_checked_before_anything_is_exported(
     result = run_aoti(
         """
         def test_bad(aoti):
-            aoti.check(torch.nn.Linear(2, 2), (torch.randn(1, 2),), values="edges")
+            aoti.check(torch.nn.Linear(2, 2), (torch.randn(1, 2),), values="all")
 
         def test_bad_skip(aoti):
             aoti.check(torch.nn.Linear(2, 2), (torch.randn(1, 2),), values_skip="x")
         """
     )
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*values must be one of domain, off, got 'edges'*"])
+    result.stdout.fnmatch_lines(["*values must be one of domain, edge, off, got 'all'*"])
     result.stdout.fnmatch_lines(["*values_skip= takes a set of input names*"])
     assert "compiling" not in result.stdout.str()
 
 
-LISTING = Path(__file__).resolve().parent.parent / "docs" / "_listings" / "values-failure.txt"
+LISTING = LISTINGS / "values-failure.txt"
 """The values page's failure listing; written again with ``AOTI_REGENERATE_LISTINGS=1``."""
 
 
@@ -134,18 +135,12 @@ def masked(line: str) -> str:
     """A listing line with its elements and figures masked: another torch gives the program
     another key, hence other draws."""
     line = re.sub(r"\w+\[[\d, ]+\] = [-\d.e+]+(, \w+\[[\d, ]+\] = [-\d.e+]+)*", "ELEMENTS", line)
-    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", line)
+    return mask_figures(line)
 
 
 def compare_listing(lines: list[str]) -> None:
     start = next(i for i, line in enumerate(lines) if "fails: " in line and "values draw" in line)
-    listing = "\n".join(line.rstrip() for line in lines[start : start + 4]) + "\n"
-    if os.environ.get("AOTI_REGENERATE_LISTINGS") == "1":
-        LISTING.write_text(listing, encoding="utf-8")
-    kept = LISTING.read_text(encoding="utf-8").splitlines()
-    assert [masked(line) for line in kept] == [masked(line) for line in listing.splitlines()], (
-        "the failure report changed: rerun this test with AOTI_REGENERATE_LISTINGS=1"
-    )
+    assert_listing(lines[start : start + 4], LISTING, masked)
 
 
 def named(*tensors: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -268,7 +268,7 @@ class CheckResult:
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
     ``engine_seconds``, ``eager_seconds``, ``load``, ``profile``, ``measure_error`` where
-    measured; ``probes`` (a :class:`~pytest_aoti.probes.check.ProbeReport`) where probes ran."""
+    measured; ``probes`` (a :class:`~pytest_aoti.probes.outcomes.ProbeReport`) where probes ran."""
     checks: tuple[str, ...] = ()
     """The checks of the compiled program that ran, in order (``signature``, ``parity``,
     ``timing``, ...)."""
@@ -303,7 +303,7 @@ class CheckResult:
     @property
     def probes(self) -> Any:
         """The deployment probes of the program, a
-        :class:`~pytest_aoti.probes.check.ProbeReport` (typed loosely: that module builds
+        :class:`~pytest_aoti.probes.outcomes.ProbeReport` (typed loosely: that module builds
         on this one); None with ``probes="off"`` or where the check did not get that far."""
         return self.figures.get("probes")
 

@@ -15,12 +15,18 @@ same variant, and judges it against the exported program's own contract (the gua
 - ``unguarded``: the exported program refuses the variant, the engine runs it anyway and
   returns something else (every engine without input checks shares this hazard).
 
+Edge values (kind ``values``: NaN, infinities, magnitudes near overflow and of 1e10 and
+more) are compared with the fp64 rule, as parity is: far from the example, float32 eager
+is itself inexact. They are hazards of their own group (input checks refuse no values) and
+fail a check only with ``values="edge"``; ``values="off"`` leaves them out.
+
 Variants are chosen in :mod:`.variants`. Every engine call runs in the test
 process's one long-lived child (:mod:`.runner` keeps :mod:`.child` running): a
 variant may make the engine read out of bounds, and on CUDA an illegal access poisons the
 process. The child loads each package a second time with the engine's input checks on,
 which tells whether ``AOTI_RUNTIME_CHECK_INPUTS=1`` would have refused the variant (the
-variant's :func:`hazard_group`, and whether it :func:`fails` in a declared serving mode).
+variant's :func:`~pytest_aoti.probes.outcomes.hazard_group`, and whether it
+:func:`~pytest_aoti.probes.outcomes.fails` in a declared serving mode).
 Outcomes are a property of the engine: they are kept with the package (see
 :class:`ProbeCache`), so a warm run probes nothing.
 """
@@ -30,11 +36,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import (
@@ -48,128 +53,27 @@ from pytest_aoti.checks.base import (
 )
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
+from pytest_aoti.probes.outcomes import (
+    EDGE_KIND,
+    HAZARDS,
+    ProbeOutcome,
+    ProbeReport,
+    with_remedy,
+)
 from pytest_aoti.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
 from pytest_aoti.probes.variants import Variant, check_skip, choose_variants
 
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.float64 import Float64Reference
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.tolerance import Tolerance
 
 
-OUTCOMES = ("ok", "refused", "wrong", "unguarded")
-HAZARDS = ("wrong", "unguarded")
-GROUPS = ("none", "input_checks", "silent")
-"""What a variant's outcome asks of a user: ``none`` (the engine is right or refuses it),
-``input_checks`` (a hazard ``AOTI_RUNTIME_CHECK_INPUTS=1`` in the serving process removes:
-the checked engine refuses it), ``silent`` (a hazard that stays with input checks, or one
-whose checked run gave no answer)."""
-
-
-def hazard_group(outcome: str, refused_with_checks: bool | None) -> str:
-    """The :data:`GROUPS` entry of a variant's outcome."""
-    if outcome not in HAZARDS:
-        return "none"
-    return "input_checks" if refused_with_checks is True else "silent"
-
-
-def fails(outcome: str, refused_with_checks: bool | None, serving_checks: bool) -> bool:
-    """Whether ``probes="fail"`` fails a variant: a ``wrong`` one (the exported program
-    accepts it), unless the serving process is declared to set
-    ``AOTI_RUNTIME_CHECK_INPUTS=1`` and the checked engine refuses it. ``unguarded`` ones
-    (the exported program refuses them, a new scalar value among them) never fail."""
-    if outcome != "wrong":
-        return False
-    return not (serving_checks and refused_with_checks is True)
-
-
-PROBE_FORMAT = 1
-"""Version of the cached outcomes: part of their key."""
-
-
-@dataclass(frozen=True)
-class ProbeOutcome:
-    """How the raw engine handled one variant of the example."""
-
-    input: str
-    """The user input varied (``"x"``; ``"x, y"`` for aliasing)."""
-    variant: str
-    """``channels_last``, ``size[0]=7``, ``value=3.5``, ``same tensor`` ..."""
-    outcome: str
-    """One of :data:`OUTCOMES`."""
-    kind: str = ""
-    """One of :data:`~pytest_aoti.options.values.PROBE_KINDS`."""
-    max_abs: float | None = None
-    max_rel: float | None = None
-    refused_with_checks: bool | None = None
-    """Whether the engine refuses the variant with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
-    remedy: str = ""
-    detail: str = ""
-    """The engine's error, a shape mismatch, a crash: what the figures do not say."""
-
-    @property
-    def group(self) -> str:
-        """Its :data:`GROUPS` entry."""
-        return hazard_group(self.outcome, self.refused_with_checks)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for name in ("max_abs", "max_rel"):  # JSON holds no inf or NaN
-            value = data[name]
-            if isinstance(value, float) and not math.isfinite(value):
-                data[name] = str(value)
-        data["group"] = self.group
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProbeOutcome:
-        names = set(cls.__dataclass_fields__)
-        values = {key: value for key, value in data.items() if key in names}
-        for name in ("max_abs", "max_rel"):
-            if isinstance(values.get(name), str):
-                values[name] = float(values[name])
-        return cls(**values)
-
-    def figures(self) -> str:
-        """``max abs error 5.37, max rel error 2.1`` or what stands in for figures."""
-        if self.max_abs is None:
-            return self.detail or "no figures"
-        rel = "" if self.max_rel is None else f", max rel error {self.max_rel:.3g}"
-        return f"max abs error {self.max_abs:.3g}{rel}"
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    """The probes of one program."""
-
-    outcomes: tuple[ProbeOutcome, ...]
-    cached: bool = False
-    """True when the outcomes came from the cache: no engine was called."""
-    seconds: float = 0.0
-    skipped: tuple[str, ...] = ()
-    """Variants eager itself rejects: not probed."""
-    error: str = ""
-    """Why the probes could not run (a passed check never fails for it)."""
-
-    @property
-    def wrong(self) -> list[ProbeOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.outcome == "wrong"]
-
-    @property
-    def unguarded(self) -> list[ProbeOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.outcome == "unguarded"]
-
-    def failing(self, serving_checks: bool = False) -> list[ProbeOutcome]:
-        """The variants ``probes="fail"`` fails (see :func:`fails`)."""
-        return [
-            item
-            for item in self.outcomes
-            if fails(item.outcome, item.refused_with_checks, serving_checks)
-        ]
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [outcome.to_json() for outcome in self.outcomes]
+PROBE_FORMAT = 2
+"""Version of the cached outcomes: part of their key (2: edge values, compared with the
+fp64 rule)."""
 
 
 ProbeCache = Sidecars
@@ -181,9 +85,10 @@ ProbeCache = Sidecars
 
 class ProbesCheck:
     """Deployment probes of a program that passed every other check (``probes=`` off,
-    report or fail; ``probes_skip=``; ``serving_checks``): the outcomes are the ``probes``
-    figure; under ``fail`` a ``wrong`` variant fails the check, except, with serving checks
-    declared, one the engine refuses with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
+    report or fail; ``probes_skip=``; ``serving_checks``; ``values=`` for edge values): the
+    outcomes are the ``probes`` figure; under ``fail`` a ``wrong`` variant fails the check
+    (an edge value: under ``values="edge"``), except, with serving checks declared, one the
+    engine refuses with ``AOTI_RUNTIME_CHECK_INPUTS=1``."""
 
     name = "probes"
     figures = ("probes",)
@@ -192,20 +97,26 @@ class ProbesCheck:
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         # a random program's values cannot match eager on any variant
-        return plan.options.probes != "off" and not context.random_ops
+        wanted = plan.options.probes != "off" or plan.options.values == "edge"
+        return wanted and not context.random_ops
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
+        options = plan.options
         report, variants = run_probes(
             context.program,
             plan.module,
             *plan.input_sets[0],
             tolerance=plan.tolerance,
-            skip=check_skip(plan.options.probes_skip),
+            skip=probe_skip(
+                options.probes, options.probes_skip, options.values, options.values_skip
+            ),
             cache=context.sidecars,
         )
-        failing = report.failing(plan.options.serving_checks)
-        if plan.options.probes == "fail" and failing:
+        failing = report.failing(
+            options.serving_checks, probes=options.probes, values=options.values
+        )
+        if failing:
             raise probe_failure(report, variants, plan.module, context.triage, failing)
         record = RecordPart(
             {"probes": report.to_json(), "probes_cached": report.cached},
@@ -213,6 +124,28 @@ class ProbesCheck:
             properties=(("aoti_probes_error", report.error),) if report.error else (),
         )
         return Outcome(figures={"probes": report}, record=record)
+
+
+def probe_skip(
+    probes: str, probes_skip: Any, values: str, values_skip: frozenset[str] | None
+) -> dict[str, frozenset[str]]:
+    """The variant kinds left out, by input name (``"*"``: every input): ``probes_skip``;
+    every kind but edge values under ``probes="off"`` (``values="edge"`` runs those alone);
+    edge values under ``values="off"`` and for the inputs of ``values_skip``."""
+    from pytest_aoti.probes.feature import PROBE_KINDS
+
+    skip = dict(check_skip(probes_skip))
+
+    def add(name: str, kinds: Any) -> None:
+        skip[name] = skip.get(name, frozenset()) | frozenset(kinds)
+
+    if probes == "off":
+        add("*", set(PROBE_KINDS) - {EDGE_KIND})
+    if values == "off":
+        add("*", {EDGE_KIND})
+    for name in values_skip or ():
+        add(name, {EDGE_KIND})
+    return skip
 
 
 # --- the entry point ---------------------------------------------------------------------
@@ -316,6 +249,8 @@ class _Judged:
     variant: Variant
     accepted: bool
     eager: tuple[Any, Any] | None = None
+    reference: Float64Reference | None = None
+    """Eager in float64 on the variant (edge values): the fp64 rule's reference."""
 
 
 def _probe(
@@ -345,6 +280,7 @@ def _eager_and_guards(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
 ) -> tuple[list[_Judged], list[str]]:
     """Eager's result of each variant, and whether the exported program accepts it."""
+    from pytest_aoti.checks.float64 import Float64Reference
     from pytest_aoti.checks.side_by_side import eager_module
     from pytest_aoti.trees import clone_tree
 
@@ -368,7 +304,12 @@ def _eager_and_guards(
                 _call(guarded, *clone_tree((variant.args, variant.kwargs)))
             except Exception:
                 accepted = False
-        judged.append(_Judged(variant, accepted, eager))
+        reference = None
+        if variant.kind == EDGE_KIND:
+            reference = Float64Reference(
+                program, eager_module(module, program), variant.args, dict(variant.kwargs)
+            )
+        judged.append(_Judged(variant, accepted, eager, reference))
     return judged, skipped
 
 
@@ -415,7 +356,7 @@ def _judge(
             refused_with_checks=refused_with_checks,
             detail=detail,
         )
-        return _with_remedy(made) if name in HAZARDS else made
+        return with_remedy(made) if name in HAZARDS else made
 
     if unchecked is None or "crashed" in unchecked:
         return outcome(hazard, detail=str((unchecked or {}).get("crashed", "no result")))
@@ -423,17 +364,23 @@ def _judge(
         return outcome("refused", detail=str(unchecked["error"]))
     assert item.eager is not None
     engine_inputs = with_tensors(program, variant, unchecked["inputs"])
-    mismatch = _mismatch(program, item.eager, (unchecked["outputs"], engine_inputs), tolerance)
+    engine = (unchecked["outputs"], engine_inputs)
+    mismatch = _mismatch(program, item.eager, engine, tolerance, item.reference)
     if mismatch is None:
         return outcome("ok")
     return outcome(hazard, *mismatch)
 
 
 def _mismatch(
-    program: AotiProgram, eager: tuple[Any, Any], engine: tuple[Any, Any], tolerance: Tolerance
+    program: AotiProgram,
+    eager: tuple[Any, Any],
+    engine: tuple[Any, Any],
+    tolerance: Tolerance,
+    reference: Float64Reference | None = None,
 ) -> tuple[float | None, float | None, str] | None:
-    """None when the engine's outputs and inputs after the call match eager's; else the
-    figures of the first leaf that differs (None where shapes differ) and what differed."""
+    """None when the engine's outputs and inputs after the call match eager's (with the
+    fp64 rule where ``reference`` is given); else the figures of the first leaf that
+    differs (None where shapes differ) and what differed."""
     import torch
     import torch.utils._pytree as pytree
 
@@ -447,17 +394,32 @@ def _mismatch(
 
     eager_out, (eager_args, eager_kwargs) = eager
     engine_out, (engine_args, engine_kwargs) = engine
-    pairs = [("output", eager_out, engine_out)]
+
+    def fp64(get: Callable[[], Any] | None) -> Callable[[], Any] | None:
+        return None if get is None else (lambda: on_cpu(get()))
+
+    pairs: list[tuple[str, Any, Any, Callable[[], Any] | None]] = [
+        ("output", eager_out, engine_out, fp64(reference.outputs_after(1) if reference else None))
+    ]
     try:
         eager_named = named_user_inputs(program.exported, eager_args, eager_kwargs)
         engine_named = named_user_inputs(program.exported, engine_args, engine_kwargs)
         for name in sorted(program.mutated_inputs):
-            pairs.append((f"input '{name}'", eager_named.get(name), engine_named.get(name)))
+            pairs.append(
+                (
+                    f"input '{name}'",
+                    eager_named.get(name),
+                    engine_named.get(name),
+                    fp64(reference.input_after(1, name) if reference else None),
+                )
+            )
     except (ValueError, KeyError, TypeError):
         pass
-    for what, want, got in pairs:
+    for what, want, got, expected_fp64 in pairs:
         try:
-            compare_trees(on_cpu(want), on_cpu(got), what=what, tolerance=tolerance)
+            compare_trees(
+                on_cpu(want), on_cpu(got), what=what, tolerance=tolerance, reference=expected_fp64
+            )
         except AotiCheckError as error:
             finding = error.finding
             figures = finding.figures
@@ -465,39 +427,6 @@ def _mismatch(
                 return figures.max_abs, figures.max_rel, f"{finding.location} differs"
             return None, None, finding.headline(stage=False)
     return None
-
-
-_CALL_SITE = {
-    "channels_last": "call it with {input}.contiguous(), or export with a channels_last "
-    "example if callers pass that layout",
-    "channels_last_3d": "call it with {input}.contiguous(), or export with a "
-    "channels_last_3d example if callers pass that layout",
-    "permuted": "call it with {input}.contiguous()",
-    "strided_slice": "call it with {input}.contiguous() (a view of a larger tensor is not)",
-    "storage_offset": "call it with {input}.clone() (a tensor at a storage offset)",
-    "size": "export that dim as dynamic (torch.export.Dim) if callers pass other sizes",
-    "dtype": "cast {input} to the exported dtype at the call site",
-    "device": "move {input} to the engine's device at the call site",
-    "scalar": "pass {input} as a tensor (torch.tensor(value)) so the program reads it when "
-    "called, not when exported",
-    "aliased": "pass distinct tensors (e.g. a .clone() of one of {input}); the engine's "
-    "input checks do not see aliasing",
-}
-
-
-def _with_remedy(outcome: ProbeOutcome) -> ProbeOutcome:
-    parts = []
-    if outcome.refused_with_checks:
-        parts.append(
-            "set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process (the engine then "
-            "refuses this input)"
-        )
-    template = _CALL_SITE.get(outcome.kind)
-    if template:
-        parts.append(template.format(input=outcome.input))
-    from dataclasses import replace
-
-    return replace(outcome, remedy="; or ".join(parts))
 
 
 def probe_failure(
@@ -513,6 +442,7 @@ def probe_failure(
 
     wrong = report.wrong if failing is None else failing
     first = wrong[0]
+    edge = all(item.kind == EDGE_KIND for item in wrong)
     lines = [
         f"input '{item.input}' {item.variant}: {item.figures()}"
         + (
@@ -523,24 +453,34 @@ def probe_failure(
         )
         for item in wrong
     ]
-    remedies = list(dict.fromkeys(f"remedy ({item.variant}): {item.remedy}" for item in wrong))
+    if edge:  # one remedy says it for every edge value
+        remedies = [f"remedy: {first.remedy}"]
+        headline = (
+            f'edge values (values="edge"): the engine differs from eager on {len(wrong)} '
+            f"input set(s) with values outside the example's range"
+        )
+        leave_out = (
+            "values_skip={'" + first.input + "'} leaves out an input whose values callers "
+            "keep in range"
+        )
+    else:
+        remedies = list(dict.fromkeys(f"remedy ({item.variant}): {item.remedy}" for item in wrong))
+        headline = (
+            f"deployment probe: the engine silently differs from eager on {len(wrong)} "
+            f"input variant(s) the exported program accepts"
+        )
+        leave_out = (
+            'probes_skip={"' + first.input + '": {"' + first.kind + '"}} leaves out a '
+            "variant the model does not support"
+        )
     error = AotiCheckError(
         Finding(
             kind=FindingKind.PROBE,
             location=f"input '{first.input}'",
-            message=(
-                f"deployment probe: the engine silently differs from eager on "
-                f"{len(wrong)} input variant(s) the exported program accepts "
-                f"(first: input '{first.input}' {first.variant}, {first.figures()})"
-            ),
+            message=f"{headline} (first: input '{first.input}' {first.variant}, {first.figures()})",
             summary="",
             details=tuple(lines),
-            notes=(
-                *remedies,
-                "the repro bundle holds the first variant's input; "
-                'probes_skip={"' + first.input + '": {"' + first.kind + '"}} leaves out a '
-                "variant the model does not support",
-            ),
+            notes=(*remedies, f"the repro bundle holds the first variant's input; {leave_out}"),
             stage="compile",
             extra={"probes": report.to_json(), "probes_cached": report.cached},
             record_fields={"probes": report.to_json(), "probes_cached": report.cached},

@@ -29,8 +29,10 @@ PROBE_LAYOUT_KINDS = (
     "strided_slice",
     "storage_offset",
 )
-PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased")
-"""The kinds of deployment-probe variants; ``probes_skip`` names these."""
+PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased", "values")
+"""The kinds of deployment-probe variants; ``probes_skip`` names these. ``values``: edge
+values (NaN, infinities, magnitudes near the dtype's overflow and of 1e10 and more), which
+the values options govern (see :mod:`pytest_aoti.values.feature`)."""
 
 
 def probes_skip_problem(name: str, value: Any) -> str:
@@ -75,7 +77,8 @@ class ProbeOptions:
     probes: str = per_check(
         "report",
         "After a passing check, call the raw engine with variants of the example (other "
-        "layouts, sizes, dtypes, scalar values, aliased inputs) and compare with eager: off, "
+        "layouts, sizes, dtypes, scalar values, aliased inputs, edge values) and compare with "
+        "eager: off, "
         "report (list hazards in the summary) or fail (a silently wrong variant fails the "
         "check). Default: report.",
         parse=PROBE_POLICIES.parse,

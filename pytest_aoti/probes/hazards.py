@@ -5,7 +5,9 @@ By default (``--aoti-hazards=summary``) one short paragraph says what
 variants by kind, the remedy once): on real models that is nearly every hazard, and one
 setting removes it. Then, per program (named by its test id), only the hazards that stay
 silent even with input checks (aliasing, a scalar the engine does not refuse, any variant
-whose checked run is unknown), each with its figures and remedy. With serving checks
+whose checked run is unknown), each with its figures and remedy; then the edge values the
+engines get wrong ("values outside the example's range"), a group of their own: no input
+check refuses a value, so their remedy is another. With serving checks
 declared (``--aoti-serving-checks``) the refused ones are no hazards: the paragraph says
 so in a line. A warm run's programs whose outcomes came from the cache and did not change
 since a run last showed them are one line (see :mod:`pytest_aoti.probes.last_hazards`).
@@ -31,13 +33,21 @@ _KIND_WORDS = {
     "device": "devices",
     "scalar": "scalars",
     "aliased": "aliasing",
+    "values": "values",
 }
-_WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "other")
+_WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "values", "other")
 
 CHECKS_REMEDY = (
     "  remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process (then declare it: "
     "--aoti-serving-checks), or call the engine with inputs as exported (contiguous, the "
     "exported sizes, dtypes and devices)"
+)
+
+EDGE_REMEDY = (
+    "  remedy: AOTI_RUNTIME_CHECK_INPUTS=1 refuses no values: where callers may pass such "
+    "values, check the input at the call site (torch.isfinite, a clamp to the range "
+    'served), or report the engine\'s result to PyTorch; values="edge" fails the check '
+    "on them"
 )
 
 
@@ -74,11 +84,13 @@ class Probed:
 
 
 def group_of(probe: Mapping[str, Any]) -> str:
-    """A probe's group (``none``, ``input_checks``, ``silent``), from its outcome."""
-    from pytest_aoti.probes.check import hazard_group
+    """A probe's group (``none``, ``input_checks``, ``silent``, ``values``), from its
+    outcome and kind."""
+    from pytest_aoti.probes.outcomes import hazard_group
 
     checks = probe.get("refused_with_checks")
-    return hazard_group(str(probe.get("outcome")), None if checks is None else bool(checks))
+    refused = None if checks is None else bool(checks)
+    return hazard_group(str(probe.get("outcome")), refused, str(probe.get("kind") or ""))
 
 
 def programs_probed(records: Sequence[CheckRecord]) -> list[Probed]:
@@ -125,6 +137,7 @@ def hazard_lines(
         if silent:
             lines.append(f"{item.record.label}: {len(silent)} hazard(s) input checks do not catch")
             lines += _variant_lines(silent)
+    lines += _edge_paragraph(shown)
     if kept:
         lines.append(f"{len(kept)} program(s) keep the hazards of the last run: -v lists them")
     elif lines:
@@ -150,6 +163,27 @@ def _refused_paragraph(shown: Sequence[Probed], serving_checks: bool) -> list[st
         f"{by_kind}",
         CHECKS_REMEDY,
     ]
+
+
+def _edge_paragraph(shown: Sequence[Probed]) -> list[str]:
+    """The edge values the engines get wrong, per program, and their one remedy."""
+    edge = [(item, item.grouped("values")) for item in shown if item.grouped("values")]
+    if not edge:
+        return []
+    count = sum(len(probes) for _, probes in edge)
+    lines = [
+        f"values outside the example's range: the engine differs from eager on {count} "
+        f"edge-value input set(s) of {len(edge)} program(s)"
+    ]
+    for item, probes in edge:
+        lines.append(f"{item.record.label}:")
+        lines += [
+            f"  {probe.get('outcome')}: input '{probe.get('input')}' {probe.get('variant')}: "
+            f"{_figures(probe, checks=False)}"
+            for probe in probes
+        ]
+    lines.append(EDGE_REMEDY)
+    return lines
 
 
 def _variant_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -217,7 +251,8 @@ def write_hazards(
         terminal.write_line(line)
 
 
-def _figures(probe: Mapping[str, Any]) -> str:
+def _figures(probe: Mapping[str, Any], *, checks: bool = True) -> str:
+    """Its errors; with ``checks``, what the engine does with input checks on."""
     max_abs, max_rel = probe.get("max_abs"), probe.get("max_rel")
     if max_abs is None:
         text = str(probe.get("detail") or "no figures")
@@ -225,10 +260,12 @@ def _figures(probe: Mapping[str, Any]) -> str:
         text = f"max abs error {float(max_abs):.3g}"
         if max_rel is not None:
             text += f", max rel error {float(max_rel):.3g}"
-    checks = probe.get("refused_with_checks")
-    if checks is None:
+    if not checks:
+        return text
+    refused = probe.get("refused_with_checks")
+    if refused is None:
         text += "; unknown whether AOTI_RUNTIME_CHECK_INPUTS=1 refuses it"
     else:
-        text += "; refused with" if checks else "; also runs with"
+        text += "; refused with" if refused else "; also runs with"
         text += " AOTI_RUNTIME_CHECK_INPUTS=1"
     return text

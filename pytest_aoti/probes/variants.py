@@ -2,8 +2,9 @@
 
 Per input, by what it is: other memory layouts of the same values (by rank), other sizes
 (by the exported dims: static ones, and just outside a dynamic dim's range), other floating
-dtypes, another device where the program has one, another value of a Python scalar, and
-aliased inputs where the program mutates one. Every variant is built from copies: the
+dtypes, another device where the program has one, another value of a Python scalar,
+aliased inputs where the program mutates one, and edge values of floating inputs (NaN,
+infinities, magnitudes near the dtype's overflow and of 1e10 and more). Every variant is built from copies: the
 caller's tensors are never touched.
 """
 
@@ -147,6 +148,9 @@ class _VariantMaker:
                 label = f"dtype={str(dtype).removeprefix('torch.')}"
                 changes = {index: leaf.to(dtype)}
                 self.make(changes, name, label, "dtype", outside_contract=True, risky=risky)
+        if not self.skipped(name, "values"):
+            for label, tensor in edge_values(leaf):
+                self.make({index: tensor}, name, label, "values")
         if not self.skipped(name, "device"):
             for device in _devices(leaf):
                 self.make(
@@ -247,6 +251,45 @@ def _sizes(
             found.append((f"size[{dim}]={high + 1}", resized(dim, high + 1), False))
         if low is not None and low >= 1 and size >= 1:
             found.append((f"size[{dim}]={low - 1}", resized(dim, low - 1), True))
+    return found
+
+
+EDGE_SPREAD = 0.6180339887498949
+"""Where each element's magnitude falls in an edge range: its flat index times the golden
+ratio, modulo 1 (neighbours far apart, every run the same)."""
+
+
+def edge_values(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The example's values with edge values of its dtype, in its layout: NaN, +inf and -inf
+    in every other element (so a reduction sees both kinds); magnitudes from just under
+    the dtype's ``exp`` overflow to just under ``cosh``'s (88.2 to 89.4 for float32), and of
+    1e10 to 1e12 where the dtype holds them, each with its example element's sign."""
+    import math
+
+    import torch
+
+    if not leaf.is_floating_point() or leaf.numel() == 0:
+        return []
+    info = torch.finfo(leaf.dtype)
+    flat = leaf.detach().reshape(-1)
+    index = torch.arange(flat.numel(), device=leaf.device, dtype=torch.float64)
+    every_other = (index % 2) == 0
+    spread = (index * EDGE_SPREAD) % 1.0
+    sign = torch.where(flat < 0, -1.0, 1.0).to(torch.float64)
+
+    def shaped(values: torch.Tensor) -> torch.Tensor:
+        made = leaf.detach().clone()  # the example's strides and offset, not a contiguous copy
+        made.copy_(values.to(leaf.dtype).view(leaf.shape))
+        return made
+
+    found = [
+        (f"values={name}", shaped(torch.where(every_other, value, flat.to(torch.float64))))
+        for name, value in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf))
+    ]
+    low, high = math.log(info.max) - 0.5, math.log(2 * info.max) - 0.05
+    found.append((f"values={low:.3g}..{high:.3g}", shaped(sign * (low + (high - low) * spread))))
+    if info.max >= 1e12:
+        found.append(("values=1e10..1e12", shaped(sign * torch.pow(10.0, 10.0 + 2.0 * spread))))
     return found
 
 

@@ -10,6 +10,7 @@ with the input, the element and its value.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,8 @@ class _Search:
         self.refused = 0
         self.stats: list[Any] = []
         self.failed: _Failed | None = None
+        self.seconds = 0.0
+        self.started = 0.0
         from pytest_aoti.checks.crash_screen import CrashScreen
         from pytest_aoti.checks.refused import UncompiledProgram
 
@@ -106,6 +109,14 @@ class _Search:
         self._screen = CrashScreen.where_on(plan, context)
 
     def run(self) -> None:
+        __tracebackhide__ = True
+        self.started = time.perf_counter()
+        try:
+            self._run()
+        finally:
+            self.seconds = time.perf_counter() - self.started
+
+    def _run(self) -> None:
         __tracebackhide__ = True
         from pytest_aoti.trees import tensor_bytes
         from pytest_aoti.values.draws import draw_seed, make_draw
@@ -271,6 +282,7 @@ class _Search:
             "checked": self.count,
             "refused": self.refused,
             "failed_draw": failed.draw.index,
+            "seconds": round(time.perf_counter() - self.started, 4),
             "elements": elements,
         }
         finding = replace(
@@ -287,7 +299,12 @@ class _Search:
         notes: tuple[str, ...] = ()
         if self.refused:
             notes = (f"{self.refused} values draw(s) refused by the exported program's checks",)
-        part = {"draws": self.draws, "checked": self.count, "refused": self.refused}
+        part = {
+            "draws": self.draws,
+            "checked": self.count,
+            "refused": self.refused,
+            "seconds": round(self.seconds, 4),
+        }
         return RecordPart({"values": part}, notes=notes)
 
 

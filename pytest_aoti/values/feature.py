@@ -18,8 +18,10 @@ from pytest_aoti.options.values import (
     parse_non_negative_int,
 )
 
-VALUES_MODES = Words("domain", "off")
-"""What the values check does after parity on the example."""
+VALUES_MODES = Words("domain", "edge", "off")
+"""What the values check does after parity on the example: draws inside each input's range
+(``domain``; edge values are then deployment hazards, reported), those and a check that
+fails on edge values too (``edge``), or nothing (``off``)."""
 DEFAULT_DRAWS = 16
 
 
@@ -40,7 +42,9 @@ class ValuesOptions:
         "After parity on the example, compare eager and the engine on input sets of the "
         "example's shapes, dtypes and layouts with values of their own inside each input's "
         "range, mixed with exact decimals, halves, integers, signed zeros, the range's ends "
-        "and repeated values (domain), or not (off). Default: domain.",
+        "and repeated values; edge values (NaN, infinities, magnitudes near overflow and "
+        "of 1e10 and more) run as deployment probes and are reported (domain), or also fail "
+        "the check (edge), or none of it (off). Default: domain.",
         parse=VALUES_MODES.parse,
         check=VALUES_MODES.check,
         marker=True,
@@ -56,8 +60,9 @@ class ValuesOptions:
     )
     values_skip: frozenset[str] | None = per_check(
         None,
-        "Inputs whose values the values check keeps as the example's (a set of input "
-        "names, e.g. {'positions'}: inputs whose meaning is in their exact values).",
+        "Inputs whose values the values check keeps as the example's and that get no edge "
+        "values (a set of input names, e.g. {'positions'}: inputs whose meaning is in their "
+        "exact values).",
         check=check_values_skip,
         marker=True,
         keyword=True,
