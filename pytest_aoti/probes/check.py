@@ -38,7 +38,7 @@ import hashlib
 import json
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +136,7 @@ def probe_skip(
 
     skip = dict(check_skip(probes_skip))
 
-    def add(name: str, kinds: Any) -> None:
+    def add(name: str, kinds: Iterable[str]) -> None:
         skip[name] = skip.get(name, frozenset()) | frozenset(kinds)
 
     if probes == "off":
@@ -306,9 +306,8 @@ def _eager_and_guards(
                 accepted = False
         reference = None
         if variant.kind == EDGE_KIND:
-            reference = Float64Reference(
-                program, eager_module(module, program), variant.args, dict(variant.kwargs)
-            )
+            # it runs a float64 copy of its own: the module as given, not another copy
+            reference = Float64Reference(program, module, variant.args, dict(variant.kwargs))
         judged.append(_Judged(variant, accepted, eager, reference))
     return judged, skipped
 

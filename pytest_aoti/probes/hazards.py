@@ -33,9 +33,8 @@ _KIND_WORDS = {
     "device": "devices",
     "scalar": "scalars",
     "aliased": "aliasing",
-    "values": "values",
 }
-_WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "values", "other")
+_WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "other")
 
 CHECKS_REMEDY = (
     "  remedy: set AOTI_RUNTIME_CHECK_INPUTS=1 in the serving process (then declare it: "
@@ -167,7 +166,7 @@ def _refused_paragraph(shown: Sequence[Probed], serving_checks: bool) -> list[st
 
 def _edge_paragraph(shown: Sequence[Probed]) -> list[str]:
     """The edge values the engines get wrong, per program, and their one remedy."""
-    edge = [(item, item.grouped("values")) for item in shown if item.grouped("values")]
+    edge = [(item, probes) for item in shown if (probes := item.grouped("values"))]
     if not edge:
         return []
     count = sum(len(probes) for _, probes in edge)
@@ -177,11 +176,7 @@ def _edge_paragraph(shown: Sequence[Probed]) -> list[str]:
     ]
     for item, probes in edge:
         lines.append(f"{item.record.label}:")
-        lines += [
-            f"  {probe.get('outcome')}: input '{probe.get('input')}' {probe.get('variant')}: "
-            f"{_figures(probe, checks=False)}"
-            for probe in probes
-        ]
+        lines += [_probe_line(probe, checks=False) for probe in probes]
     lines.append(EDGE_REMEDY)
     return lines
 
@@ -193,11 +188,7 @@ def _variant_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
         by_remedy.setdefault(str(probe.get("remedy") or ""), []).append(probe)
     lines = []
     for remedy, items in by_remedy.items():
-        for probe in items:
-            lines.append(
-                f"  {probe.get('outcome')}: input '{probe.get('input')}' "
-                f"{probe.get('variant')}: {_figures(probe)}"
-            )
+        lines += [_probe_line(probe) for probe in items]
         if remedy:
             lines.append(f"    remedy: {remedy}")
     return lines
@@ -213,10 +204,7 @@ def _every_variant(probed: Sequence[Probed]) -> list[str]:
         hazards = [probe for probe in item.probes if group_of(probe) != "none"]
         for probe in hazards:
             remedy = str(probe.get("remedy") or "")
-            line = (
-                f"  {probe.get('outcome')}: input '{probe.get('input')}' "
-                f"{probe.get('variant')}: {_figures(probe)}"
-            )
+            line = _probe_line(probe)
             lines.append(f"{line} (remedy above)" if remedy in said else line)
             if remedy and remedy not in said:
                 said.add(remedy)
@@ -249,6 +237,14 @@ def write_hazards(
     terminal.write_sep("-", "aoti: deployment hazards")
     for line in lines:
         terminal.write_line(line)
+
+
+def _probe_line(probe: Mapping[str, Any], *, checks: bool = True) -> str:
+    """``  wrong: input 'x' permuted: max abs error 1.8...``: one variant and its figures."""
+    return (
+        f"  {probe.get('outcome')}: input '{probe.get('input')}' {probe.get('variant')}: "
+        f"{_figures(probe, checks=checks)}"
+    )
 
 
 def _figures(probe: Mapping[str, Any], *, checks: bool = True) -> str:

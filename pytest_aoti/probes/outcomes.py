@@ -48,9 +48,8 @@ def fails(
     process is declared to set ``AOTI_RUNTIME_CHECK_INPUTS=1`` and the checked engine
     refuses it. ``unguarded`` ones (the exported program refuses them, a new scalar value
     among them) never fail."""
-    if outcome != "wrong":
-        return False
-    if (values != "edge") if kind == EDGE_KIND else (probes != "fail"):
+    policy_fails = values == "edge" if kind == EDGE_KIND else probes == "fail"
+    if outcome != "wrong" or not policy_fails:
         return False
     return not (serving_checks and refused_with_checks is True)
 

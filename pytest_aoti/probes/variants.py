@@ -4,12 +4,13 @@ Per input, by what it is: other memory layouts of the same values (by rank), oth
 (by the exported dims: static ones, and just outside a dynamic dim's range), other floating
 dtypes, another device where the program has one, another value of a Python scalar,
 aliased inputs where the program mutates one, and edge values of floating inputs (NaN,
-infinities, magnitudes near the dtype's overflow and of 1e10 and more). Every variant is built from copies: the
-caller's tensors are never touched.
+infinities, magnitudes near the dtype's overflow and of 1e10 and more). Every variant is
+built from copies: the caller's tensors are never touched.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -264,8 +265,6 @@ def edge_values(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     in every other element (so a reduction sees both kinds); magnitudes from just under
     the dtype's ``exp`` overflow to just under ``cosh``'s (88.2 to 89.4 for float32), and of
     1e10 to 1e12 where the dtype holds them, each with its example element's sign."""
-    import math
-
     import torch
 
     if not leaf.is_floating_point() or leaf.numel() == 0:
