@@ -44,7 +44,8 @@ the engine on every variant; the first model pays the child's start) against the
 compile time, as recorded with its package, per model and summed (``probes_total``).
 
 ``--values`` (new tree): the cost of the values check. Each check timed with the default
-(``values="domain"``, 16 draws; 2 for a program that mutates buffers) and ``values="off"``,
+(``values="domain"``: 16 draws, more where small inputs meet; 2 for a program that mutates
+buffers; the count the check recorded) and ``values="off"``,
 alternating check by check; the median of the paired differences is what it adds, printed
 per draw and against a cold check (the program's compile time, as recorded with its
 package, plus a check with the values check off), per model and summed (``values_total``).
@@ -303,9 +304,6 @@ TEST_FILE = textwrap.dedent(
         # alternating; what it adds, per draw and against a cold check (compile + check)
         report["values"] = {{}}
         if CONFIG.get("values"):
-            from pytest_aoti.values.check import STATEFUL_DRAWS
-            from pytest_aoti.values.feature import DEFAULT_DRAWS
-
             for label, module, args, options, _ in prepared:
                 samples = {{"domain": [], "off": []}}
                 for rep in range(CONFIG["reps"]):
@@ -315,12 +313,10 @@ TEST_FILE = textwrap.dedent(
                         samples[side].append(_check_once(aoti, module, args, chosen)[0])
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    program = aoti.compile(
-                        module, args, dynamic_shapes=options.get("dynamic_shapes")
-                    )
-                draws = DEFAULT_DRAWS
-                if program.mutated_buffers:
-                    draws = min(draws, STATEFUL_DRAWS)
+                    result = aoti.check(module, args, **{{**options, "values": "domain"}})
+                program = result.program
+                # the draws the check made: meeting draws may make more than the default
+                draws = result.record.fields["values"]["draws"]
                 added = statistics.median(
                     d - o for d, o in zip(samples["domain"], samples["off"])
                 )

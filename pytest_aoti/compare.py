@@ -11,7 +11,7 @@ the engine's RMSE against a float64 eager run may be at most a few times eager's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -91,12 +91,17 @@ def compare_trees(
     context: str = "",
     tolerance: Tolerance = _NO_TOLERANCE_SET,
     reference: Callable[[], Any] | None = None,
+    scalar_dtypes: Sequence[torch.dtype | None] = (),
+    accumulates: Sequence[int] = (),
 ) -> list[LeafStats]:
     """Compare eager's result pytree ``expected`` with the engine's ``actual``.
 
     ``what`` labels the root ("output", "input 'x'"); leaf locations append the pytree
     path to it. ``reference`` returns the same pytree computed by eager in float64; it
     is called only if a floating leaf misses the default tolerance, and at most once.
+    ``scalar_dtypes``: per leaf, the dtype a Python float leaf was read from (``.item()``
+    of a float32 tensor: float32), whose tolerance it is compared with; ``accumulates``:
+    per leaf, the terms it accumulates (see :func:`compare_leaf`).
     Raises ``AotiCheckError`` at the first leaf that differs.
     """
     __tracebackhide__ = True
@@ -119,6 +124,8 @@ def compare_trees(
                 context=context,
                 tolerance=tolerance,
                 reference=leaf_reference,
+                scalar_dtype=scalar_dtypes[index] if index < len(scalar_dtypes) else None,
+                accumulates=accumulates[index] if index < len(accumulates) else 0,
             )
         )
     return stats
@@ -132,11 +139,16 @@ def compare_leaf(
     context: str = "",
     tolerance: Tolerance = _NO_TOLERANCE_SET,
     reference: Callable[[], Any] | None = None,
+    scalar_dtype: torch.dtype | None = None,
+    accumulates: int = 0,
 ) -> LeafStats:
     """Compare one eager leaf with the engine's; raise ``AotiCheckError`` if they differ.
 
     ``reference`` returns this leaf computed by eager in float64 (see ``compare_trees``);
-    if it raises, the leaf is judged without it.
+    if it raises, the leaf is judged without it. A Python float is compared with the
+    tolerance of ``scalar_dtype`` (the dtype it was read from; float64 where unknown), an
+    int or a bool exactly. ``accumulates``: the terms the leaf accumulates (see
+    :mod:`pytest_aoti.compiling.accumulation`), whose rounding the fp64 rule allows.
     """
     __tracebackhide__ = True
     frame = _eager_frame(location, context)
@@ -149,9 +161,8 @@ def compare_leaf(
         tail = f"eager {type_name(expected)}, engine {type_name(actual)}"
         raise frame.error(tail, "type")
     if not expected_is_tensor:
-        _check_plain(expected, actual, frame)
-        return LeafStats(location, 0.0, 0.0)
-    return _check_tensor(expected, actual, frame, tolerance, reference)
+        return _check_plain(expected, actual, frame, tolerance, scalar_dtype)
+    return _check_tensor(expected, actual, frame, tolerance, reference, accumulates)
 
 
 def assert_values(
@@ -283,7 +294,15 @@ def _is_boxed_number(expected: Any, actual: Any) -> bool:
 # --- leaf checks --------------------------------------------------------------------
 
 
-def _check_plain(expected: Any, actual: Any, frame: _Frame) -> None:
+def _check_plain(
+    expected: Any,
+    actual: Any,
+    frame: _Frame,
+    tolerance: Tolerance,
+    dtype: torch.dtype | None,
+) -> LeafStats:
+    """A Python number (or other plain leaf): a float within the tolerance of the dtype
+    it was read from (float64 where unknown), anything else equal."""
     __tracebackhide__ = True
     both_nan = (
         isinstance(expected, float)
@@ -292,7 +311,19 @@ def _check_plain(expected: Any, actual: Any, frame: _Frame) -> None:
         and math.isnan(actual)
     )
     if both_nan or expected == actual:
-        return
+        return LeafStats(frame.location, 0.0, 0.0)
+    floats = isinstance(expected, float) and isinstance(actual, (float, int))
+    if floats and not isinstance(actual, bool) and math.isfinite(expected):
+        rtol, atol = tolerance.resolve(dtype or torch.float64, frame.location)
+        error = abs(float(actual) - expected)
+        if error <= atol + rtol * abs(expected):
+            relative = error / abs(expected) if expected else 0.0
+            used = error / (atol + rtol * abs(expected)) if atol + rtol * abs(expected) else 0.0
+            return LeafStats(frame.location, error, relative, used)
+        raise frame.error(
+            f"{frame.expected_name} {expected!r}, engine {actual!r} (beyond rtol={rtol:g}, "
+            f"atol={atol:g}: a Python float read from {dtype or torch.float64})"
+        )
     raise frame.error(f"{frame.expected_name} {expected!r}, engine {actual!r}")
 
 
@@ -302,6 +333,7 @@ def _check_tensor(
     frame: _Frame,
     tolerance: Tolerance,
     reference: Callable[[], Any] | None,
+    accumulates: int = 0,
 ) -> LeafStats:
     __tracebackhide__ = True
     for attribute in ("shape", "dtype", "device", "layout"):
@@ -311,7 +343,7 @@ def _check_tensor(
             raise frame.error(tail, attribute)
     want_t, got_t = plain_tensor(expected), plain_tensor(actual)
     if want_t.is_floating_point() or want_t.is_complex():
-        return _check_inexact(want_t, got_t, frame, tolerance, reference)
+        return _check_inexact(want_t, got_t, frame, tolerance, reference, accumulates)
     return _check_exact(want_t, got_t, frame)
 
 
@@ -336,6 +368,7 @@ def _check_inexact(
     frame: _Frame,
     tolerance: Tolerance,
     reference: Callable[[], Any] | None,
+    accumulates: int,
 ) -> LeafStats:
     __tracebackhide__ = True
     _check_nan_positions(expected, actual, frame)
@@ -349,10 +382,16 @@ def _check_inexact(
     rescue_line = ""
     final = tolerance.is_final(expected.dtype, frame.location)
     if not final and expected.is_floating_point() and reference is not None:
-        passed, rescue_line = fp64_rescue(expected, actual, reference)
-        if passed:
+        rescue = fp64_rescue(expected, actual, reference, accumulates)
+        rescue_line = rescue.line
+        if rescue.passed:
             stats = leaf_stats(frame.location, expected, diff, rtol, atol)
-            return replace(stats, rescued_by_fp64=True)
+            return replace(
+                stats,
+                rescued_by_fp64=True,
+                rounded_apart=count if rescue.engine_closer else 0,
+                dtype=str(expected.dtype),
+            )
     summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
     error = frame.error(
         summary,
@@ -423,8 +462,11 @@ def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> t
 def _bitwise_changed(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """Per-element mask of changed bits; two NaNs count as unchanged whatever their payload."""
     itemsize = before.element_size()
-    old = before.contiguous().reshape(-1).view(torch.uint8).reshape(-1, itemsize)
-    new = after.contiguous().reshape(-1).view(torch.uint8).reshape(-1, itemsize)
+    # a fresh dense copy: a one-element or expanded view keeps its strides through
+    # contiguous(), and a view of other strides cannot be viewed as bytes
+    old = before.new_empty(before.numel()).copy_(before.reshape(-1)).view(torch.uint8)
+    new = after.new_empty(after.numel()).copy_(after.reshape(-1)).view(torch.uint8)
+    old, new = old.reshape(-1, itemsize), new.reshape(-1, itemsize)
     changed = (old != new).any(dim=1).reshape(before.shape)
     if before.is_floating_point() or before.is_complex():
         changed &= ~(before.isnan() & after.isnan())

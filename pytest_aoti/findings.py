@@ -52,6 +52,12 @@ class FindingKind(str, Enum):
     CRASH = "crash"
     """The engine crashed or hung the child process that ran its calls first (the crash
     screen): the test process skipped them."""
+    PRECISION = "precision"
+    """Eager rounds to its dtype where the engine does not (the float64 reference sides with
+    the engine): reported, failing only with ``precision="fail"``."""
+    ATTRIBUTE = "python attribute"
+    """The forward changes a Python attribute, whose value export froze: eager's answers
+    move with it, the engine's never do."""
     CHECK = "check"
     """A message without structure (AotiCheckError raised with a plain string)."""
 

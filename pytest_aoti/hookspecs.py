@@ -112,7 +112,7 @@ def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
     order).
 
     A check is any object with ``name`` (unique: no built-in check's, no other added
-    check's), ``phase`` (``"eager"``: before anything is exported; ``"exported"``: the
+    check's), ``phase`` (``"eager"``: before anything is compiled; ``"exported"``: the
     exported program, ``context.exported``; ``"engine"``: the compiled program,
     ``context.program`` and ``context.engine()``), ``applies(plan, context)`` and
     ``run(plan, context)``; see :class:`pytest_aoti.Check`. It runs after the built-in

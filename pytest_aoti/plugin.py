@@ -96,6 +96,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.aoti)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A marked test's marker options are checked also where the test does not use the
+    ``aoti`` fixture (which checks them itself): a typo never passes silently."""
+    __tracebackhide__ = True
+    if "aoti" in getattr(item, "fixturenames", ()):
+        return
+    from pytest_aoti.options.resolve import checked
+
+    for marker in item.iter_markers("aoti"):
+        checked(marker.kwargs, marker=True)
+
+
 @pytest.fixture
 def aoti_device(request: pytest.FixtureRequest) -> torch.device:
     """The ``torch.device`` this AOTI test runs on (one of ``--aoti-device``). Under

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import Check, CheckResult
 from pytest_aoti.errors import user_facing
+from pytest_aoti.options import keywords
 from pytest_aoti.options.defaults import CheckDefaults
 from pytest_aoti.run.resolve import resolve_call
 from pytest_aoti.run.runner import CallRunner, CheckEvents
@@ -84,13 +85,16 @@ class AotiTester:
         dynamic_shapes: Any = None,
         strict: bool | None = None,
         inductor_configs: Mapping[str, Any] | None = None,
+        **unknown: Any,
     ) -> AotiProgram:
         """Export, decompose and AOT-compile ``module`` for :attr:`device` and load it.
 
         The same program (same graph, weights, configs, device and torch) is compiled once
-        per session, and once across sessions while the artifact cache holds it.
+        per session, and once across sessions while the artifact cache holds it. Any other
+        keyword is a usage error that names the closest ones it takes.
         """
         __tracebackhide__ = True
+        keywords.refuse_unknown(keywords.COMPILE, unknown)
         options = {"strict": strict, "inductor_configs": inductor_configs}
         plan = resolve_call(self.defaults, self.device, module, args, kwargs, options=options)
         return self._runner.compile(replace(plan, dynamic_shapes=dynamic_shapes))
@@ -125,10 +129,10 @@ class AotiTester:
         - ``samples=[args2, ...]``: more input tuples for the same program;
         - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer it from the samples;
         - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and each field
-          of :class:`~pytest_aoti.features.CheckOptions` that ``aoti.check``
-          takes (``examples``, ``threads``, ``max_extra_bytes``, ``random``, ``probes``,
-          ``probes_skip``; each field's help says what it does), checked before any export;
-          they override the marker and the command line.
+          of :class:`~pytest_aoti.features.CheckOptions` that ``aoti.check`` takes
+          (``examples``, ``values``, ``threads``, ...: the options page lists them all),
+          checked before any export; they override the marker and the command line. An
+          unknown keyword is a usage error that names the closest ones it takes.
 
         Tensors passed in are never modified. Raises :class:`~pytest_aoti.AotiCheckError` on
         the first difference, with the stage that introduced it (``.stage``) and, for the

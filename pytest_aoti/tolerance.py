@@ -112,6 +112,11 @@ class LeafStats:
     above 1 only where the fp64 check accepted it)."""
     rescued_by_fp64: bool = False
     """Beyond the tolerance, and passed by the fp64 rule."""
+    rounded_apart: int = 0
+    """Elements beyond the tolerance where the engine is closer to float64 than eager: eager
+    rounds (to its dtype) where the engine does not (a precision finding)."""
+    dtype: str = ""
+    """The leaf's dtype, where it was rescued."""
 
 
 class NoReference(Exception):
@@ -142,26 +147,47 @@ def beyond_tolerance(
     return ~close
 
 
+ROUNDING_MARGIN = 4.0
+"""How many typical roundings of an accumulated result an engine may be off by: a sum of
+``n`` terms carries about ``sqrt(n)`` roundings of its size in any order of addition."""
+
+
+@dataclass(frozen=True)
+class Rescue:
+    """What the fp64 rule said of one leaf beyond the default tolerance."""
+
+    passed: bool
+    line: str
+    """The rule's figures, in words (on the failure's report)."""
+    engine_closer: bool = False
+    """The engine is closer to float64 than eager is: eager rounds where the engine does
+    not (reported as precision)."""
+
+
 def fp64_rescue(
-    expected: torch.Tensor, actual: torch.Tensor, reference: Callable[[], Any]
-) -> tuple[bool, str]:
-    """Apply ``same()``'s RMSE test against the float64 reference; return (passed, detail line)."""
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    reference: Callable[[], Any],
+    accumulates: int = 0,
+) -> Rescue:
+    """``same()``'s RMSE test against the float64 reference, and the rounding an output of
+    ``accumulates`` terms may carry (:data:`ROUNDING_MARGIN`)."""
     # the RMSE only sees finite elements, so anything non-finite must already match
     nonfinite = ~(expected.isfinite() & actual.isfinite())
     if bool((nonfinite & (expected != actual) & ~expected.isnan()).any()):
-        return False, "fp64 check skipped: infinities differ"
+        return Rescue(False, "fp64 check skipped: infinities differ")
     try:
         ref = reference()
     except Exception as exc:  # a broken reference only means there is nothing to rescue with
         reason = str(exc) if isinstance(exc, NoReference) else f"{type(exc).__name__}: {exc}"
-        return False, f"fp64 check unavailable: {reason}"
+        return Rescue(False, f"fp64 check unavailable: {reason}")
     usable = isinstance(ref, torch.Tensor) and ref.dtype == torch.float64
     if not usable or ref.shape != expected.shape:
         found = type_name(ref)
         if isinstance(ref, torch.Tensor):
             found = f"{ref.dtype} {tuple(ref.shape)}"
         wanted = f"float64 {tuple(expected.shape)}"
-        return False, f"fp64 check unavailable: reference leaf is {found}, not {wanted}"
+        return Rescue(False, f"fp64 check unavailable: reference leaf is {found}, not {wanted}")
     ref = plain_tensor(ref).to(device=expected.device)
     want, got = expected.to(torch.float64), actual.to(torch.float64)
     finite = ref.isfinite() & want.isfinite() & got.isfinite()
@@ -169,11 +195,29 @@ def fp64_rescue(
     engine_error = rmse(ref[finite], got[finite])
     multiplier = rescue_multiplier(expected.dtype, ref.numel())
     bound = multiplier * eager_error + RESCUE_FLOOR
+    rounding = accumulated_rounding(expected.dtype, accumulates, ref[finite])
     line = (
         f"fp64 check: rmse(engine vs fp64)={engine_error:.3g} exceeds "
         f"{multiplier:g} * rmse(eager vs fp64)={eager_error:.3g} + {RESCUE_FLOOR:g} = {bound:.3g}"
     )
-    return engine_error <= bound, line
+    if rounding:
+        line += (
+            f" and the rounding of {accumulates} accumulated terms, {ROUNDING_MARGIN:g} * "
+            f"u * sqrt({accumulates}) * rms(fp64) = {rounding:.3g}"
+        )
+    passed = engine_error <= max(bound, rounding)
+    return Rescue(passed, line, engine_closer=passed and engine_error < eager_error)
+
+
+def accumulated_rounding(dtype: torch.dtype, accumulates: int, reference: torch.Tensor) -> float:
+    """The RMS error that float rounding of a result of ``accumulates`` terms may carry in
+    ``dtype``: :data:`ROUNDING_MARGIN` times its unit roundoff times ``sqrt(accumulates)``
+    times the reference's RMS size; 0 for a result that accumulates nothing."""
+    if accumulates < 2 or reference.numel() == 0 or not dtype.is_floating_point:
+        return 0.0
+    unit = torch.finfo(dtype).eps / 2
+    size = float(torch.sqrt(torch.mean(torch.square(reference))))
+    return ROUNDING_MARGIN * unit * math.sqrt(accumulates) * size
 
 
 def rescue_multiplier(dtype: torch.dtype, numel: int) -> float:

@@ -1,12 +1,21 @@
-"""Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size."""
+"""Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size.
+
+An engine is compiled for its example's sizes, strides and storage offset: a copy of an
+input that any side receives keeps all three (a plain ``clone()`` of a sliced or expanded
+tensor is contiguous, which the engine reads as other memory).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def clone_tree(tree: Any) -> Any:
-    """Clone every tensor of a pytree (detached), keeping everything else as is.
+    """Clone every tensor of a pytree (detached, laid out as the original: see
+    :func:`clone_like`), keeping everything else as is.
 
     Containers are rebuilt, so the result shares neither tensors nor lists with ``tree``.
     """
@@ -14,8 +23,85 @@ def clone_tree(tree: Any) -> Any:
     import torch.utils._pytree as pytree
 
     return pytree.tree_map(
-        lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, tree
+        lambda leaf: clone_like(leaf) if isinstance(leaf, torch.Tensor) else leaf, tree
     )
+
+
+def clone_like(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached copy of ``tensor`` with its sizes, strides and storage offset: its
+    memory copied as it lies (gaps and all), so a view keeps the layout it was exported
+    with and an expanded tensor stays expanded."""
+    import torch
+
+    plain = tensor.detach()
+    if plain.layout != torch.strided or plain.is_conj() or plain.is_neg():
+        return plain.clone()  # intake refuses other layouts; lazy bits are materialized
+    offset, extent = plain.storage_offset(), storage_extent(plain)
+    copy = empty_like_layout(plain)
+    if extent:
+        copy.as_strided((extent,), (1,), offset).copy_(plain.as_strided((extent,), (1,), offset))
+    return copy
+
+
+def empty_like_layout(example: torch.Tensor) -> torch.Tensor:
+    """An uninitialized tensor with ``example``'s sizes, strides, storage offset, dtype and
+    device, in storage of its own: not a view (torch.export reads a view's base)."""
+    import torch
+
+    offset = example.storage_offset()
+    storage = torch.empty(
+        (offset + storage_extent(example),), dtype=example.dtype, device=example.device
+    ).untyped_storage()
+    empty = torch.empty((0,), dtype=example.dtype, device=example.device)
+    return empty.set_(storage, offset, example.size(), example.stride())
+
+
+def storage_extent(tensor: torch.Tensor) -> int:
+    """Elements of storage ``tensor`` spans from its offset: one past its last element."""
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+
+
+def distinct_shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    """``tensor``'s shape with every stride-0 (expanded) dim of size 1: the elements that
+    hold values of their own."""
+    return tuple(1 if stride == 0 else size for size, stride in zip(tensor.shape, tensor.stride()))
+
+
+def has_own_elements(tensor: torch.Tensor) -> bool:
+    """Whether each element of ``tensor`` but those of its expanded dims lies in memory of
+    its own (a view such as ``unfold``'s, whose windows overlap, has not)."""
+    return not _overlaps(distinct_shape(tensor), tensor.stride())
+
+
+def laid_out_like(values: torch.Tensor, example: torch.Tensor) -> torch.Tensor | None:
+    """``values`` (of :func:`distinct_shape` of ``example``) in a tensor of the example's
+    sizes, strides, storage offset, dtype and device; None where the example's elements
+    overlap in memory other than by expansion (no values of their own can be given)."""
+
+    if not has_own_elements(example):
+        return None
+    laid_out = empty_like_layout(example)
+    own = laid_out.as_strided(distinct_shape(example), example.stride(), example.storage_offset())
+    own.copy_(values)
+    return laid_out
+
+
+def _overlaps(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether two elements of a (non-empty) layout may share memory: from the innermost
+    dim out, each stride must step past everything the dims inside it span."""
+    if 0 in shape:
+        return False
+    spanned = 0
+    for size, stride in sorted(
+        ((size, stride) for size, stride in zip(shape, strides) if size > 1),
+        key=lambda pair: pair[1],
+    ):
+        if stride <= spanned:
+            return True
+        spanned += (size - 1) * stride
+    return False
 
 
 def tensor_bytes(tree: Any) -> int:

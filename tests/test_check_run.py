@@ -116,15 +116,15 @@ def test_the_engine_is_loaded_once_and_fresh_engines_come_after_use() -> None:
     assert measuring_first.fresh_engine() == "engine 2"  # never the measured one
 
 
-def test_eager_copies_a_module_only_where_a_call_may_change_its_state() -> None:
-    linear = torch.nn.Linear(2, 2)
-    assert eager_module(linear) is linear  # no buffers: its parameters are not copied
+def test_eager_runs_a_copy_that_shares_the_weights_and_owns_the_rest() -> None:
     norm = torch.nn.BatchNorm1d(2)
+    norm.calls = 0
     copied = eager_module(norm)
-    assert copied is not norm and copied.running_mean is not norm.running_mean
-    # after parity passed, only a program that mutates buffers needs the copy
-    assert eager_module(norm, types.SimpleNamespace(mutated_buffers=set())) is norm  # type: ignore[arg-type]
-    assert eager_module(norm, types.SimpleNamespace(mutated_buffers={"x"})) is not norm  # type: ignore[arg-type]
+    assert copied is not norm and copied.weight is norm.weight  # no second copy of weights
+    assert copied.running_mean is not norm.running_mean  # buffers are the copy's own
+    copied.calls += 1
+    copied(torch.randn(4, 2))  # training mode: the running stats move
+    assert norm.calls == 0 and float(norm.running_mean.abs().sum()) == 0.0
 
 
 def test_call_history_clones_inputs_and_leaves_the_module_alone() -> None:

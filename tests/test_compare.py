@@ -348,7 +348,11 @@ def test_structure_message_describes_containers() -> None:
         ((1,), (2,), "eager 1, engine 2"),
         (("relu",), ("gelu",), "eager 'relu', engine 'gelu'"),
         ((None,), (0,), "eager None, engine 0"),
-        ((1.5,), (1.25,), "eager 1.5, engine 1.25"),
+        (
+            (1.5,),
+            (1.25,),
+            "eager 1.5, engine 1.25 (beyond rtol=1e-07, atol=1e-07: a Python float read from torch.float64)",
+        ),
     ],
 )
 def test_non_tensor_leaves_compare_with_equality(eager: Any, engine: Any, tail: str) -> None:

@@ -56,3 +56,32 @@ def test_cuda_repro_bundle_reproduces(run_aoti, run_isolated, tmp_path: Path) ->
     run = run_isolated(bundle / "repro.py", tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "REPRODUCED" in run.stdout
+
+
+def test_input_forms_pass_on_cuda(run_aoti, tmp_path: Path) -> None:
+    """A 0-dim position and temperature, a sliced and an expanded example and a Python float
+    output pass the default check on CUDA engines, their draws laid out like the example."""
+    from test_input_forms import FORMS
+
+    report = tmp_path / "aoti.json"
+    result = run_aoti(FORMS, "--aoti-device=cuda", f"--aoti-report={report}")
+    result.assert_outcomes(passed=5)
+    checks = json.loads(report.read_text())["checks"]
+    assert all(
+        c["values"]["checked"] + c["values"]["refused"] == c["values"]["draws"] for c in checks
+    )
+
+
+def test_the_module_is_unchanged_and_precision_reported_on_cuda(run_aoti) -> None:
+    """The caller's module after every kind of check on CUDA; a float16 program whose CUDA
+    engine keeps float32 is reported as precision, and fails with precision="fail"."""
+    from test_input_forms import UNCHANGED
+    from test_precision import KEEPS_FLOAT32
+
+    result = run_aoti("import pytest_aoti\n" + UNCHANGED, "--aoti-device=cuda")
+    result.assert_outcomes(passed=4)
+    result = run_aoti(KEEPS_FLOAT32, "--aoti-device=cuda", "--aoti-probes=off")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["E * precision: output*keeps float32 where eager rounds to float16*"]
+    )

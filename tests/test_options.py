@@ -22,7 +22,7 @@ from pytest_aoti.checks.base import PHASES, CheckContext, CheckPlan, Outcome
 from pytest_aoti.compiling.random_ops import RandomOp
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.features import CheckOptions
-from pytest_aoti.options import defaults, resolve, table
+from pytest_aoti.options import defaults, keywords, resolve, table
 from pytest_aoti.options.defaults import CheckDefaults
 from pytest_aoti.options.fields import per_check
 from pytest_aoti.options.settings import AotiSettings
@@ -119,6 +119,70 @@ def test_without_the_field_the_name_is_unknown() -> None:
         resolve.checked({"probe_level": 4}, marker=True)
 
 
+def test_each_place_lists_the_keywords_of_its_signature() -> None:
+    """The keywords a message lists are the ones the tester's signatures and the run's
+    resolver take: a new parameter cannot be left out of the list."""
+    import inspect
+
+    from pytest_aoti.run.resolve import CALL_ARGUMENTS
+    from pytest_aoti.tester import AotiTester
+
+    def named(method: object) -> tuple[str, ...]:
+        parameters = inspect.signature(method).parameters.values()  # type: ignore[arg-type]
+        return tuple(
+            p.name
+            for p in parameters
+            if p.name not in ("self", "module", "args") and p.kind is not p.VAR_KEYWORD
+        )
+
+    assert keywords.CHECK.call == named(AotiTester.check) == ("kwargs", *CALL_ARGUMENTS)
+    assert keywords.COMPILE.call == named(AotiTester.compile)
+    assert keywords.MARKER.accepted() == table.marker_options()
+    assert keywords.CHECK.accepted() == (*keywords.CHECK.call, *table.keyword_options())
+
+
+@pytest.mark.parametrize(
+    ("place", "given", "hint"),
+    [
+        (keywords.CHECK, "mutate", " Did you mean mutates?"),
+        (keywords.CHECK, "mutated_buffer", " Did you mean mutated_buffers?"),
+        (keywords.CHECK, "crash_screan", " Did you mean crash_screen?"),
+        (keywords.MARKER, "values_draw", " Did you mean values_draws or values?"),
+        (keywords.MARKER, "rtoll", " Did you mean rtol?"),
+        (keywords.COMPILE, "dynamic_shape", " Did you mean dynamic_shapes?"),
+        (
+            keywords.MARKER,
+            "threads",
+            " threads is a keyword of aoti.check(), not of @pytest.mark.aoti.",
+        ),
+        (keywords.CHECK, "zzz", ""),
+    ],
+)
+def test_an_unknown_keyword_names_the_closest_and_every_accepted_one(
+    place: keywords.Place, given: str, hint: str
+) -> None:
+    with pytest.raises(AotiUsageError) as raised:
+        keywords.refuse_unknown(place, [given])
+    assert str(raised.value) == (
+        f"{place.title} got unknown option(s) {given}; "
+        f"allowed: {', '.join(place.accepted())}.{hint}"
+    )
+    keywords.refuse_unknown(place, [])  # nothing unknown: nothing raised
+
+
+def test_several_unknown_keywords_each_get_their_hint() -> None:
+    with pytest.raises(AotiUsageError, match=r"Did you mean mutates for mutate, rtol for rtoll\?$"):
+        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False)
+    with pytest.raises(AotiUsageError, match="got unknown option.s. mutate, rtoll, zzz; allowed: "):
+        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False)
+
+
+def test_a_new_field_is_a_keyword_the_hint_offers(probe: ProbeCheck) -> None:
+    with pytest.raises(AotiUsageError, match=r"probe_level\. Did you mean probe_level\?$"):
+        resolve.checked({"probe_levle": 2}, marker=True)
+    assert keywords.CHECK.accepted()[-1] == "probe_level"
+
+
 def test_rows_and_settings_agree() -> None:
     """Every session row is an ``AotiSettings`` field; every per-check row is a field of
     ``CheckOptions`` and so of ``CheckDefaults``; every marker or call keyword has a value
@@ -140,7 +204,7 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line: the core options, then each feature's in feature order
     assert table.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
-        "crash_screen=None, examples=None, max_dim=None, values=None, values_draws=None, "
+        "precision=None, crash_screen=None, examples=None, max_dim=None, values=None, values_draws=None, "
         "values_skip=None, localize=None, probes=None, probes_skip=None): "
     )
 

@@ -1,11 +1,13 @@
 """The README's and the docs' snippets run as written, on this machine.
 
 The first test is taken from README.md and the getting-started page, the conftest and the ini
-file from the "Using it in your repo" page, so an edit that breaks them fails here.
+file from the "Using it in your repo" page, the fixture-scope sample and its Hypothesis
+settings from the "Writing AOTI tests" page, so an edit that breaks them fails here.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -62,6 +64,59 @@ def test_readme_snippets_run_as_written(pytester: pytest.Pytester, shared_cache_
     packages = list((pytester.path / "artifacts").glob("*.pt2"))
     assert len(packages) == 1, packages  # pytest_aoti_program_ready kept the package
     assert (pytester.path / "reports" / "aoti.json").is_file()
+
+
+SCOPE_TRAPS = """
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+
+@pytest.fixture(scope="module")
+def wide_tester(aoti):
+    return aoti
+
+
+def test_a_module_fixture_cannot_request_aoti(wide_tester):
+    pass
+
+
+@given(st.integers(0, 2))
+def test_given_unsuppressed(aoti, linear, n):
+    pass
+
+
+{settings}
+@given(st.integers(0, 2))
+def test_given_suppressed(aoti, linear, n):
+    module, args = linear
+    aoti.check(module, args)
+"""
+
+
+def test_the_fixture_scope_section_runs_as_written(
+    pytester: pytest.Pytester, shared_cache_dir: Path
+) -> None:
+    """The page's sample shares one program between its tests; a module fixture that asks
+    for ``aoti`` is pytest's ScopeMismatch; a ``@given`` test that does fails Hypothesis'
+    health check, and passes with the page's settings, every example a check of the same
+    program."""
+    text = section("Fixture scope: module fixtures and `@given` tests", DOCS / "writing-tests.md")
+    sample = blocks(text, "python")[0]
+    [suppressed] = re.findall(r"`(@settings\(suppress_health_check=[^`]*)`", text)
+    pytester.makepyfile(test_scope=sample + SCOPE_TRAPS.format(settings=suppressed))
+    result = pytester.runpytest(
+        "--aoti-device=cpu", f"--aoti-cache-dir={shared_cache_dir}", "--aoti-report=r.json"
+    )
+    result.assert_outcomes(passed=3, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ScopeMismatch: *function scoped fixture aoti*"])
+    result.stdout.fnmatch_lines(["*FailedHealthCheck*uses a function-scoped fixture 'aoti'*"])
+    report = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    records = report["checks"] + report["compiles"]
+    assert len({record["program"] for record in records}) == 1, records
+    given = [r for r in report["checks"] if "test_given_suppressed" in r["test"]]
+    assert len(given) >= 2 and sorted(r["check_index"] for r in given) == list(
+        range(1, len(given) + 1)
+    )
 
 
 def test_cuda_in_the_ini_is_a_skip_but_on_the_command_line_an_error(

@@ -299,11 +299,16 @@ def test_a_runner_that_fails_mid_check_leaves_the_buffers_not_verified(
     monkeypatch.setattr(
         "pytest_aoti.compiling.engine_state.open_state_engine", lambda *a: Failing()
     )
+    from pytest_aoti.compiling.accumulation import Accumulation
+
     program = SimpleNamespace(
-        mutated_buffers={"calls"}, package_path=Path("p.pt2"), device=torch.device("cpu")
+        mutated_buffers={"calls"},
+        package_path=Path("p.pt2"),
+        device=torch.device("cpu"),
+        accumulation=Accumulation(),
     )
     read_back = state.BufferReadBack(program, ((torch.ones(2),), {}), Tolerance())  # type: ignore[arg-type]
-    assert read_back.after_call("call 1 of 2", torch.nn.Module()) == []
+    assert read_back.after_call("call 1 of 2", {}) == []
     assert read_back.states == [
         BufferState(
             "calls",

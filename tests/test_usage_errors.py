@@ -8,6 +8,7 @@ test asserts a time; the compile count of the JSON report is asserted where a ch
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,7 @@ BAD_VALUES = {
     "aoti-max-dim": "0",
     "aoti-localize": "maybe",
     "aoti-random": "sometimes",
+    "aoti-precision": "loose",
     "aoti-probes": "loud",
     "aoti-keep-failed": "afile/kept",
     "aoti-report": "afile/r.json",
@@ -233,6 +235,7 @@ BAD_KEYWORDS = {
     "max_dim": "0",
     "localize": "'maybe'",
     "random": "'sometimes'",
+    "precision": "'loose'",
     "probes": "'loud'",
     "probes_skip": "{'x': {'no_such_variant'}}",
     "threads": "0",
@@ -282,6 +285,66 @@ def test_a_bad_marker_or_call_keyword_fails_its_test_before_any_compile(
         result.stdout.fnmatch_lines([f"E   *AotiUsageError: *{name}*"])
     assert_no_plugin_frame(result)
     assert compiles(pytester.path / "r.json") == 0
+
+
+# --------------------------------------------------------------------------- unknown keywords
+
+TYPOS = """
+import pytest
+import torch
+
+
+def test_check(aoti):
+    aoti.check(torch.nn.ReLU(), (torch.ones(2),), mutate={})
+
+
+@pytest.mark.aoti(crash_screan=False)
+def test_marker(aoti):
+    aoti.check(torch.nn.ReLU(), (torch.ones(2),))
+
+
+def test_compile(aoti):
+    aoti.compile(torch.nn.ReLU(), (torch.ones(2),), dynamic_shape={})
+"""
+
+
+def test_an_unknown_keyword_gets_a_did_you_mean_and_the_full_list_before_any_compile(
+    pytester: pytest.Pytester,
+) -> None:
+    """In ``aoti.check``, ``aoti.compile`` and the marker, a short usage error at the test:
+    the closest keywords that place takes, then all of them, the call's own among them."""
+    pytester.makepyfile(test_typos=TYPOS)
+    result = pytester.runpytest("--aoti-device=cpu", "--aoti-report=r.json", "-p", "no:xdist")
+    result.assert_outcomes(failed=2, errors=1)  # the marker is read as the fixture is set up
+    call = "kwargs, mutates, mutated_buffers, calls, samples, dynamic_shapes, rtol, atol, *"
+    for line in (
+        f"E   *AotiUsageError: aoti.check() got unknown option(s) mutate; allowed: {call}"
+        ". Did you mean mutates?",
+        "E   *AotiUsageError: @pytest.mark.aoti got unknown option(s) crash_screan; "
+        "allowed: rtol, atol, *, crash_screen, *. Did you mean crash_screen?",
+        "E   *AotiUsageError: aoti.compile() got unknown option(s) dynamic_shape; "
+        "allowed: kwargs, dynamic_shapes, strict, inductor_configs. "
+        "Did you mean dynamic_shapes?",
+    ):
+        result.stdout.fnmatch_lines([line])
+    assert "unexpected keyword argument" not in result.stdout.str()
+    assert_no_plugin_frame(result)
+    assert compiles(pytester.path / "r.json") == 0
+
+
+def test_an_unknown_ini_key_is_pytests_own_warning_and_strict_config_error(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest itself reports an ini key no plugin registered: a warning, and a usage error
+    under ``--strict-config``; the plugin adds nothing of its own."""
+    pytester.makeini("[pytest]\naoti_devic = cpu\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    warned = pytester.runpytest("-p", "no:xdist")
+    warned.assert_outcomes(passed=1, warnings=1)
+    warned.stdout.fnmatch_lines(["*PytestConfigWarning: Unknown config option: aoti_devic"])
+    refused = pytester.runpytest("--strict-config", "-p", "no:xdist")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: Unknown config option: aoti_devic"])
 
 
 # --------------------------------------------------------------------------- smaller traps
@@ -398,3 +461,19 @@ def test_a_wrong_dynamic_shapes_key_names_the_inputs(pytester: pytest.Pytester) 
     )
     assert "strict=True" not in result.stdout.str()
     assert compiles(pytester.path / "r.json") == 0
+
+
+def test_a_marker_typo_fails_also_without_the_aoti_fixture(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_aoti(
+        """
+        @pytest.mark.aoti(rtoll=1e-3)
+        def test_device_only(aoti_device):
+            assert aoti_device.type == "cpu"
+        """
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*@pytest.mark.aoti got unknown option(s) rtoll*Did you mean rtol?"]
+    )

@@ -81,6 +81,7 @@ def test_correct_program(aoti):
 """
 
 
+@pytest.mark.compiles
 def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_values(
     run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:
@@ -104,7 +105,7 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     assert failed["failed_draw"] >= 0 and failed["elements"], failed
     passed = dict(records["test_correct_program[cpu]"]["values"])
     assert passed.pop("seconds") > 0, "the check's time is a figure of its own"
-    assert passed == {"draws": 16, "checked": 16, "refused": 0}
+    assert passed == {"draws": 16, "meeting": 7, "checked": 16, "refused": 0}
     assert records["test_off[cpu]"]["values"] is None
     assert records["test_no_draws[cpu]"]["values"] is None
 
@@ -125,6 +126,63 @@ def test_the_option_is_checked_before_anything_is_exported(
     result.stdout.fnmatch_lines(["*values must be one of domain, edge, off, got 'all'*"])
     result.stdout.fnmatch_lines(["*values_skip= takes a set of input names*"])
     assert "compiling" not in result.stdout.str()
+
+
+SIGNED_ZEROS = """
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+class MinimumBySign(CustomGraphPass):
+    \"\"\"minimum(x, y) as where(x <= y, x, y): on equal values it returns x where eager
+    returns y, which differs only for zeros of opposite signs.\"\"\"
+
+    def __call__(self, graph):
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is torch.ops.aten.minimum.default:
+                x, y = node.args
+                with graph.inserting_before(node):
+                    less = graph.call_function(torch.ops.aten.le.Tensor, (x, y))
+                    picked = graph.call_function(torch.ops.aten.where.self, (less, x, y))
+                node.replace_all_uses_with(picked)
+                graph.erase_node(node)
+
+    def uuid(self):
+        return "test_values.MinimumBySign-2"
+
+
+class Reciprocal(torch.nn.Module):
+    def forward(self, x, y):
+        return 1 / torch.minimum(x, y)
+
+
+def test_floor_sixteen(aoti):
+    torch.manual_seed(0)
+    aoti.check(FloorDivide(), (torch.randn(16), torch.randn(16)), inductor_configs=CONFIGS)
+
+
+def test_minimum_sixteen(aoti):
+    torch.manual_seed(0)
+    aoti.check(
+        Reciprocal(),
+        (torch.randn(16), torch.randn(16)),
+        inductor_configs={"post_grad_custom_post_pass": MinimumBySign()},
+    )
+"""
+
+
+@pytest.mark.compiles
+def test_faults_where_two_inputs_meet_fail_on_sixteen_element_inputs(
+    run_aoti: Callable[..., pytest.RunResult],
+) -> None:
+    """Each draw puts every pair of special-point classes of two inputs at one position:
+    an integer over an exact decimal, and -0.0 against +0.0."""
+    source = FLOOR_OF_QUOTIENT.split("def test_default")[0] + SIGNED_ZEROS
+    result = run_aoti(source, "--aoti-probes=off")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["E * values draw * fails: a[[]*] = *, b[[]*] = *", "E *first diverging node: *"]
+    )
+    result.stdout.fnmatch_lines(["E * values draw * fails: x[[]*] = *0.0, y[[]*] = *0.0"])
 
 
 LISTING = LISTINGS / "values-failure.txt"
@@ -167,7 +225,7 @@ def test_draws_keep_shape_dtype_layout_and_range_and_are_the_same_every_run() ->
         if tensor.dtype != torch.bool:
             assert tensor.min() <= drawn.min() and drawn.max() <= tensor.max()
         # the plain draw differs from the draw exactly where points were overlaid
-        differs = first.plain[name] != drawn
+        differs = first.plain_values[name] != drawn
         assert not (differs & ~first.masks[name].to(differs.device)).any()
 
 

@@ -4,7 +4,7 @@ A check reads one plan (the module, the input sets, the tolerance, every per-che
 and what its :class:`CheckContext` holds at its phase (the exported program, the compiled
 program and its engine), and either returns an :class:`Outcome` (the figures it measured)
 or raises :class:`~pytest_aoti.AotiCheckError` with a :class:`~pytest_aoti.findings.Finding`.
-Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is exported,
+Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is compiled,
 ``"exported"`` once the program is exported and before its compile, ``"engine"`` once it is
 compiled. :mod:`pytest_aoti.run.phases` runs the checks of
 :data:`pytest_aoti.run.catalog.CHECKS` phase by phase, in order, then the checks other
@@ -41,7 +41,7 @@ Stats = tuple[tuple[str, "LeafStats"], ...]
 
 Phase = Literal["eager", "exported", "engine"]
 PHASES: tuple[Phase, ...] = ("eager", "exported", "engine")
-"""When a check runs: on eager PyTorch before any export, on the exported program before
+"""When a check runs: on eager PyTorch before any compile, on the exported program before
 its compile, or on the compiled program's engine."""
 
 

@@ -1,9 +1,12 @@
-"""Eager PyTorch on the example, before anything is exported or compiled.
+"""Eager PyTorch on the example, before anything is compiled.
 
 A module that fails by itself (an int64 input to ``nn.Linear``, a float64 module fed
 float32) would otherwise fail only after an export and a compile, as torch's raw error.
-Here it fails at once, as a finding of stage ``"eager"`` at the user's line: the first
-check of the catalog, of phase ``"eager"``.
+Here it fails before any compile, as a finding of stage ``"eager"`` at the user's line: the
+first check of the catalog, of phase ``"eager"``. It runs once torch.export traced a copy of
+the module (a program that writes a Parameter is refused before any eager call); where the
+export fails, it runs first, on a full copy, so that a module that fails by itself is said
+as such.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class EagerCheck:
-    """Eager PyTorch runs the example before anything is exported: a module that fails by
+    """Eager PyTorch runs the example before anything is compiled: a module that fails by
     itself fails the check at once (stage ``"eager"``)."""
 
     name = "eager"
@@ -38,22 +41,28 @@ class EagerCheck:
 def run_eager_first(
     module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
-    """Call ``module`` on clones of the inputs, its buffers cloned too (the caller's module
-    and tensors are untouched; no copy of the parameters is made); raise a stage
-    ``"eager"`` :class:`~pytest_aoti.AotiCheckError` from the module's own error."""
+    """Call a copy of ``module`` that shares its weights on clones of the inputs (the
+    caller's module and tensors are untouched); raise a stage ``"eager"``
+    :class:`~pytest_aoti.AotiCheckError` from the module's own error."""
     __tracebackhide__ = True
     import torch
-    from torch.func import functional_call
 
+    from pytest_aoti.checks.module_guard import (
+        assert_weights_unwritten,
+        eager_copy,
+        weight_versions,
+    )
     from pytest_aoti.trees import clone_tree
 
     call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
-    buffers = {name: buffer.clone() for name, buffer in module.named_buffers()}
+    eager = eager_copy(module)
+    versions = weight_versions(eager)
     try:
         with torch.no_grad():
-            functional_call(module, buffers, call_args, call_kwargs, strict=False)
+            eager(*call_args, **call_kwargs)
     except Exception as error:  # whatever the model raises is the finding
         raise AotiCheckError(eager_finding(error)) from error
+    assert_weights_unwritten(eager, versions)
 
 
 def eager_finding(error: BaseException) -> Finding:

@@ -21,8 +21,10 @@ from pytest_aoti.checks.base import (
     Stats,
     Triage,
 )
+from pytest_aoti.checks.eager import eager_finding
+from pytest_aoti.checks.eager_history import EagerCall, EagerRaised, record_eager
 from pytest_aoti.checks.float64 import Float64Reference
-from pytest_aoti.checks.side_by_side import eager_module
+from pytest_aoti.checks.module_guard import AttributeChange, describe_changes
 from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
 from pytest_aoti.compare import (
     assert_unchanged,
@@ -61,6 +63,7 @@ class ParityCheck:
         program = context.program
         stats: Stats = ()
         buffers: list[BufferState] = []
+        changes: list[AttributeChange] = []
         for index, (args, kwargs) in enumerate(plan.input_sets):
             run = InputRun(
                 program,
@@ -78,10 +81,17 @@ class ParityCheck:
                 )
             )
             buffers += run.buffers
+            changes += [c for c in run.attribute_changes if c.path not in {d.path for d in changes}]
+        # eager's answers did not move with the attribute (a lazily built value): a note
+        noted = RecordPart(
+            notes=(f"{describe_changes(changes)} (eager's answers still match the engine's)",)
+            if changes
+            else ()
+        )
         if not buffers:
-            return Outcome(stats=stats, input_sets=len(plan.input_sets))
+            return Outcome(stats=stats, input_sets=len(plan.input_sets), record=noted)
         states = merge_states(buffers)
-        record = RecordPart(
+        record = noted + RecordPart(
             {"buffers": [state.to_json() for state in states]},
             # never silence: the record and the summary say so
             notes=tuple(
@@ -131,6 +141,7 @@ class InputRun:
         self._reference = Float64Reference(program, module, *self._originals)
         self._triage = triage
         self._engine = engine or program.engine_in_exported_state
+        self._history: list[EagerCall] = []
         self.buffers: list[BufferState] = []
         """How each buffer the program mutates was compared with eager's in the last run."""
 
@@ -141,9 +152,14 @@ class InputRun:
         *,
         values_too: bool,
         expect_at: int | None = None,
+        eager_refusals: bool = False,
     ) -> list[tuple[str, LeafStats]]:
         """Run ``calls`` calls on both sides, comparing after each, and the expected values
         after call ``expect_at`` (default: the last).
+
+        ``eager_refusals``: where the module itself raises on the input set, raise
+        :class:`EagerRaised` (the caller counts the input set as refused); else the
+        check fails with the module's error (stage ``"eager"``).
 
         ``values_too``: check plain (non-callable) ``mutates`` values, which describe the
         first input set only; callables are evaluated on every input set.
@@ -154,6 +170,16 @@ class InputRun:
         """
         __tracebackhide__ = True
         self.program.validate(*self._originals[0], **self._originals[1])
+        try:
+            if calls == 1 and any(call.attributes for call in self.eager_history(1)):
+                calls = 2  # a changed attribute shows in the next call: make it
+            self.eager_history(calls)
+        except EagerRaised as raised:
+            if eager_refusals:
+                raise
+            finding = eager_finding(raised.error)
+            context = self.label or finding.context
+            raise AotiCheckError(replace(finding, context=context)) from raised.error
         engine = self._engine()
         try:
             return self._run(
@@ -178,6 +204,35 @@ class InputRun:
             return True
         return False
 
+    def eager_history(self, calls: int) -> list[EagerCall]:
+        """Eager's ``calls`` calls on its own clone of the input set, each call's outputs,
+        inputs and mutated buffers after it (run once per input set, shared by every
+        comparison of it). Raises :class:`EagerRaised` where the module itself raises."""
+        __tracebackhide__ = True
+        if len(self._history) < calls:
+            self._history = self._record_eager(calls)
+        return self._history[:calls]
+
+    def _record_eager(self, calls: int) -> list[EagerCall]:
+        __tracebackhide__ = True
+        return record_eager(
+            self.program,
+            self.module,
+            self._originals,
+            calls,
+            context=self._context,
+            label=self.label,
+        )
+
+    @property
+    def attribute_changes(self) -> tuple[AttributeChange, ...]:
+        """The Python attributes eager's calls changed (:mod:`.module_guard`)."""
+        changes: dict[str, AttributeChange] = {}
+        for call in self._history:
+            for change in call.attributes:
+                changes.setdefault(change.path, change)
+        return tuple(changes.values())
+
     def _run(
         self,
         engine: Callable[..., Any],
@@ -188,7 +243,7 @@ class InputRun:
         expect_at: int = 1,
         engine_is_compiled: bool = True,
     ) -> list[tuple[str, LeafStats]]:
-        """The check proper: ``engine`` against eager, call by call.
+        """The check proper: ``engine`` against eager's history, call by call.
 
         ``engine_is_compiled`` False replays an uncompiled program (``exported.module()``)
         in place of the engine (see :meth:`differs_with`): only parity is compared then.
@@ -196,11 +251,9 @@ class InputRun:
         __tracebackhide__ = True
         import torch
 
+        history = self.eager_history(calls)
         exported = self.program.exported
-        eager = eager_module(self.module)
-        eager_args, eager_kwargs = clone_tree(self._originals)
         engine_args, engine_kwargs = clone_tree(self._originals)
-        eager_inputs = named_user_inputs(exported, eager_args, eager_kwargs)
         engine_inputs = named_user_inputs(exported, engine_args, engine_kwargs)
         original_inputs = named_user_inputs(exported, *self._originals)
         addresses = {
@@ -208,7 +261,6 @@ class InputRun:
             for name, leaf in engine_inputs.items()
             if isinstance(leaf, torch.Tensor)
         }
-        mutated = self.program.mutated_inputs
         stats: list[tuple[str, LeafStats]] = []
         # the engine's buffers, read back from a second instance of its compiled library
         state = (
@@ -218,22 +270,21 @@ class InputRun:
         )
         for call in range(1, calls + 1):
             context = self._context(call, calls)
-            before = _EagerState(eager, eager_inputs, skip_inputs=mutated)
-            with torch.no_grad():
-                eager_out = clone_tree(eager(*eager_args, **eager_kwargs))
+            eager = history[call - 1]
             try:
-                before.assert_recorded(self.program, context)
                 raw_out = engine(*engine_args, **engine_kwargs)
                 engine_out = clone_tree(raw_out)
                 del raw_out
                 # a buffer found wrong beats an output it feeds later
                 if state is not None:
-                    stats += state.after_call(context, eager, self._reference.buffer_at(call))
+                    stats += state.after_call(
+                        context, eager.buffers, self._reference.buffer_at(call)
+                    )
                     self.buffers = state.states
                 elif not engine_is_compiled and isinstance(engine, torch.nn.Module):
                     # a replayed program (stage attribution) holds its buffers itself
                     compare_buffers(
-                        eager,
+                        eager.buffers,
                         dict(engine.named_buffers()),
                         sorted(self.program.mutated_buffers),
                         context=context,
@@ -242,20 +293,20 @@ class InputRun:
                 stats += self._compare_call(
                     call,
                     context,
-                    eager_out,
+                    eager.outputs,
                     engine_out,
-                    eager_inputs,
+                    eager.inputs,
                     engine_inputs,
                     original_inputs,
                     addresses if engine_is_compiled else None,
                 )
                 if engine_is_compiled and mutates and call == expect_at:
                     stats += self._check_expected(
-                        mutates, eager_inputs, engine_inputs, call, values_too
+                        mutates, eager.inputs, engine_inputs, call, values_too
                     )
             except AotiCheckError as error:
                 finding = error.finding.with_call(call, calls, self.label, error.finding.context)
-                raise error.amended(self._stateful(finding, call)) from None
+                raise error.amended(self._explained(finding, call)) from None
         return stats
 
     def _compare_call(
@@ -280,6 +331,8 @@ class InputRun:
             context=context,
             tolerance=self.tolerance,
             reference=self._reference.outputs_after(call),
+            scalar_dtypes=self.program.scalar_output_dtypes,
+            accumulates=self.program.accumulation.outputs,
         ):
             stats.append((context, leaf))
         mutated = self.program.mutated_inputs
@@ -300,6 +353,7 @@ class InputRun:
                 context=context,
                 tolerance=self.tolerance,
                 reference=self._reference.input_after(call, name),
+                accumulates=self.program.accumulation.inputs.get(name, 0),
             )
             stats.append((context, leaf))
         return stats
@@ -336,6 +390,20 @@ class InputRun:
                 ) from None
             stats.append((context, leaf))
         return stats
+
+    def _explained(self, finding: Finding, call: int) -> Finding:
+        """``finding`` with what explains it: a Python attribute eager's calls changed
+        (which export froze), or the buffers a stateful program carried into ``call``."""
+        changes = self.attribute_changes
+        if changes and finding.kind in PARITY_KINDS:
+            return replace(
+                finding,
+                lead=describe_changes(list(changes)),
+                stage="export",
+                kind=FindingKind.ATTRIBUTE,
+                extra={**finding.extra, "attributes": [change.path for change in changes]},
+            )
+        return self._stateful(finding, call)
 
     def _stateful(self, finding: Finding, call: int) -> Finding:
         """Name the mutated buffers when a stateful program diverges after its first call.
@@ -378,94 +446,6 @@ class InputRun:
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
-
-
-class _EagerState:
-    """What eager's module and inputs hold before a call, to see what the call changed.
-
-    A registered buffer or an input that eager changes must be one the program records
-    as mutated: otherwise the engine never writes it back and every later call (or the
-    caller's tensor) is wrong.
-    """
-
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        inputs: Mapping[str, Any],
-        *,
-        skip_inputs: set[str],
-    ) -> None:
-        import torch
-
-        self._module = module
-        self._buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
-        self._inputs = inputs
-        self._input_values = {
-            name: leaf.detach().clone()
-            for name, leaf in inputs.items()
-            if isinstance(leaf, torch.Tensor) and name not in skip_inputs
-        }
-
-    def assert_recorded(self, program: AotiProgram, context: str) -> None:
-        __tracebackhide__ = True
-        changed = sorted(
-            name
-            for name, buffer in self._module.named_buffers()
-            if name not in program.mutated_buffers
-            and (name not in self._buffers or _changed(self._buffers[name], buffer))
-        )
-        if changed:
-            raise AotiCheckError(_unrecorded_buffers(changed, program, context))
-        for name, before in self._input_values.items():
-            if _changed(before, self._inputs[name]):
-                raise AotiCheckError(_unrecorded_input(name, context))
-
-
-def _changed(before: torch.Tensor, after: torch.Tensor) -> bool:
-    """Whether a call changed a tensor (NaN left as NaN is no change)."""
-    import torch
-
-    if before.shape != after.shape or before.dtype != after.dtype:
-        return True
-    if before.is_floating_point() or before.is_complex():
-        return not bool(((before == after) | (before.isnan() & after.isnan())).all())
-    return not torch.equal(before, after)
-
-
-def _unrecorded_buffers(names: list[str], program: AotiProgram, context: str) -> Finding:
-    listed = ", ".join(repr(name) for name in names)
-    recorded = ", ".join(repr(name) for name in sorted(program.mutated_buffers)) or "none"
-    plural = len(names) > 1
-    return Finding(
-        kind=FindingKind.BUFFER,
-        location=f"buffer{'s' if plural else ''} {listed}",
-        phrase="changed in eager but not recorded as mutated by the program",
-        summary="the engine keeps the exported value, so every later call is wrong",
-        context=context,
-        details=(
-            f"buffers the program records as mutated: {recorded}",
-            "strict export drops a reassigned buffer attribute (self.buf = self.buf + 1): "
-            "export with strict=False, or update the buffer in place (self.buf.add_(1)), "
-            "to record it",
-        ),
-        stage="export",
-        extra={"buffers": names},
-    )
-
-
-def _unrecorded_input(name: str, context: str) -> Finding:
-    return Finding(
-        kind=FindingKind.MUTATED_INPUT,
-        location=f"input '{name}'",
-        phrase="was written by eager but the program does not record it as mutated",
-        summary="export lost the write, so the engine leaves the caller's tensor unchanged",
-        context=context,
-        details=(
-            "a write that export does not see (e.g. behind torch.compiler.is_exporting(), "
-            "or through .data) is not in the program; make it an ordinary in-place op",
-        ),
-        stage="export",
-    )
 
 
 def _expectation_or(

@@ -1,7 +1,7 @@
 """Eager PyTorch and the engine called on their own clones of one input set.
 
 What every check that compares eager with the engine shares: which module eager runs (a
-copy only where a call may change its state, so the caller's module never changes) and
+copy that shares the caller's weights, so the caller's module never changes) and
 the calls themselves, recorded per call as the outputs and every named input after the
 call. Parity, timing, the probes and the buffer read-back take their eager module from
 :func:`eager_module` (parity interleaves the two sides call by call); threads, the
@@ -11,10 +11,10 @@ random-program check and the repro bundle's replay call one side at a time throu
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.module_guard import assert_weights_unwritten, eager_copy, weight_versions
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.trees import clone_tree
 
@@ -27,20 +27,11 @@ CallRecord = tuple[Any, dict[str, Any]]
 """One call: its outputs and every named user input after it, cloned."""
 
 
-def eager_module(module: torch.nn.Module, program: AotiProgram | None = None) -> torch.nn.Module:
-    """The module eager runs: a copy where a call may change its state, else the module
-    itself (no copy of its parameters).
-
-    Without ``program``, a module holding registered buffers is copied (a call may write
-    any of them, recorded by the program or not). With ``program``, for a check of a program
-    whose parity passed (eager changes only the buffers the program records), a copy only
-    where the program mutates buffers.
-    """
-    if program is not None:
-        changes_state = bool(program.mutated_buffers)
-    else:
-        changes_state = next(iter(module.buffers()), None) is not None
-    return copy.deepcopy(module) if changes_state else module
+def eager_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The module eager runs: a copy that shares the caller's Parameters and owns its
+    buffers and Python attributes (:func:`~pytest_aoti.checks.module_guard.eager_copy`),
+    so a call never changes the caller's module and no weight is copied."""
+    return eager_copy(module)
 
 
 def call_history(
@@ -65,6 +56,7 @@ def call_history(
     import torch
 
     called = eager_module(function) if eager else function  # type: ignore[arg-type]
+    versions = weight_versions(called) if isinstance(called, torch.nn.Module) else {}
     call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
     named = named_user_inputs(program.exported, call_args, call_kwargs)
     if ready is not None:
@@ -76,4 +68,6 @@ def call_history(
             history.append((outputs, clone_tree(named)))
             if after_call is not None:
                 after_call()
+    if isinstance(called, torch.nn.Module):
+        assert_weights_unwritten(called, versions)
     return history

@@ -23,8 +23,6 @@ from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
-    import torch
-
     from pytest_aoti.compiling.program import AotiProgram
 
 
@@ -89,6 +87,7 @@ class BufferReadBack:
 
         self.names = sorted(program.mutated_buffers)
         self._tolerance = tolerance
+        self._accumulates = program.accumulation.buffers
         self._args, self._kwargs = clone_tree(inputs)
         opened = open_state_engine(program.package_path, program.device, self.names)
         self._engine = None if isinstance(opened, str) else opened
@@ -114,7 +113,7 @@ class BufferReadBack:
     def after_call(
         self,
         context: str,
-        eager_module: torch.nn.Module,
+        eager_buffers: Mapping[str, Any],
         reference: Callable[[str], Callable[[], Any]] | None = None,
     ) -> list[tuple[str, LeafStats]]:
         """Run the read-back engine's call and compare its buffers with eager's after it;
@@ -135,12 +134,13 @@ class BufferReadBack:
             self._reason = f"torch's AOTI runner failed to run the call ({first})"
             return []
         stats = compare_buffers(
-            eager_module,
+            eager_buffers,
             engine_buffers,
             self.names,
             context=context,
             tolerance=self._tolerance,
             reference=reference,
+            accumulates=self._accumulates,
         )
         for name, (_, leaf) in zip(self.names, stats, strict=True):
             self._stats[name].append(leaf)
@@ -148,18 +148,19 @@ class BufferReadBack:
 
 
 def compare_buffers(
-    eager_module: torch.nn.Module,
+    eager_buffers: Mapping[str, Any],
     engine_buffers: Mapping[str, Any],
     names: Iterable[str],
     *,
     context: str,
     tolerance: Tolerance,
     reference: Callable[[str], Callable[[], Any]] | None = None,
+    accumulates: Mapping[str, int] | None = None,
 ) -> list[tuple[str, LeafStats]]:
-    """Each named buffer of ``eager_module`` against ``engine_buffers`` (by FQN): the rules
+    """Each named buffer of ``eager_buffers`` against ``engine_buffers`` (by FQN): the rules
     and figures of outputs; a difference is a ``buffer`` finding naming it."""
     __tracebackhide__ = True
-    eager_buffers = dict(eager_module.named_buffers())
+    accumulates = accumulates or {}
     stats = []
     for name in names:
         try:
@@ -170,6 +171,7 @@ def compare_buffers(
                 context=context,
                 tolerance=tolerance,
                 reference=None if reference is None else reference(name),
+                accumulates=accumulates.get(name, 0),
             )
         except AotiCheckError as error:
             raise _buffer_error(error, name) from None

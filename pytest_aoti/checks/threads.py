@@ -9,7 +9,7 @@ run happens to show.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
@@ -90,7 +90,8 @@ def check_threads(
     for worker in workers:
         worker.join(JOIN_SECONDS)
 
-    difference = _first_difference(expected, results, errors, tolerance)
+    scalars = program.scalar_output_dtypes
+    difference = _first_difference(expected, results, errors, tolerance, scalars)
     buffers = sorted(program.mutated_buffers)
     if buffers:
         raise AotiCheckError(_unsafe_state(buffers, threads, difference))
@@ -101,7 +102,8 @@ def check_threads(
             Finding(kind=FindingKind.THREADS, location="", summary="", message=difference)
         )
     return [
-        (f"thread {index + 1}", leaf) for index, leaf in _all_stats(expected, results, tolerance)
+        (f"thread {index + 1}", leaf)
+        for index, leaf in _all_stats(expected, results, tolerance, scalars)
     ]
 
 
@@ -134,6 +136,7 @@ def _first_difference(
     results: list[list[tuple[Any, dict[str, Any]]]],
     errors: list[BaseException | None],
     tolerance: Tolerance,
+    scalar_dtypes: Sequence[Any],
 ) -> AotiCheckError | str | None:
     for index, error in enumerate(errors):
         if error is not None:
@@ -142,7 +145,7 @@ def _first_difference(
         if len(got) != len(want):
             return f"thread {index + 1} of {len(results)} did not finish its calls in time"
         try:
-            _compare_thread(index, len(results), want, got, tolerance)
+            _compare_thread(index, len(results), want, got, tolerance, scalar_dtypes)
         except AotiCheckError as error:
             return error
     return None
@@ -154,6 +157,7 @@ def _compare_thread(
     want: list[tuple[Any, dict[str, Any]]],
     got: list[tuple[Any, dict[str, Any]]],
     tolerance: Tolerance,
+    scalar_dtypes: Sequence[Any] = (),
 ) -> list[LeafStats]:
     __tracebackhide__ = True
     stats = []
@@ -162,7 +166,12 @@ def _compare_thread(
     ):
         context = f"thread {index + 1} of {threads}, call {call} of {len(want)}"
         stats += compare_trees(
-            eager_out, engine_out, what="output", context=context, tolerance=tolerance
+            eager_out,
+            engine_out,
+            what="output",
+            context=context,
+            tolerance=tolerance,
+            scalar_dtypes=scalar_dtypes,
         )
         for name, value in engine_inputs.items():
             if hasattr(value, "dtype"):
@@ -182,11 +191,12 @@ def _all_stats(
     expected: list[list[tuple[Any, dict[str, Any]]]],
     results: list[list[tuple[Any, dict[str, Any]]]],
     tolerance: Tolerance,
+    scalar_dtypes: Sequence[Any],
 ) -> list[tuple[int, LeafStats]]:
     return [
         (index, leaf)
         for index, (want, got) in enumerate(zip(expected, results))
-        for leaf in _compare_thread(index, len(results), want, got, tolerance)
+        for leaf in _compare_thread(index, len(results), want, got, tolerance, scalar_dtypes)
     ]
 
 

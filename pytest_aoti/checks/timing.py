@@ -107,7 +107,7 @@ def call_times(
     """
     import torch
 
-    eager = eager_module(module, program)
+    eager = eager_module(module)
     sync = _synchronizer(program.device)
 
     def timed(function: Callable[..., Any]) -> float:

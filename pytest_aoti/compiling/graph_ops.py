@@ -72,3 +72,68 @@ def first_call_of(graph: Any, names: Iterable[str]) -> str | None:
         if packet in wanted or f"{packet}.{op._overloadname}" in wanted:
             return packet
     return None
+
+
+def written_arguments(node: Any) -> list[Any]:
+    """The arguments a node's op writes in place (``self`` of ``aten.add_``, ``out=``):
+    the graph nodes passed there (a list where the argument is a list of tensors)."""
+    op = aten_op(node.target)
+    if op is None:
+        return []
+    written: list[Any] = []
+    for position, argument in enumerate(schema_arguments(op)):
+        alias = argument.alias_info
+        if alias is None or not alias.is_write:
+            continue
+        if position < len(node.args):
+            value = node.args[position]
+        else:
+            value = node.kwargs.get(argument.name)
+        written.extend(value if isinstance(value, (list, tuple)) else [value])
+    return [value for value in written if value is not None]
+
+
+_SCALAR_READS = ("item", "_local_scalar_dense")
+"""Ops that turn a one-element tensor into a Python number (``.item()``)."""
+
+
+def scalar_output_dtypes(exported: Any) -> list[Any]:
+    """Per user output of ``exported`` in flattening order: for a Python float, the dtype of
+    the tensor it was read from (``.item()``; the least precise where several feed it),
+    else None (a tensor, an int, a float made of sizes alone)."""
+    import torch
+
+    nodes = {node.name: node for node in exported.graph.nodes}
+    found: list[Any] = []
+    for spec in exported.graph_signature.output_specs:
+        if spec.kind.name != "USER_OUTPUT":
+            continue
+        node = nodes.get(getattr(spec.arg, "name", ""))
+        value = None if node is None else node.meta.get("val")
+        if node is None or not isinstance(value, (float, torch.SymFloat)):
+            found.append(None)
+            continue
+        dtypes = _read_dtypes(node)
+        found.append(max(dtypes, key=lambda d: torch.finfo(d).eps) if dtypes else None)
+    return found
+
+
+def _read_dtypes(node: Any) -> list[Any]:
+    """The floating dtypes of the tensors ``.item()`` read to make the scalar ``node``."""
+    import torch
+
+    dtypes: list[Any] = []
+    pending, seen = [node], set()
+    while pending:
+        current = pending.pop()
+        if current in seen or getattr(current, "op", None) != "call_function":
+            continue
+        seen.add(current)
+        op = aten_op(current.target)
+        if op is not None and op._schema.name.split("::")[-1] in _SCALAR_READS:
+            value = current.args[0].meta.get("val")
+            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+                dtypes.append(value.dtype)
+            continue
+        pending += [arg for arg in current.args if isinstance(arg, torch.fx.Node)]
+    return dtypes

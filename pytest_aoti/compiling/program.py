@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.compiling.accumulation import Accumulation
     from pytest_aoti.shapes.read import ProgramShapes
 
 
@@ -227,6 +228,22 @@ class AotiProgram:
         program's request compiled the package, else computed on demand (after a cache hit,
         or for a later user of the package)."""
         return self._decomposed if self._decomposed is not None else decompose(self.exported)
+
+    @cached_property
+    def scalar_output_dtypes(self) -> list[Any]:
+        """Per user output, the dtype a Python float output was read from (``.item()``),
+        else None: what such an output is compared with."""
+        from pytest_aoti.compiling.graph_ops import scalar_output_dtypes
+
+        return scalar_output_dtypes(self.exported)
+
+    @cached_property
+    def accumulation(self) -> Accumulation:
+        """Terms each output, mutated input and mutated buffer accumulates: the float
+        rounding the fp64 rule allows it."""
+        from pytest_aoti.compiling.accumulation import accumulation
+
+        return accumulation(self.exported)
 
     @cached_property
     def shapes(self) -> ProgramShapes:

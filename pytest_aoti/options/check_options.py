@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pytest_aoti.options.fields import per_check
 from pytest_aoti.options.values import (
+    PRECISION_MODES,
     RANDOM_MODES,
     check_bytes,
     check_count,
@@ -25,8 +26,8 @@ from pytest_aoti.options.values import (
 
 @dataclass(frozen=True)
 class CoreOptions:
-    """The per-check options of the core checks (random programs, threads, memory, the
-    crash screen, training mode)."""
+    """The per-check options of the core checks (random programs, precision, threads,
+    memory, the crash screen, training mode)."""
 
     random: str = per_check(
         "fail",
@@ -35,6 +36,17 @@ class CoreOptions:
         "of outputs no random op feeds). Default: fail.",
         parse=RANDOM_MODES.parse,
         check=RANDOM_MODES.check,
+        marker=True,
+        keyword=True,
+    )
+    precision: str = per_check(
+        "report",
+        "Where an output differs from eager beyond its tolerance and the float64 reference "
+        "sides with the engine (eager rounds to float16 or bfloat16 where the engine keeps "
+        "float32): report it in the record and the summary, or fail the check. "
+        "Default: report.",
+        parse=PRECISION_MODES.parse,
+        check=PRECISION_MODES.check,
         marker=True,
         keyword=True,
     )

@@ -1,9 +1,10 @@
 """The one resolver of options: row default, command line or ini file, hooks, marker, call.
 
 Every value a test gives (a marker's or a call's keyword) is checked here, once, against
-its row: an unknown name or a bad value is an ``AotiUsageError`` before anything is
-exported. :func:`layered_defaults` layers a test's defaults (up to its markers);
-:func:`call_options` adds a call's keywords and returns what the check reads.
+its row: an unknown name (:mod:`~pytest_aoti.options.keywords`) or a bad value is an
+``AotiUsageError`` before anything is exported. :func:`layered_defaults` layers a test's
+defaults (up to its markers); :func:`call_options` adds a call's keywords and returns what
+the check reads.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti import features
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options import defaults, table
+from pytest_aoti.options import defaults, keywords, table
 from pytest_aoti.options.values import ValueProblem
 
 if TYPE_CHECKING:
@@ -40,17 +41,8 @@ def checked(values: Mapping[str, Any], *, marker: bool) -> dict[str, Any]:
     __tracebackhide__ = True
     by_name = {option.keyword_name: option for option in table.rows()}
     allowed = table.marker_options() if marker else table.keyword_options()
-    unknown = sorted(set(values) - set(allowed))
-    if unknown:
-        if marker:
-            raise AotiUsageError(
-                f"@pytest.mark.aoti got unknown option(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(allowed)}"
-            )
-        raise AotiUsageError(
-            f"aoti.check() got unknown option(s) {', '.join(unknown)}; "
-            f"per-check options: {', '.join(allowed)}"
-        )
+    place = keywords.MARKER if marker else keywords.CHECK
+    keywords.refuse_unknown(place, [name for name in values if name not in allowed])
     result: dict[str, Any] = {}
     for name, value in values.items():
         check = by_name[name].check

@@ -134,6 +134,11 @@ engine draw different numbers), or compare ``shapes`` (output structure, shapes 
 and the values of the outputs no random op feeds)."""
 
 
+PRECISION_MODES = Words("report", "fail", quoted=True)
+"""What a check does where eager rounds to its dtype and the engine does not (the fp64 rule
+sides with the engine): ``report`` it (the record and the summary), or ``fail``."""
+
+
 EXPORT_MODES = ("default", "strict", "non-strict")
 
 

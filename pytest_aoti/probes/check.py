@@ -292,7 +292,7 @@ def _eager_and_guards(
     for variant in variants:
         try:
             eager = _call(
-                eager_module(module, program),
+                eager_module(module),
                 *(variant.eager_inputs or (variant.args, variant.kwargs)),
             )
         except Exception:  # eager itself rejects the variant: nothing a caller can do
@@ -417,7 +417,12 @@ def _mismatch(
     for what, want, got, expected_fp64 in pairs:
         try:
             compare_trees(
-                on_cpu(want), on_cpu(got), what=what, tolerance=tolerance, reference=expected_fp64
+                on_cpu(want),
+                on_cpu(got),
+                what=what,
+                tolerance=tolerance,
+                reference=expected_fp64,
+                scalar_dtypes=program.scalar_output_dtypes if what == "output" else (),
             )
         except AotiCheckError as error:
             finding = error.finding

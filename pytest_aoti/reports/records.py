@@ -80,6 +80,9 @@ class CheckRecord:
     notes: list[str] = field(default_factory=list)
     """What the check noted without failing: buffer state the program mutates, warnings
     torch raised from its own frames while exporting and compiling, skipped input sets."""
+    precision: list[dict[str, Any]] = field(default_factory=list)
+    """Where eager rounds to its dtype and the engine does not (the float64 reference sides
+    with the engine): ``location``, ``context``, ``dtype``, ``elements``, ``max_abs``."""
     buffers: list[dict[str, Any]] = field(default_factory=list)
     """The registered buffers the program mutates, read back from the engine and compared
     with eager's after every call: ``name``, ``verified``, ``calls_compared``, ``max_abs``,

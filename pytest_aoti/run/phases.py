@@ -64,6 +64,24 @@ class PlanRun:
             if check.phase == phase and check.applies(self.plan, self.context):
                 self._gather(check, phase, self._run(check, added=added), added=added)
 
+    def run_on_full_copy(self, phase: Phase) -> None:
+        """:meth:`run` on a plan whose module is a full copy of the plan's (weights and
+        all): for the ``"eager"`` checks of a module whose export failed, which may write
+        its weights in ways no program shows. Where the module cannot be copied, nothing."""
+        __tracebackhide__ = True
+        import copy
+
+        try:
+            module = copy.deepcopy(self.plan.module)
+        except Exception:  # an uncopyable module: the export's error stands alone
+            return
+        plan = self.plan
+        self.plan = replace(plan, module=module)
+        try:
+            self.run(phase)
+        finally:
+            self.plan = plan
+
     def _run(self, check: Check, *, added: bool) -> Outcome:
         """A check's run; an added check's failure names it in the finding (the record's
         ``finding.check``), its message staying the failure's first line."""
@@ -128,7 +146,10 @@ class PlanRun:
     def result(self) -> CheckResult:
         """Run the checks of the ``"engine"`` phase; what every check measured."""
         __tracebackhide__ = True
+        from pytest_aoti.checks.precision import precision_part
+
         self.run("engine")
+        self._record += precision_part(self._stats, self.plan.options.precision)
         return CheckResult(
             program=self.context.program,
             stats=tuple(self._stats),

@@ -155,14 +155,38 @@ def check_not_meta(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
             )
     leaves, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs or {})))
     for path, leaf in leaves:
-        if isinstance(leaf, torch.Tensor) and leaf.is_meta:
-            where = ("args" if getattr(path[0], "idx", 0) == 0 else "kwargs") + pytree.keystr(
-                path[1:]
-            )
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        where = ("args" if getattr(path[0], "idx", 0) == 0 else "kwargs") + pytree.keystr(path[1:])
+        if leaf.is_meta:
             raise AotiUsageError(
                 f"input {where} is on the meta device (a shape, no data); "
                 "pass a tensor with values, e.g. torch.randn(..., device='cpu')"
             )
+        kind = _unsupported_kind(leaf)
+        if kind:
+            raise AotiUsageError(
+                f"input {where} is a {kind} tensor, which an AOTI engine does not take: pass a "
+                "dense (strided) tensor, e.g. its .to_dense(), .dequantize() or the padded "
+                "tensor of a nested one, and do the conversion inside forward if the model "
+                "needs it"
+            )
+
+
+def _unsupported_kind(tensor: torch.Tensor) -> str:
+    """``sparse``, ``nested``, ``quantized`` or a subclass's name; empty for a plain dense
+    tensor (an ``nn.Parameter`` passed as an input is one)."""
+    import torch
+
+    if tensor.is_nested:
+        return "nested"
+    if tensor.layout != torch.strided:
+        return f"sparse ({tensor.layout})"
+    if tensor.is_quantized:
+        return "quantized"
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+        return f"{type(tensor).__name__} (a tensor subclass)"
+    return ""
 
 
 def checked_samples(samples: Any, dynamic_shapes: Any) -> list[tuple[Any, ...]]:

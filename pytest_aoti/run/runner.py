@@ -30,6 +30,7 @@ from pytest_aoti.errors import (
 if TYPE_CHECKING:
     import pytest
     import torch
+    from torch.export import ExportedProgram
 
     from pytest_aoti.cache.registry import ProgramRegistry
     from pytest_aoti.compiling.program import AotiProgram
@@ -155,46 +156,70 @@ class CallRunner:
         return result
 
     def _compile(self, plan: CheckPlan, *, checks: PlanRun | None = None) -> AotiProgram:
-        """Export and compile. ``checks``: the plan's run, whose ``"eager"`` checks run before
-        anything is exported (a failure there is stage ``"eager"``) and whose ``"exported"``
-        checks run once the program is exported, before its compile."""
+        """Export and compile. ``checks``: the plan's run, whose ``"eager"`` checks run once
+        the module is exported (see :meth:`_export`) and before anything is compiled (a
+        failure there is stage ``"eager"``), then its ``"exported"`` checks."""
         __tracebackhide__ = True
         from pytest_aoti.compiling.library_warnings import library_warnings_recorded
-        from pytest_aoti.compiling.pipeline import export_module
 
         for note in plan.notes:  # what resolving the call noted, for both kinds of call
             self._note(note)
         device_args, device_kwargs = plan.input_sets[0]
-        if checks is not None:
-            checks.run("eager")
         # torch's own warnings here are notes, once per program: said where this call
         # compiled it (or failed), not on a cached load; the user's follow the user's filters
         heard: list[str] = []
-        with (  # said after the recording ends: the outer block
-            _said_unless_loaded(heard, self._note) as done,
-            library_warnings_recorded(heard.append),
-        ):
-            exported = export_module(
-                plan.module,
-                device_args,
-                device_kwargs,
-                dynamic_shapes=plan.dynamic_shapes,
-                options=dict(plan.export_kwargs),
-            )
+        with _said_unless_loaded(heard, self._note) as done:  # said after the recording ends
+            exported = self._export(plan, heard, checks)
             if checks is not None:
-                checks.exported(exported)
-            program = self.registry.program_for(
-                exported,
-                device=self.device,
-                inductor_configs=dict(plan.inductor_configs),
-                label=self.label,
-            )
+                checks.run("eager")  # the weights are safe: the program writes none
+            with library_warnings_recorded(heard.append):
+                if checks is not None:
+                    checks.exported(exported)
+                program = self.registry.program_for(
+                    exported,
+                    device=self.device,
+                    inductor_configs=dict(plan.inductor_configs),
+                    label=self.label,
+                )
             done(program)
         if self.events is not None and program.seconds_compiled_here:
             self.events.built(program, type(plan.module).__qualname__)
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
         program.name_dims(plan.dynamic_shapes, device_args, device_kwargs)
         return program
+
+    def _export(self, plan: CheckPlan, heard: list[str], checks: PlanRun | None) -> ExportedProgram:
+        """Export a copy of the plan's module that shares its weights (export never changes
+        the caller's module); refuse a program that writes a Parameter in place, before any
+        eager call. Where export fails, the ``"eager"`` checks run on a full copy first: a
+        module that fails by itself is said as such (stage ``"eager"``)."""
+        __tracebackhide__ = True
+        from pytest_aoti.checks.module_guard import (
+            eager_copy,
+            parameter_write_error,
+            parameter_writes,
+        )
+        from pytest_aoti.compiling.library_warnings import library_warnings_recorded
+        from pytest_aoti.compiling.pipeline import export_module
+
+        device_args, device_kwargs = plan.input_sets[0]
+        try:
+            with library_warnings_recorded(heard.append):
+                exported = export_module(
+                    eager_copy(plan.module),
+                    device_args,
+                    device_kwargs,
+                    dynamic_shapes=plan.dynamic_shapes,
+                    options=dict(plan.export_kwargs),
+                )
+        except AotiExportError:
+            if checks is not None:
+                checks.run_on_full_copy("eager")
+            raise
+        written = parameter_writes(exported)
+        if written:
+            raise parameter_write_error(written)
+        return exported
 
     def _warn_buffers(
         self, program: AotiProgram, declared: Iterable[str] | None, threads: int | None

@@ -159,9 +159,12 @@ class _TensorMaker:
         return cls(example.dtype, example.device, low, high, order)
 
     def make(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-        """A tensor of ``shape`` laid out in memory like the example."""
+        """A tensor of ``shape`` laid out in memory like the example (its dims in the
+        example's order: a new shape cannot keep the example's strides)."""
         in_memory_order = tuple(shape[dim] for dim in self.dim_order)
         values = self._values(in_memory_order, generator)
+        if not shape:  # 0-dim: nothing to order
+            return values
         return values.permute(*sorted(range(len(shape)), key=self.dim_order.__getitem__))
 
     def _values(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -181,11 +184,16 @@ class _TensorMaker:
 
 
 def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
-    """A new tensor with the example's shape, dtype, device, layout and value range, and
-    values of its own (drawn from ``seed``): for inputs that must not share storage or
-    values with any other."""
+    """A new tensor with the example's shape, dtype, device, sizes, strides, storage offset
+    and value range, and values of its own (drawn from ``seed``): for inputs that must not
+    share storage or values with any other (where the example's elements overlap in memory,
+    a copy of its values)."""
+    from pytest_aoti.trees import distinct_shape, laid_out_like
+
     generator = torch.Generator().manual_seed(seed)
-    return _TensorMaker.like(example).make(tuple(example.shape), generator)
+    values = _TensorMaker.like(example).make(distinct_shape(example), generator)
+    laid_out = laid_out_like(values, example)
+    return laid_out if laid_out is not None else example.detach().clone()
 
 
 def value_range(example: torch.Tensor) -> tuple[float, float]:

@@ -19,6 +19,7 @@ from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, 
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 
 if TYPE_CHECKING:
+    from pytest_aoti.checks.parity import InputRun
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.values.draws import Draw
 
@@ -33,9 +34,10 @@ BATCH_BYTES = 256 * 2**20
 batch at a time, so a large cache is not drawn sixteen times over in memory."""
 SHOWN_ELEMENTS = 4
 """Elements named in a failure's headline."""
-SIDECAR = "values_failures"
+SIDECAR = "values_failures_2"
 """The sidecar, kept with the package, of the draws that failed each test: tried first on
-the next run."""
+the next run (``_2``: the draws of meeting inputs; indices kept before them name other
+draws)."""
 
 
 class ValuesCheck:
@@ -75,7 +77,7 @@ class _Search:
 
     def __init__(self, plan: CheckPlan, context: CheckContext) -> None:
         from pytest_aoti.mutation_maps import named_user_inputs
-        from pytest_aoti.values.draws import tie_dependent
+        from pytest_aoti.values.draws import DrawPlan, tie_dependent
 
         self.plan = plan
         self.context = context
@@ -93,11 +95,18 @@ class _Search:
             )
         self.skip = skip
         self.no_repeats = tie_dependent(exported)
-        self.draws = plan.options.values_draws
+        self.plan_of_draws = DrawPlan(
+            self.named,
+            draws=plan.options.values_draws,
+            no_repeats=self.no_repeats,
+            keep=skip,
+        )
+        self.draws = self.plan_of_draws.count
         if self.program.mutated_buffers:
             self.draws = min(self.draws, STATEFUL_DRAWS)
         self.count = 0
         self.refused = 0
+        self.refused_by_eager = 0
         self.stats: list[Any] = []
         self.failed: _Failed | None = None
         self.seconds = 0.0
@@ -119,7 +128,7 @@ class _Search:
     def _run(self) -> None:
         __tracebackhide__ = True
         from pytest_aoti.trees import tensor_bytes
-        from pytest_aoti.values.draws import draw_seed, make_draw
+        from pytest_aoti.values.draws import draw_seed
 
         kept = self._kept_failures()
         # a draw that failed on an earlier run goes first, also one beyond values_draws now
@@ -128,7 +137,7 @@ class _Search:
         size = 0
         for index in order:
             seed = draw_seed(self.context.label, self.program.key, index)
-            draw = make_draw(index, seed, self.named, no_repeats=self.no_repeats, keep=self.skip)
+            draw = self.plan_of_draws.draw(index, seed)
             inputs = self.rebuild(draw.values)
             if self._refusals is not None and self._refusals.refusal(*inputs) is not None:
                 self.refused += 1  # the program's own assertion: not the engine's fault
@@ -170,31 +179,44 @@ class _Search:
             pass
 
     def _run_batch(self, batch: list[tuple[Draw, InputSet]]) -> bool:
-        """Screen the batch's draws in one child request, then check each in this process;
-        False once one failed (kept in :attr:`failed`)."""
+        """Run eager on each draw of the batch (a draw eager refuses is refused), screen
+        the rest in one child request, then check each in this process; False once one
+        failed (kept in :attr:`failed`)."""
         __tracebackhide__ = True
-        if not batch:
+        from pytest_aoti.checks.eager_history import EagerRaised
+
+        runs = []
+        for draw, inputs in batch:
+            run = self._input_run(draw.index, inputs)
+            try:
+                run.eager_history(self.context.calls)
+            except EagerRaised:  # the module itself refuses these values: not a finding
+                self.refused += 1
+                self.refused_by_eager += 1
+                continue
+            runs.append((draw, inputs, run))
+        if not runs:
             return True
         if self._screen is not None:  # a crash raises here
             self._screen.screen_all(
-                [inputs for _, inputs in batch], [f"values draw {d.index}" for d, _ in batch]
+                [inputs for _, inputs, _ in runs], [f"values draw {d.index}" for d, _, _ in runs]
             )
-        for draw, inputs in batch:
+        for draw, _, run in runs:
             try:
-                self.stats += self._check(draw.index, inputs)
+                self.stats += self._checked(run)
             except AotiCheckError as error:
                 self.failed = _Failed(draw, dict(draw.values), error)
                 return False
             self.count += 1
         return True
 
-    def _check(self, index: int, inputs: InputSet, *, attribute: bool = False) -> list[Any]:
-        """Draw ``index`` through parity's path, every call compared; its figures.
-        ``attribute``: a failure is attributed to a stage (and localized)."""
+    def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
+        """Draw ``index`` as parity runs an input set. ``attribute``: a failure is
+        attributed to a stage (and localized)."""
         from pytest_aoti.checks.parity import InputRun
 
         args, kwargs = inputs
-        run = InputRun(
+        return InputRun(
             self.program,
             self.plan.module,
             args,
@@ -204,13 +226,27 @@ class _Search:
             triage=self.context.triage,
             attribute=attribute,
         )
-        return run.check(self.context.calls, self.plan.mutates, values_too=False)
+
+    def _checked(self, run: InputRun) -> list[Any]:
+        """One draw's run through parity's path, every call compared; its figures."""
+        return run.check(
+            self.context.calls, self.plan.mutates, values_too=False, eager_refusals=True
+        )
+
+    def _check(self, index: int, inputs: InputSet, *, attribute: bool = False) -> list[Any]:
+        """Draw ``index`` through parity's path, every call compared; its figures.
+        ``attribute``: a failure is attributed to a stage (and localized)."""
+        return self._checked(self._input_run(index, inputs, attribute=attribute))
 
     def _fails(self, index: int, values: Mapping[str, Any]) -> AotiCheckError | None:
+        from pytest_aoti.checks.eager_history import EagerRaised
+
         try:
             self._check(index, self.rebuild(values))
         except AotiCheckError as error:
             return error
+        except EagerRaised:  # eager refuses the narrowed values: they do not fail
+            return None
         return None
 
     def _narrowed(self, failed: _Failed) -> _Failed:
@@ -225,7 +261,7 @@ class _Search:
             for name, mask in draw.masks.items()
             for position in mask.nonzero().tolist()
         ]
-        if not points or self._fails(draw.index, draw.plain) is not None:
+        if not points or self._fails(draw.index, draw.plain_values) is not None:
             return failed
         runs, chunk = 1, max(1, len(points) // 2)
         best = _Failed(draw, failed.values, failed.error, points)
@@ -253,11 +289,15 @@ class _Search:
     def _reported(self, failed: _Failed) -> AotiCheckError:
         """The failure of ``failed``'s values again, attributed (stage, node, replay), as
         the finding of a values draw."""
+        from pytest_aoti.checks.eager_history import EagerRaised
+
         error = failed.error
         try:
             self._check(failed.draw.index, self.rebuild(failed.values), attribute=True)
         except AotiCheckError as attributed:
             error = attributed
+        except EagerRaised:  # not when it failed: the failure stands as it was found
+            pass
         elements = [
             _element(name, position, failed.values[name]) for name, position in failed.points
         ]
@@ -279,6 +319,7 @@ class _Search:
         )
         values_record = {
             "draws": self.draws,
+            "meeting": self._meeting_count(),
             "checked": self.count,
             "refused": self.refused,
             "failed_draw": failed.draw.index,
@@ -297,15 +338,26 @@ class _Search:
 
     def record(self) -> RecordPart:
         notes: tuple[str, ...] = ()
-        if self.refused:
-            notes = (f"{self.refused} values draw(s) refused by the exported program's checks",)
+        by_program = self.refused - self.refused_by_eager
+        if by_program:
+            notes += (f"{by_program} values draw(s) refused by the exported program's checks",)
+        if self.refused_by_eager:
+            notes += (
+                f"{self.refused_by_eager} values draw(s) refused by eager PyTorch itself (the "
+                "module raised on those values)",
+            )
         part = {
             "draws": self.draws,
+            "meeting": self._meeting_count(),
             "checked": self.count,
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
         }
         return RecordPart({"values": part}, notes=notes)
+
+    def _meeting_count(self) -> int:
+        """Meeting draws among :attr:`draws`."""
+        return min(len(self.plan_of_draws.meetings), self.draws)
 
 
 def _element(name: str, position: list[int], tensor: Any) -> str:
@@ -313,8 +365,8 @@ def _element(name: str, position: list[int], tensor: Any) -> str:
     index = ", ".join(map(str, position))
     value = tensor[tuple(position)].item()
     shown = repr(value) if not isinstance(value, float) else f"{value:.7g}"
-    if isinstance(value, float) and value == 0.0 and str(value).startswith("-"):
-        shown = "-0.0"
+    if isinstance(value, float) and value == 0.0:
+        shown = str(value)  # "-0.0" or "0.0": the sign is the point
     return f"{name}[{index}] = {shown}"
 
 

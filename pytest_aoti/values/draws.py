@@ -1,12 +1,19 @@
-"""Input sets of generated values: the example's shapes, dtypes, devices and layouts, with
-values of their own inside each input's observed range.
+"""Input sets of generated values: the example's shapes, dtypes, devices and memory layouts
+(sizes, strides and storage offset), with values of their own inside each input's range.
 
-A draw mixes plain uniform values with the points where engines and eager part ways: exact
-decimals (0.1 is not a binary fraction), halves, integers, signed zeros, the range's ends and
-repeated values. Each draw is made from a seed derived from the test id, the program's key
-and the draw's index, so a default-on check gives the same draws every run and never flakes.
-Every draw is a plain draw with some elements overlaid (its ``mask``), so that a failure can
-be narrowed to the fewest overlaid elements.
+A draw holds special points (:mod:`.classes`): the first draws of a check are meeting
+draws (:mod:`.meetings`), where every element holds one and every pair of classes of two
+inputs that meet element by element appears at one position; the rest mix plain uniform
+values with a few favoured points and repeated values. Each draw is made from a seed
+derived from the test id, the program's key and the draw's index, so a default-on check
+gives the same draws every run and never flakes. Every draw is a plain draw with some
+elements overlaid (its ``mask``), so that a failure can be narrowed to the fewest overlaid
+elements.
+
+Values are drawn for an input's elements of their own (an expanded dim has one) and laid
+out as the example lies in memory: the engine was compiled for that layout. A one-element
+floating input (a temperature, a scale) is drawn near its value with its sign, between
+half and twice it; a one-element integer input (a position) and a zero keep their value.
 """
 
 from __future__ import annotations
@@ -17,30 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.shapes.generation import value_range
+from pytest_aoti.trees import distinct_shape, has_own_elements, laid_out_like
+from pytest_aoti.values.classes import PointClass, all_points, point_classes
+from pytest_aoti.values.meetings import MeetingInput, plan_meetings
 
 if TYPE_CHECKING:
     import torch
-
-SPECIAL_FLOATS = (
-    0.0,
-    -0.0,
-    0.1,
-    0.2,
-    0.3,
-    0.6,
-    0.7,
-    1 / 3,
-    2 / 3,
-    0.5,
-    1.5,
-    2.5,
-    1.0,
-    2.0,
-    3.0,
-    10.0,
-)
-"""Points where an engine and eager often differ: decimals that are not binary fractions,
-thirds, halves (rounding ties), small integers and both zeros; taken with both signs."""
 
 TIE_DEPENDENT_OPS = frozenset(
     {
@@ -63,34 +52,56 @@ TIE_DEPENDENT_OPS = frozenset(
     }
 )
 """Ops whose result on equal values is not defined by value: a draw for a program with one of
-them holds no repeated value."""
+them holds no repeated value (and no meeting draw, which repeats every point)."""
 
 
 @dataclass(frozen=True)
 class Draw:
-    """One input set of generated values, by input name, and the plain draw under it."""
+    """One input set of generated values, by input name, and the plain draw under it.
+
+    ``special``, ``plain`` and ``masks`` hold each drawn input's elements of their own
+    (:func:`~pytest_aoti.trees.distinct_shape`); :attr:`values` lays them out like the
+    example."""
 
     index: int
-    values: Mapping[str, Any]
-    """Per input name: the drawn tensor (other leaves as the example has them)."""
-    plain: Mapping[str, Any]
-    """The same draw without the overlaid points."""
+    special: Mapping[str, torch.Tensor]
+    plain: Mapping[str, torch.Tensor]
     masks: Mapping[str, torch.Tensor]
-    """Per drawn input: where its values are overlaid points (bool, the input's shape)."""
+    """Per drawn input: where its values are overlaid points (bool)."""
+    examples: Mapping[str, Any]
+    """Every input by name as the example holds it (the kept ones are used as they are)."""
+    meeting: bool = False
+    """A meeting draw: every element a special point, the pairs planned."""
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Per input name: the drawn tensor laid out like the example (other leaves and
+        kept inputs as the example has them)."""
+        return self._laid_out(self.special)
 
     def narrowed(self, keep: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """The plain draw with only the overlaid points of ``keep`` (per input, a bool mask
         inside the draw's mask): one step of narrowing a failure."""
         import torch
 
-        values: dict[str, Any] = {}
-        for name, leaf in self.plain.items():
-            if name in keep:
-                where = keep[name].to(leaf.device)
-                values[name] = torch.where(where, self.values[name], leaf)
-            else:
-                values[name] = leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-        return values
+        chosen = {
+            name: torch.where(keep[name], self.special[name], plain) if name in keep else plain
+            for name, plain in self.plain.items()
+        }
+        return self._laid_out(chosen)
+
+    @property
+    def plain_values(self) -> dict[str, Any]:
+        """The plain draw, laid out like the example."""
+        return self._laid_out(self.plain)
+
+    def _laid_out(self, drawn: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """Drawn inputs laid out like the example; the others are the example's own (each
+        check's run clones its inputs)."""
+        return {
+            name: laid_out_like(drawn[name], example) if name in drawn else example
+            for name, example in self.examples.items()
+        }
 
 
 def draw_seed(label: str, program_key: str, index: int) -> int:
@@ -106,6 +117,79 @@ def tie_dependent(exported: Any) -> bool:
     return first_call_of(exported.graph, TIE_DEPENDENT_OPS) is not None
 
 
+@dataclass(frozen=True)
+class _Drawn:
+    """What is drawn for one input: its range, classes and elements of its own."""
+
+    example: torch.Tensor
+    low: float
+    high: float
+    classes: tuple[PointClass, ...]
+    distinct: tuple[int, ...]
+
+
+class DrawPlan:
+    """The draws of one check: which inputs are drawn, how, and how many draws it takes.
+
+    ``draws`` is the least number of draws (``values_draws``); meeting draws may make it
+    more for small inputs, up to :data:`~pytest_aoti.values.meetings.MEETING_CAP`."""
+
+    def __init__(
+        self,
+        named: Mapping[str, Any],
+        *,
+        draws: int,
+        no_repeats: bool,
+        keep: Iterable[str] = (),
+    ) -> None:
+        self.named = dict(named)
+        self.no_repeats = no_repeats
+        kept = set(keep)
+        self.drawn: dict[str, _Drawn] = {}
+        for name, leaf in self.named.items():
+            if name in kept or not _is_tensor(leaf) or leaf.numel() == 0:
+                continue
+            if not has_own_elements(leaf):
+                continue  # elements that overlap in memory: no values of their own
+            low, high = _range(leaf)
+            if low == high and leaf.numel() == 1 and not leaf.dtype == _bool():
+                continue  # a position, or a one-element zero: its value is the point
+            classes = point_classes(low, high, leaf.dtype)
+            self.drawn[name] = _Drawn(leaf, low, high, classes, distinct_shape(leaf))
+        self.meetings: list[dict[str, int]] = []
+        if not no_repeats and draws > 0:
+            self.meetings = plan_meetings(
+                [
+                    MeetingInput(name, tuple(d.example.shape), d.distinct, len(d.classes))
+                    for name, d in self.drawn.items()
+                ]
+            )
+        self.count = max(draws, len(self.meetings)) if draws > 0 else 0
+        """How many draws the check makes."""
+
+    def draw(self, index: int, seed: int) -> Draw:
+        """Draw ``index``: a meeting draw while the plan has them, then mixed ones."""
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        special: dict[str, torch.Tensor] = {}
+        plain: dict[str, torch.Tensor] = {}
+        masks: dict[str, torch.Tensor] = {}
+        meeting = self.meetings[index] if index < len(self.meetings) else None
+        for name, drawn in self.drawn.items():
+            base = _plain(drawn, generator)
+            if meeting is not None and name in meeting:
+                values, mask = _meeting_points(drawn, meeting[name], index)
+            else:
+                values, mask = _mixed_points(
+                    drawn, base, index, generator, no_repeats=self.no_repeats
+                )
+            plain[name] = base
+            special[name] = torch.where(mask, values, base) if values is not base else base
+            masks[name] = mask
+        return Draw(index, special, plain, masks, self.named, meeting=meeting is not None)
+
+
 def make_draw(
     index: int,
     seed: int,
@@ -113,87 +197,111 @@ def make_draw(
     *,
     no_repeats: bool,
     keep: Iterable[str] = (),
+    draws: int = 16,
 ) -> Draw:
-    """Draw ``index``: each tensor of ``named`` (the example's inputs by name) replaced by one
-    of its own. Inputs in ``keep`` and non-tensor leaves keep the example's values."""
+    """Draw ``index`` of a check whose example inputs are ``named``: one draw of
+    :class:`DrawPlan`. Inputs in ``keep`` and non-tensor leaves keep the example's values."""
+    return DrawPlan(named, draws=draws, no_repeats=no_repeats, keep=keep).draw(index, seed)
+
+
+def _plain(drawn: _Drawn, generator: torch.Generator) -> torch.Tensor:
+    """Uniform values in the input's range, over its elements of their own."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    kept = set(keep)
-    drawn: dict[str, Any] = {}
-    plain: dict[str, Any] = {}
-    masks: dict[str, torch.Tensor] = {}
-    for name, leaf in named.items():
-        if not isinstance(leaf, torch.Tensor) or name in kept or leaf.numel() == 0:
-            drawn[name] = plain[name] = leaf
-            continue
-        drawn[name], plain[name], masks[name] = _tensor_draw(
-            leaf, index, generator, no_repeats=no_repeats
-        )
-    return Draw(index, drawn, plain, masks)
-
-
-def _tensor_draw(
-    example: torch.Tensor, index: int, generator: torch.Generator, *, no_repeats: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(values, plain values, mask) for one input, laid out in memory like ``example``."""
-    import torch
-
-    low, high = value_range(example)
-    shape = tuple(example.shape)
-    strides = example.stride()
-    order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
-    in_memory = tuple(shape[dim] for dim in order)
-    numel = example.numel()
-    floating = example.dtype.is_floating_point
+    example, shape = drawn.example, drawn.distinct
+    low, high = drawn.low, drawn.high
     if example.dtype == torch.bool:
-        base = torch.randint(0, 2, (numel,), generator=generator).bool()
-        points = torch.tensor([False, True])
-    elif floating:
-        work = torch.float64 if example.dtype == torch.float64 else torch.float32
-        u = torch.rand((numel,), generator=generator, dtype=work)
-        base = (low + (high - low) * u).clamp(low, high)
-        points = _float_points(low, high, example.dtype)
-    elif example.dtype.is_complex:
-        # complex inputs: plain draws only (their special points are pairs)
-        work = torch.float64 if example.dtype == torch.complex128 else torch.float32
-        real = low + (high - low) * torch.rand((numel,), generator=generator, dtype=work)
-        imag = low + (high - low) * torch.rand((numel,), generator=generator, dtype=work)
-        base = torch.complex(real, imag)
-        points = torch.empty(0, dtype=base.dtype)
-    else:
-        low_i, high_i = int(low), int(high)
-        base = torch.randint(low_i, min(high_i + 1, 2**63 - 1), (numel,), generator=generator)
-        candidates = sorted({low_i, high_i, *(v for v in (0, 1, -1) if low_i <= v <= high_i)})
-        points = torch.tensor(candidates, dtype=torch.int64)
-    mask = torch.zeros(numel, dtype=torch.bool)
-    values = base.clone()
-    if points.numel():
-        # each draw favours a few points, so that coincidences (1.0 over 0.1) are frequent:
-        # two in turn (the draws together cover every point), two at random
-        count = points.numel()
-        in_turn = [(2 * index + step) % count for step in range(2)]
-        at_random = torch.randperm(count, generator=generator)[:2].tolist()
-        chosen = points[sorted(set(in_turn + at_random))]
-        share = (0.25, 0.5, 0.75, 1.0)[index % 4]
-        if no_repeats:
-            # each point at most once (0.0 and -0.0 are one): a tie would make a correct
-            # engine differ
-            chosen = _distinct(chosen)
-            count = min(chosen.numel(), numel)
-            where = torch.randperm(numel, generator=generator)[:count]
-            mask[where] = True
-            values[where] = chosen[:count].to(values.dtype)
-        else:
-            mask = torch.rand(numel, generator=generator) < share
-            picks = torch.randint(0, chosen.numel(), (numel,), generator=generator)
-            values = torch.where(mask, chosen[picks].to(values.dtype), values)
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    if example.dtype.is_floating_point or example.dtype.is_complex:
+        wide = example.dtype in (torch.float64, torch.complex128)
+        work = torch.float64 if wide else torch.float32
+        values = (low + (high - low) * torch.rand(shape, generator=generator, dtype=work)).clamp(
+            low, high
+        )
+        if example.dtype.is_complex:
+            imaginary = low + (high - low) * torch.rand(shape, generator=generator, dtype=work)
+            values = torch.complex(values, imaginary.clamp(low, high))
+        return values
+    return torch.randint(
+        int(low), min(int(high) + 1, 2**63 - 1), shape, generator=generator, dtype=torch.int64
+    )
 
-    def laid_out(flat: torch.Tensor) -> torch.Tensor:
-        shaped = flat.reshape(in_memory).to(dtype=example.dtype, device=example.device)
-        return shaped.permute(*sorted(range(len(shape)), key=order.__getitem__))
 
-    return laid_out(values), laid_out(base), laid_out(mask).to(device="cpu", dtype=torch.bool)
+def _meeting_points(drawn: _Drawn, shift: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every element a special point: class ``(element + shift) mod classes``, its points
+    taken in turn across elements and draws."""
+    import torch
+
+    count = len(drawn.classes)
+    elements = torch.arange(_numel(drawn.distinct)).reshape(drawn.distinct)
+    chosen = (elements + shift) % count
+    turn = elements // count + index
+    values = torch.zeros(drawn.distinct, dtype=torch.float64)
+    for number, point_class in enumerate(drawn.classes):
+        points = torch.tensor(point_class.points, dtype=torch.float64)
+        picked = points[turn % points.numel()]
+        values = torch.where(chosen == number, picked, values)
+    return _as_work(values, drawn), torch.ones(drawn.distinct, dtype=torch.bool)
+
+
+def _mixed_points(
+    drawn: _Drawn,
+    base: torch.Tensor,
+    index: int,
+    generator: torch.Generator,
+    *,
+    no_repeats: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A few favoured points over part of the plain draw (two in turn, so the draws
+    together cover every point, two at random); with ``no_repeats`` each at most once."""
+    import torch
+
+    points = torch.tensor(all_points(drawn.classes), dtype=torch.float64)
+    mask = torch.zeros(drawn.distinct, dtype=torch.bool)
+    if points.numel() == 0:
+        return base, mask
+    count = points.numel()
+    in_turn = [(2 * index + step) % count for step in range(2)]
+    at_random = torch.randperm(count, generator=generator)[:2].tolist()
+    chosen = points[sorted(set(in_turn + at_random))]
+    numel = _numel(drawn.distinct)
+    if no_repeats:
+        # each point at most once (0.0 and -0.0 are one): a tie would make a correct
+        # engine differ
+        chosen = _distinct(chosen)
+        count = min(chosen.numel(), numel)
+        where = torch.randperm(numel, generator=generator)[:count]
+        flat = torch.zeros(numel, dtype=torch.float64)
+        flat[where] = chosen[:count]
+        mask.view(-1)[where] = True
+        return _as_work(flat.reshape(drawn.distinct), drawn), mask
+    share = (0.25, 0.5, 0.75, 1.0)[index % 4]
+    mask = torch.rand(drawn.distinct, generator=generator) < share
+    picks = torch.randint(0, chosen.numel(), drawn.distinct, generator=generator)
+    return _as_work(chosen[picks], drawn), mask
+
+
+def _as_work(values: torch.Tensor, drawn: _Drawn) -> torch.Tensor:
+    """Points (float64) in the dtype the plain draw of the input is made in."""
+    import torch
+
+    dtype = drawn.example.dtype
+    if dtype == torch.bool:
+        return values != 0
+    if dtype.is_floating_point:
+        return values.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    return values.to(torch.int64)
+
+
+def _range(example: torch.Tensor) -> tuple[float, float]:
+    """The input's range: its [min, max] (see :func:`value_range`); for a one-element
+    floating input, half to twice its value (its sign kept: a temperature stays one)."""
+    if example.numel() == 1 and example.dtype.is_floating_point:
+        value = float(example.detach().reshape(()).to("cpu"))
+        if value == 0 or value != value or abs(value) == float("inf"):
+            return value, value
+        return (value / 2, value * 2) if value > 0 else (value * 2, value / 2)
+    return value_range(example)
 
 
 def _distinct(points: torch.Tensor) -> torch.Tensor:
@@ -205,19 +313,20 @@ def _distinct(points: torch.Tensor) -> torch.Tensor:
     return points[kept]
 
 
-def _float_points(low: float, high: float, dtype: torch.dtype) -> torch.Tensor:
-    """The special points inside [low, high], with its ends, as exact in ``dtype`` as it
-    holds them."""
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _bool() -> torch.dtype:
     import torch
 
-    found: list[float] = []
-    for value in (*SPECIAL_FLOATS, *(-v for v in SPECIAL_FLOATS), low, high):
-        if low <= value <= high and not any(_same(value, f) for f in found):
-            found.append(value)
-    return torch.tensor(found, dtype=torch.float64).to(dtype)
+    return torch.bool
 
 
-def _same(a: float, b: float) -> bool:
-    import math
+def _is_tensor(leaf: Any) -> bool:
+    import torch
 
-    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return isinstance(leaf, torch.Tensor)

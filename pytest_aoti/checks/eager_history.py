@@ -1,0 +1,192 @@
+"""Eager's calls on one input set, recorded before the engine runs: what parity compares
+the engine's calls with, and what tells an input eager itself refuses.
+
+Eager runs a copy of the module that shares its weights
+(:func:`~pytest_aoti.checks.side_by_side.eager_module`); each call records its outputs, the
+named inputs and the mutated buffers after it, and the Python attributes it changed. A
+registered buffer or an input that eager changes must be one the program records as
+mutated (else the engine never writes it back), and no call may write a Parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.checks.module_guard import (
+    AttributeChange,
+    assert_weights_unwritten,
+    attribute_changes,
+    plain_attributes,
+    weight_versions,
+)
+from pytest_aoti.checks.side_by_side import eager_module
+from pytest_aoti.errors import AotiCheckError
+from pytest_aoti.findings import Finding, FindingKind
+from pytest_aoti.mutation_maps import named_user_inputs
+from pytest_aoti.trees import clone_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.compiling.program import AotiProgram
+
+
+def record_eager(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    calls: int,
+    *,
+    context: Callable[[int, int], str],
+    label: str,
+) -> list[EagerCall]:
+    """``calls`` eager calls on a clone of ``inputs``, each recorded (see the module's
+    docstring). Raises :class:`EagerRaised` where the module raises, and the finding of a
+    write the program does not record (``context(call, calls)`` says where)."""
+    __tracebackhide__ = True
+    import torch
+
+    eager = eager_module(module)
+    versions = weight_versions(eager)
+    args, kwargs = clone_tree(inputs)
+    named = named_user_inputs(program.exported, args, kwargs)
+    buffers = sorted(program.mutated_buffers)
+    history: list[EagerCall] = []
+    for call in range(1, calls + 1):
+        before = _EagerState(eager, named, skip_inputs=program.mutated_inputs)
+        attributes = plain_attributes(eager)
+        try:
+            with torch.no_grad():
+                outputs = clone_tree(eager(*args, **kwargs))
+        except Exception as error:  # the module's own error: the caller decides
+            raise EagerRaised(error) from error
+        assert_weights_unwritten(eager, versions)
+        try:
+            before.assert_recorded(program, context(call, calls))
+        except AotiCheckError as error:
+            finding = error.finding.with_call(call, calls, label, error.finding.context)
+            raise error.amended(finding) from None
+        live = dict(eager.named_buffers())
+        # a later call writes the inputs again: earlier calls keep a copy
+        after = named if call == calls else clone_tree(named)
+        history.append(
+            EagerCall(
+                outputs,
+                after,
+                {name: live[name].detach().clone() for name in buffers},
+                tuple(attribute_changes(attributes, eager)),
+            )
+        )
+    return history
+
+
+@dataclass(frozen=True)
+class EagerCall:
+    """One eager call of an input set: what the engine's call is compared with."""
+
+    outputs: Any
+    inputs: Mapping[str, Any]
+    """Every named user input after the call."""
+    buffers: Mapping[str, Any]
+    """The registered buffers the program mutates, after the call."""
+    attributes: tuple[AttributeChange, ...] = ()
+    """The Python attributes the call changed."""
+
+
+class EagerRaised(Exception):
+    """The module itself raised on an input set (``__cause__``: its error): an input eager
+    refuses, which no engine can be compared on."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {str(error).strip()[:300]}")
+        self.error = error
+
+
+class _EagerState:
+    """What eager's module and inputs hold before a call, to see what the call changed.
+
+    A registered buffer or an input that eager changes must be one the program records
+    as mutated: otherwise the engine never writes it back and every later call (or the
+    caller's tensor) is wrong.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        inputs: Mapping[str, Any],
+        *,
+        skip_inputs: set[str],
+    ) -> None:
+        import torch
+
+        self._module = module
+        self._buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+        self._inputs = inputs
+        self._input_values = {
+            name: leaf.detach().clone()
+            for name, leaf in inputs.items()
+            if isinstance(leaf, torch.Tensor) and name not in skip_inputs
+        }
+
+    def assert_recorded(self, program: AotiProgram, context: str) -> None:
+        __tracebackhide__ = True
+        changed = sorted(
+            name
+            for name, buffer in self._module.named_buffers()
+            if name not in program.mutated_buffers
+            and (name not in self._buffers or _changed(self._buffers[name], buffer))
+        )
+        if changed:
+            raise AotiCheckError(_unrecorded_buffers(changed, program, context))
+        for name, before in self._input_values.items():
+            if _changed(before, self._inputs[name]):
+                raise AotiCheckError(_unrecorded_input(name, context))
+
+
+def _changed(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Whether a call changed a tensor (NaN left as NaN is no change)."""
+    import torch
+
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return True
+    if before.is_floating_point() or before.is_complex():
+        return not bool(((before == after) | (before.isnan() & after.isnan())).all())
+    return not torch.equal(before, after)
+
+
+def _unrecorded_buffers(names: list[str], program: AotiProgram, context: str) -> Finding:
+    listed = ", ".join(repr(name) for name in names)
+    recorded = ", ".join(repr(name) for name in sorted(program.mutated_buffers)) or "none"
+    plural = len(names) > 1
+    return Finding(
+        kind=FindingKind.BUFFER,
+        location=f"buffer{'s' if plural else ''} {listed}",
+        phrase="changed in eager but not recorded as mutated by the program",
+        summary="the engine keeps the exported value, so every later call is wrong",
+        context=context,
+        details=(
+            f"buffers the program records as mutated: {recorded}",
+            "strict export drops a reassigned buffer attribute (self.buf = self.buf + 1): "
+            "export with strict=False, or update the buffer in place (self.buf.add_(1)), "
+            "to record it",
+        ),
+        stage="export",
+        extra={"buffers": names},
+    )
+
+
+def _unrecorded_input(name: str, context: str) -> Finding:
+    return Finding(
+        kind=FindingKind.MUTATED_INPUT,
+        location=f"input '{name}'",
+        phrase="was written by eager but the program does not record it as mutated",
+        summary="export lost the write, so the engine leaves the caller's tensor unchanged",
+        context=context,
+        details=(
+            "a write that export does not see (e.g. behind torch.compiler.is_exporting(), "
+            "or through .data) is not in the program; make it an ordinary in-place op",
+        ),
+        stage="export",
+    )

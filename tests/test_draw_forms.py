@@ -1,0 +1,159 @@
+"""Draws on every input form, and the draws where two inputs meet (pure logic: no compile).
+
+Every drawn input has the example's sizes, strides and storage offset; an expanded input's
+elements stay expanded; a one-element float is drawn near its value with its sign; a
+position keeps its value. Meeting draws put every pair of special-point classes of two
+inputs that meet element by element at one position, small inputs getting more draws."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+import torch
+
+from pytest_aoti.trees import clone_like, distinct_shape, laid_out_like
+from pytest_aoti.values.classes import point_classes
+from pytest_aoti.values.draws import DrawPlan, draw_seed
+from pytest_aoti.values.meetings import MEETING_CAP, MeetingInput, plan_meetings
+
+LAYOUTS = {
+    "sliced with gaps": torch.randn(3, 8)[:, ::2],
+    "expanded": torch.randn(1, 4).expand(3, 4),
+    "storage offset": torch.randn(20)[3:15].view(3, 4),
+    "permuted": torch.randn(4, 3).t(),
+    "channels_last": torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last),
+    "0-dim": torch.tensor(0.7),
+    "empty": torch.randn(0, 3),
+}
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_a_copy_keeps_sizes_strides_offset_and_owns_its_storage(name: str) -> None:
+    example = LAYOUTS[name]
+    copy = clone_like(example)
+    assert (copy.shape, copy.stride(), copy.storage_offset()) == (
+        example.shape,
+        example.stride(),
+        example.storage_offset(),
+    )
+    assert torch.equal(copy, example) and copy._base is None  # not a view: export reads bases
+    if example.numel():
+        assert copy.untyped_storage().data_ptr() != example.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_every_draw_is_laid_out_like_the_example(name: str) -> None:
+    example = LAYOUTS[name]
+    plan = DrawPlan({"x": example}, draws=16, no_repeats=False)
+    for index in range(plan.count):
+        drawn = plan.draw(index, draw_seed("t", "k", index)).values["x"]
+        assert (drawn.shape, drawn.stride(), drawn.storage_offset()) == (
+            example.shape,
+            example.stride(),
+            example.storage_offset(),
+        )
+        if name == "expanded":  # one row of values, read three times
+            assert torch.equal(drawn[0], drawn[2])
+
+
+def test_overlapping_elements_keep_the_example_values() -> None:
+    windows = torch.randn(10).unfold(0, 4, 1)  # windows that share elements
+    plan = DrawPlan({"x": windows, "y": torch.randn(7, 4)}, draws=4, no_repeats=False)
+    draw = plan.draw(0, 1)
+    assert draw.values["x"] is windows and "x" not in draw.masks
+    assert laid_out_like(torch.zeros(distinct_shape(windows)), windows) is None
+
+
+def test_one_element_floats_stay_near_their_value_with_their_sign_and_positions_keep_theirs() -> (
+    None
+):
+    named = {
+        "temperature": torch.tensor(0.7),
+        "shift": torch.tensor([-2.0]),
+        "position": torch.tensor(5),
+        "zero": torch.tensor(0.0),
+    }
+    plan = DrawPlan(named, draws=16, no_repeats=False)
+    assert plan.count >= 16 and set(plan.drawn) == {"temperature", "shift"}
+    for index in range(plan.count):
+        values = plan.draw(index, draw_seed("t", "k", index)).values
+        assert 0.349 <= float(values["temperature"]) <= 1.41  # float32's 0.35 and 1.4
+        assert -4.0 <= float(values["shift"]) <= -1.0
+        assert values["position"] is named["position"] and values["zero"] is named["zero"]
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(16,), (16,)],
+        [(), ()],
+        [(3,), ()],
+        [(4, 1), (1, 8)],
+        [(16,), (16,), (16,)],
+        [(2, 1, 5), (3, 1)],
+    ],
+    ids=str,
+)
+def test_every_pair_of_classes_meets_at_one_position(shapes: list[tuple[int, ...]]) -> None:
+    example = {f"x{i}": torch.randn(shape) * 3 for i, shape in enumerate(shapes)}
+    plan = DrawPlan(example, draws=0 + 1, no_repeats=False)
+    classes = {name: drawn.classes for name, drawn in plan.drawn.items()}
+    met: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for index in range(len(plan.meetings)):
+        values = plan.draw(index, index).values
+        for a, b in product(example, example):
+            if a >= b:
+                continue
+            pair_a, pair_b = torch.broadcast_tensors(values[a], values[b])
+            met.setdefault((a, b), set()).update(
+                zip(_classes_of(pair_a, classes[a]), _classes_of(pair_b, classes[b]))
+            )
+    for (a, b), found in met.items():
+        wanted = {(p.name, q.name) for p in classes[a] for q in classes[b]}
+        assert wanted <= found, (a, b, sorted(wanted - found))
+    assert len(plan.meetings) <= MEETING_CAP
+
+
+def _classes_of(values: torch.Tensor, classes: tuple) -> list[str]:
+    """The class each element of ``values`` belongs to (by its exact value and sign)."""
+    names = []
+    for value in values.reshape(-1).tolist():
+        names.append(
+            next(
+                c.name
+                for c in classes
+                for point in c.points
+                if _as(point, values) == value and str(_as(point, values))[0] == str(value)[0]
+            )
+        )
+    return names
+
+
+def _as(point: float, values: torch.Tensor) -> float:
+    """``point`` as ``values``' dtype holds it."""
+    return float(torch.tensor(point, dtype=torch.float64).to(values.dtype))
+
+
+def test_small_inputs_get_more_draws_and_the_plan_depends_on_sizes_alone() -> None:
+    def count(*shapes: tuple[int, ...]) -> int:
+        inputs = [MeetingInput(f"x{i}", s, s, 7) for i, s in enumerate(shapes)]
+        return len(plan_meetings(inputs))
+
+    assert count((), ()) == 49 > count((3,), ()) > count((16,), (16,)) == 7
+    inputs = [MeetingInput("a", (5,), (5,), 7), MeetingInput("b", (5,), (5,), 4)]
+    assert plan_meetings(inputs) == plan_meetings(inputs)
+
+
+def test_classes_hold_only_points_inside_the_range_and_both_zeros() -> None:
+    names = [c.name for c in point_classes(-2.2, 2.3, torch.float32)]
+    assert names == ["decimals", "thirds", "halves", "integers", "-0.0", "+0.0", "ends"]
+    assert [c.name for c in point_classes(0.35, 1.4, torch.float32)] == [
+        "decimals",
+        "thirds",
+        "halves",
+        "integers",
+        "ends",
+    ]
+    assert [c.points for c in point_classes(0, 5, torch.int64)] == [(0.0,), (1.0,), (5.0,)]
+    assert point_classes(-1, 1, torch.complex64) == ()
