@@ -147,9 +147,6 @@ def beyond_tolerance(
     return ~close
 
 
-ROUNDING_MARGIN = 4.0
-"""How many typical roundings of an accumulated result an engine may be off by: a sum of
-``n`` terms carries about ``sqrt(n)`` roundings of its size in any order of addition."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,7 @@ def fp64_rescue(
     accumulates: int = 0,
 ) -> Rescue:
     """``same()``'s RMSE test against the float64 reference, and the rounding an output of
-    ``accumulates`` terms may carry (:data:`ROUNDING_MARGIN`)."""
+    ``accumulates`` terms may carry (:func:`accumulated_rounding`)."""
     # the RMSE only sees finite elements, so anything non-finite must already match
     nonfinite = ~(expected.isfinite() & actual.isfinite())
     if bool((nonfinite & (expected != actual) & ~expected.isnan()).any()):
@@ -202,22 +199,24 @@ def fp64_rescue(
     )
     if rounding:
         line += (
-            f" and the rounding of {accumulates} accumulated terms, {ROUNDING_MARGIN:g} * "
-            f"u * sqrt({accumulates}) * rms(fp64) = {rounding:.3g}"
+            f" and the rounding of {accumulates} accumulated terms, "
+            f"{accumulates} * u * rms(fp64) = {rounding:.3g}"
         )
     passed = engine_error <= max(bound, rounding)
     return Rescue(passed, line, engine_closer=passed and engine_error < eager_error)
 
 
 def accumulated_rounding(dtype: torch.dtype, accumulates: int, reference: torch.Tensor) -> float:
-    """The RMS error that float rounding of a result of ``accumulates`` terms may carry in
-    ``dtype``: :data:`ROUNDING_MARGIN` times its unit roundoff times ``sqrt(accumulates)``
-    times the reference's RMS size; 0 for a result that accumulates nothing."""
+    """The RMS error float rounding may put into a result of ``accumulates`` terms in
+    ``dtype``: ``accumulates * u * rms(reference)``, ``u`` its unit roundoff. A sum of ``n``
+    terms added in any order is off by at most ``(n - 1) * u * sum(|terms|)``; the result's
+    own size stands for its terms'. Repeated values round alike at every step, so the error
+    grows with ``n``, not with ``sqrt(n)``. 0 for a result that accumulates nothing."""
     if accumulates < 2 or reference.numel() == 0 or not dtype.is_floating_point:
         return 0.0
     unit = torch.finfo(dtype).eps / 2
     size = float(torch.sqrt(torch.mean(torch.square(reference))))
-    return ROUNDING_MARGIN * unit * math.sqrt(accumulates) * size
+    return unit * accumulates * size
 
 
 def rescue_multiplier(dtype: torch.dtype, numel: int) -> float:

@@ -1,7 +1,7 @@
 """How many terms each result of a program accumulates: what float rounding may grow with.
 
 A float32 sum of 1,496 terms rounds once per term, and two correct programs that add them
-in other orders differ by about ``sqrt(n)`` roundings of the sum's size. The fp64 rule
+in other orders differ by up to ``n`` roundings of the sum's size. The fp64 rule
 (:func:`pytest_aoti.tolerance.fp64_rescue`) allows an engine that much: for each output,
 mutated input and mutated buffer, the longest chain of accumulations on any path from the
 program's inputs to it (a reduction's length, a matmul's or a convolution's inner size,
