@@ -147,8 +147,6 @@ def beyond_tolerance(
     return ~close
 
 
-
-
 @dataclass(frozen=True)
 class Rescue:
     """What the fp64 rule said of one leaf beyond the default tolerance."""

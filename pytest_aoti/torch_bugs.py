@@ -83,3 +83,10 @@ NEXTAFTER_STEPS_A_FLOAT32_ULP = TorchBug(
     "where eager steps one ulp of the input's dtype",
     measured=("2.13.0", "2.14.1"),
 )
+
+COMPLEX_SCALAR_PROMOTED = TorchBug(
+    issue="no upstream issue found (raw reproduction: tests/test_input_signatures.py)",
+    summary="a 0-dim complex64 tensor times a Python float comes back from the engine as "
+    "complex128, where eager keeps complex64",
+    measured=("2.13.0", "2.15.0"),
+)

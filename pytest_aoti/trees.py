@@ -46,14 +46,29 @@ def clone_like(tensor: torch.Tensor) -> torch.Tensor:
 def empty_like_layout(example: torch.Tensor) -> torch.Tensor:
     """An uninitialized tensor with ``example``'s sizes, strides, storage offset, dtype and
     device, in storage of its own: not a view (torch.export reads a view's base)."""
+    return empty_with_layout(
+        tuple(example.size()),
+        tuple(example.stride()),
+        int(example.storage_offset()),
+        example.dtype,
+        example.device,
+    )
+
+
+def empty_with_layout(
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    offset: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """An uninitialized tensor of these sizes, strides and storage offset, in storage of
+    its own (not a view)."""
     import torch
 
-    offset = example.storage_offset()
-    storage = torch.empty(
-        (offset + storage_extent(example),), dtype=example.dtype, device=example.device
-    ).untyped_storage()
-    empty = torch.empty((0,), dtype=example.dtype, device=example.device)
-    return empty.set_(storage, offset, example.size(), example.stride())
+    extent = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    storage = torch.empty((offset + extent,), dtype=dtype, device=device).untyped_storage()
+    return torch.empty((0,), dtype=dtype, device=device).set_(storage, offset, size, stride)
 
 
 def storage_extent(tensor: torch.Tensor) -> int:

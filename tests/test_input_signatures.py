@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from pytest_aoti import AotiCheckError, AotiUsageError
 from pytest_aoti.cache.registry import ProgramRegistry
 from pytest_aoti.tester import AotiTester
+from pytest_aoti.torch_bugs import COMPLEX_SCALAR_PROMOTED
 
 STAND_IN_EXAMPLES = int(os.environ.get("AOTI_SIGNATURE_EXAMPLES", "40"))
 REAL_COMPILES = int(os.environ.get("AOTI_SIGNATURE_COMPILES", "6"))
@@ -80,12 +81,15 @@ class Signature:
     layout: str
     requires_grad: bool
     scale: float | None
+    dynamic: bool = False
+    """Dim 0 of the first input exported as ``Dim.AUTO``: generated shapes run too."""
 
     def build(self) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
         generator = torch.Generator().manual_seed(hash(self) % 2**31)
         if self.module == "index_write":
             cache = _laid_out(_values((6, 4), self.dtype, generator), self.layout)
-            position = torch.tensor(len(self.shape) % 6)
+            # a dynamic cache may be generated with two rows: the position stays inside
+            position = torch.tensor(0 if self.dynamic else len(self.shape) % 6)
             row = _values((1, 4), self.dtype, generator)
             return IndexWrite(), (cache, position, row), {}
         x = _laid_out(_values(self.shape, self.dtype, generator), self.layout)
@@ -94,6 +98,27 @@ class Signature:
         module = Elementwise() if self.module == "elementwise" else Reduction()
         kwargs = {} if self.scale is None else {"scale": self.scale}
         return module, (x,), kwargs
+
+    @property
+    def promotes_a_complex_scalar(self) -> bool:
+        """Whether the program multiplies a 0-dim complex64 tensor by a Python float, which
+        the engine returns as complex128 on the torch releases measured
+        (:data:`~pytest_aoti.torch_bugs.COMPLEX_SCALAR_PROMOTED`)."""
+        complex_0_dim = self.module == "reduction" or self.shape == ()
+        return self.dtype == torch.complex64 and self.module != "index_write" and complex_0_dim
+
+    def options(self) -> dict[str, Any]:
+        """The check's keywords: dynamic shapes (and a few generated ones) where asked."""
+        if not self.dynamic:
+            return {}
+        auto = {0: torch.export.Dim.AUTO}
+        if self.module == "index_write":
+            spec: dict[str, Any] = {"cache": auto, "position": None, "row": None}
+        else:
+            spec = {"x": auto if self.shape else None}
+            if self.scale is not None:
+                spec["scale"] = None
+        return {"dynamic_shapes": spec, "examples": 3}
 
 
 def _values(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> Any:
@@ -142,6 +167,7 @@ def signatures(draw: st.DrawFn) -> Signature:
         layout=draw(st.sampled_from(layouts)),
         requires_grad=draw(st.booleans()),
         scale=draw(st.one_of(st.none(), st.sampled_from((0.5, 3.0)))),
+        dynamic=draw(st.booleans()),
     )
 
 
@@ -203,10 +229,13 @@ def check_holds(tester: AotiTester, signature: Signature, **options: Any) -> Non
         print(signature)
     before = [(t.clone(), t.stride(), t.storage_offset()) for t in _tensors(args, kwargs)]
     try:
-        tester.check(module, args, kwargs, **options)
+        tester.check(module, args, kwargs, **signature.options(), **options)
     except AotiUsageError as error:
         assert "sparse" not in str(error) or "dense" in str(error)  # says what to do
     except AotiCheckError as error:
+        if signature.promotes_a_complex_scalar and COMPLEX_SCALAR_PROMOTED.possible_in():
+            assert "complex128" in str(error)  # the check finds the torch bug
+            return
         pytest.fail(f"{signature}: a correct program failed: {error}")
     except Exception as error:  # a raw error: name where in the plugin it came from
         frames = [
@@ -229,7 +258,7 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor
     max_examples=STAND_IN_EXAMPLES,
     derandomize=True,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.nested_given],
 )
 @given(signature=signatures())
 def test_every_signature_passes_against_an_engine_stand_in(
@@ -237,6 +266,26 @@ def test_every_signature_passes_against_an_engine_stand_in(
 ) -> None:
     with engine_stand_in():
         check_holds(stand_in_tester, signature, crash_screen=False, probes="off")
+
+
+@pytest.mark.compiles
+@pytest.mark.skipif(
+    not COMPLEX_SCALAR_PROMOTED.measured_in(),
+    reason=f"measured only on {', '.join(COMPLEX_SCALAR_PROMOTED.measured)}",
+)
+@pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
+)
+def test_the_raw_engine_promotes_a_complex_scalar_times_a_float(tmp_path: Path) -> None:
+    """The raw pipeline (no plugin code): the torch bug the check reports on such programs."""
+    x = torch.tensor(0.5 + 0.0j, dtype=torch.complex64)
+    exported = torch.export.export(Elementwise(), (x,)).run_decompositions()
+    package = torch._inductor.aoti_compile_and_package(
+        exported, package_path=str(tmp_path / "p.pt2")
+    )
+    engine = torch._inductor.aoti_load_package(package)
+    assert Elementwise()(x).dtype == torch.complex64
+    assert engine(x).dtype == torch.complex128
 
 
 @pytest.mark.compiles
@@ -248,7 +297,7 @@ def test_every_signature_passes_against_an_engine_stand_in(
     database=None,
 )
 @given(signature=signatures())
-@example(Signature("index_write", (), torch.float32, "gaps", False, None))
+@example(Signature("index_write", (), torch.float32, "gaps", False, None, dynamic=True))
 @example(Signature("elementwise", (2, 3, 4, 4), torch.float16, "channels_last", False, 3.0))
 @example(Signature("reduction", (), torch.float32, "contiguous", True, 0.5))
 def test_signatures_pass_against_real_engines(tester: AotiTester, signature: Signature) -> None:

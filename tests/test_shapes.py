@@ -281,8 +281,8 @@ def test_reads_a_bounded_dim(ranged_program: ExportedProgram) -> None:
     shapes = read_program_shapes(ranged_program)
     b = symbol_of(shapes, "x", 0)
     assert shapes.inputs == (
-        InputSpec("x", (b, 8), torch.float32, torch.device("cpu"), "contiguous"),
-        InputSpec("y", (b,), torch.float32, torch.device("cpu"), "contiguous"),
+        InputSpec("x", (b, 8), torch.float32, torch.device("cpu"), "contiguous", (8, 1)),
+        InputSpec("y", (b,), torch.float32, torch.device("cpu"), "contiguous", (1,)),
     )
     assert shapes.symbols == {b: SymbolRange(b, 2, 512)}
     assert shapes.constants == {"n": 3}
@@ -484,3 +484,26 @@ def test_shapes_from_assignment(derived_program: ExportedProgram) -> None:
     shapes = read_program_shapes(derived_program)
     d = symbol_of(shapes, "y", 0)
     assert shapes_from_assignment(shapes, {d: 5}) == {"x": (10, 3), "y": (5, 3), "z": (6,)}
+
+
+def test_generated_inputs_take_the_exported_strides_at_their_shape() -> None:
+    """A sliced example (strides (16, 2)) or an expanded one (stride 0) exported with a
+    dynamic batch: each generated input has the exported strides at its own shape, as the
+    engine reads it, and an expanded dim stays expanded."""
+    from torch.export import Dim
+
+    from pytest_aoti.strategies import InputBuilder
+
+    class Affine(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x * 2 + y
+
+    x, y = torch.randn(4, 16)[:, ::2], torch.randn(1, 8).expand(4, 8)
+    batch = Dim("batch", min=2, max=16)
+    program = torch.export.export(Affine(), (x, y), dynamic_shapes=({0: batch}, {0: batch}))
+    builder = InputBuilder(program, like=(x, y))
+    (symbol,) = builder.shapes.symbols
+    (new_x, new_y), _ = builder.build({symbol: 6}, seed=1)
+    assert new_x.shape == (6, 8) and new_x.stride() == (16, 2)
+    assert new_y.shape == (6, 8) and new_y.stride() == (0, 1)
+    assert torch.equal(new_y[0], new_y[5])

@@ -144,6 +144,8 @@ def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
             tensor = value.detach()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
             flat = tensor.cpu().contiguous().reshape(-1)
+            if flat.numel() and flat.stride() != (1,):  # one element at another stride
+                flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
             if flat.numel():
                 digest.update(flat.view(torch.uint8).numpy().data)
         else:

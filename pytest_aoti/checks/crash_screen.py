@@ -330,5 +330,7 @@ def _data_start(tensor: torch.Tensor) -> bytes:
     if tensor.is_quantized or tensor.layout != torch.strided or tensor.numel() == 0:
         return b""
     flat = tensor.detach().reshape(-1)
-    start = flat[: max(1, _DIGEST_BYTES // flat.element_size())].cpu().contiguous()
+    head = flat[: max(1, _DIGEST_BYTES // flat.element_size())].cpu()
+    # a fresh dense copy: a one-element view keeps its stride through contiguous()
+    start = torch.empty(head.shape, dtype=head.dtype).copy_(head)
     return start.view(torch.uint8).numpy().tobytes()

@@ -57,12 +57,30 @@ def shapes_from_assignment(
     return {spec.name: _evaluate(spec, values) for spec in shapes.inputs}
 
 
+def strides_from_assignment(
+    shapes: ProgramShapes, values: Mapping[str, int]
+) -> dict[str, tuple[int, ...] | None]:
+    """The exported strides of every tensor input for one symbol assignment (None where
+    they are not known or hold a symbol the assignment lacks)."""
+    found: dict[str, tuple[int, ...] | None] = {}
+    for spec in shapes.inputs:
+        try:
+            found[spec.name] = _evaluated(spec.strides, values) if spec.strides else None
+        except (KeyError, TypeError, ValueError):  # an unbacked or unknown symbol
+            found[spec.name] = None
+    return found
+
+
 def _evaluate(spec: InputSpec, values: Mapping[str, int]) -> tuple[int, ...]:
-    sizes = []
-    for size in spec.shape:
+    return _evaluated(spec.shape, values)
+
+
+def _evaluated(sizes: tuple[int | str, ...], values: Mapping[str, int]) -> tuple[int, ...]:
+    found = []
+    for size in sizes:
         if isinstance(size, int):
-            sizes.append(size)
+            found.append(size)
             continue
         expr = parse_size(size)
-        sizes.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
-    return tuple(sizes)
+        found.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
+    return tuple(found)

@@ -23,7 +23,12 @@ from hypothesis import strategies as st
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
-from pytest_aoti.shapes.boundaries import assignment_fits, cap_range, shapes_from_assignment
+from pytest_aoti.shapes.boundaries import (
+    assignment_fits,
+    cap_range,
+    shapes_from_assignment,
+    strides_from_assignment,
+)
 from pytest_aoti.shapes.read import ProgramShapes, read_program_shapes
 
 if TYPE_CHECKING:
@@ -89,9 +94,12 @@ class InputBuilder:
         import torch.utils._pytree as pytree
 
         sizes = shapes_from_assignment(self.shapes, values)
+        strides = strides_from_assignment(self.shapes, values)
         generator = torch.Generator().manual_seed(seed)
         new_leaves = [
-            self._makers[index].make(sizes[self._names[index]], generator)
+            self._makers[index].make(
+                sizes[self._names[index]], generator, strides[self._names[index]]
+            )
             if index in self._makers
             else leaf
             for index, leaf in enumerate(self._leaves)
@@ -151,16 +159,34 @@ class _TensorMaker:
     """Dims from outermost to innermost in memory: the example's layout, which the
     engine was compiled for (``channels_last`` is ``(0, 2, 3, 1)``)."""
 
+    offset: int = 0
+    """The example's storage offset (kept: the engine may rely on its alignment)."""
+
     @classmethod
     def like(cls, example: torch.Tensor) -> _TensorMaker:
         low, high = value_range(example)
         strides = example.stride()
         order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
-        return cls(example.dtype, example.device, low, high, order)
+        offset = int(example.storage_offset())
+        return cls(example.dtype, example.device, low, high, order, offset)
 
-    def make(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-        """A tensor of ``shape`` laid out in memory like the example (its dims in the
-        example's order: a new shape cannot keep the example's strides)."""
+    def make(
+        self,
+        shape: tuple[int, ...],
+        generator: torch.Generator,
+        strides: tuple[int, ...] | None = None,
+    ) -> torch.Tensor:
+        """A tensor of ``shape`` laid out as the program was exported: with ``strides``
+        (the exported strides at this shape) where they are known and give each element
+        but expanded ones memory of its own, else with its dims in the example's order."""
+        from pytest_aoti.trees import distinct_shape, empty_with_layout, has_own_elements
+
+        if strides is not None and len(strides) == len(shape):
+            laid_out = empty_with_layout(shape, strides, self.offset, self.dtype, self.device)
+            if has_own_elements(laid_out):
+                own = distinct_shape(laid_out)
+                laid_out.as_strided(own, strides, self.offset).copy_(self._values(own, generator))
+                return laid_out
         in_memory_order = tuple(shape[dim] for dim in self.dim_order)
         values = self._values(in_memory_order, generator)
         if not shape:  # 0-dim: nothing to order

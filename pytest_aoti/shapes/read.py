@@ -45,6 +45,9 @@ class InputSpec:
     """Memory layout the engine was compiled for: ``contiguous``, ``channels_last`` or
     ``any`` (another layout, not checked). An AOTI engine reads its inputs with the
     exported strides, so a tensor in another layout gives silently wrong results."""
+    strides: tuple[int | str, ...] = ()
+    """The exported strides, each an int or an expression's text over the shape symbols
+    (a sliced example's ``(16, 2)``, a contiguous one's ``(s77, 1)``); empty where unknown."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,31 @@ def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
             shape.append(str(expr))
             for symbol in sorted(expr.free_symbols, key=str):
                 free.setdefault(str(symbol), symbol)
-        inputs.append(InputSpec(node.name, tuple(shape), value.dtype, value.device, _layout(value)))
+        inputs.append(
+            InputSpec(
+                node.name,
+                tuple(shape),
+                value.dtype,
+                value.device,
+                _layout(value),
+                _strides(value),
+            )
+        )
     ranges = {str(key): value for key, value in program.range_constraints.items()}
     symbols = {name: _symbol_range(name, ranges.get(name)) for name in free}
     return ProgramShapes(inputs=tuple(inputs), symbols=symbols, constants=_constants(program))
+
+
+def _strides(value: torch.Tensor) -> tuple[int | str, ...]:
+    """The strides as ints or expression texts, read without a guard."""
+    found: list[int | str] = []
+    for stride in value.stride():
+        if isinstance(stride, int):
+            found.append(stride)
+            continue
+        expr = stride.node.expr
+        found.append(int(expr) if expr.is_number else str(expr))
+    return tuple(found)
 
 
 def _layout(value: torch.Tensor) -> str:
