@@ -18,7 +18,7 @@ export, content key, the eager and engine runs, comparisons and whatever else th
 does; never a compile or a package load (except the fresh engine a buffer-mutating
 program gets per check).
 
-Where ``pytest_aoti.checks.timing`` exists (the new tree), the test also times
+Where ``pytest_aoti.timing.check`` exists (the new tree), the test also times
 ``timing.call_times`` alone on each model's compiled program, ``--reps-timing`` times.
 
 With ``--before OLD`` (and ``--after NEW``, default this script's repository) the script
@@ -191,7 +191,9 @@ TEST_FILE = textwrap.dedent(
         # only the tree's own module: an editable install's finder would supply a
         # submodule the tree lacks from the installed tree
         call_times = None
-        if os.path.exists(os.path.join(tree, "checks", "timing.py")):
+        if os.path.exists(os.path.join(tree, "timing", "check.py")):
+            from pytest_aoti.timing.check import call_times
+        elif os.path.exists(os.path.join(tree, "checks", "timing.py")):
             from pytest_aoti.checks.timing import call_times
         if call_times is not None:
             for name in CONFIG["timing_models"]:
@@ -222,7 +224,7 @@ TEST_FILE = textwrap.dedent(
         # check with and without it (``call_times`` stubbed out), alternating check by check
         report["timing_ablation"] = {{}}
         if call_times is not None and CONFIG.get("ablate_timing"):
-            import pytest_aoti.checks.timing as timing_module
+            timing_module = sys.modules[call_times.__module__]
 
             def no_timing(*args, **kwargs):
                 return 0.0, 0.0

@@ -109,7 +109,7 @@ def fetch_each(url: str, keys: list[str], tmp: Path, env: Mapping[str, str]) -> 
     saved = dict(os.environ)
     os.environ.update(env)
     try:
-        from pytest_aoti.cache.remote.open import open_remote
+        from pytest_aoti.fleet.open import open_remote
 
         problems: list[str] = []
         store = open_remote(
@@ -136,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     models = QUICK_MODELS if args.quick else FULL_MODELS
     sys.path.insert(0, str(HERE.parent))
-    from pytest_aoti.cache.remote.signing import (
+    from pytest_aoti.fleet.signing import (
         SIGNING_KEY_ENV,
         TRUSTED_KEYS_ENV,
         generate_key_pair,

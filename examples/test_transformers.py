@@ -64,7 +64,7 @@ def test_bert_dynamic_batch_and_sequence(aoti):
     input_ids, kwargs = token_inputs(2, 16)
     # one compile; then the boundary shapes and 8 generated (batch, seq) inside the ranges
     result = aoti.check(model, (input_ids,), kwargs, dynamic_shapes=DYNAMIC)
-    assert result.examples >= 8
+    assert result.figures["examples"] >= 8
 
     # the engine is the deployable artifact: called like the model, at a shape of our own,
     # it returns the same ModelOutput with the same values
@@ -105,7 +105,7 @@ def test_gpt2_dynamic_batch_and_sequence(aoti):
     del kwargs["token_type_ids"]
     dynamic = {name: DYNAMIC[name] for name in ("input_ids", "attention_mask")}
     result = aoti.check(model, (input_ids,), kwargs, dynamic_shapes=dynamic)
-    assert result.examples >= 8
+    assert result.figures["examples"] >= 8
 
     # greedy decoding picks the same next tokens from the engine as from eager
     input_ids, kwargs = token_inputs(3, 40)

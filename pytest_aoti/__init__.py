@@ -1,7 +1,5 @@
 """pytest-aoti: test that PyTorch models compile to correct AOTInductor engines.
-
-Importing this package does not import torch; torch loads when an AOTI test first runs.
-"""
+Importing this package does not import torch; torch loads when an AOTI test first runs."""
 
 from __future__ import annotations
 
@@ -17,7 +15,13 @@ from pytest_aoti.errors import (
     AotiInputError,
     AotiUsageError,
 )
+from pytest_aoti.options.catalog import set_default
+from pytest_aoti.plugins import default_checks, default_features
+from pytest_aoti.run import added
 from pytest_aoti.tester import AotiTester, CheckDefaults, CheckResult
+
+set_default(default_features)  # the options outside a run: every default plugin's
+added.set_default(default_checks)  # and the checks of a tester made without the fixture
 
 __all__ = [
     "AotiBufferMutationWarning",

@@ -1,5 +1,4 @@
-"""One atomic text write, for every file the plugin keeps across runs (the seed history,
-the host's compile target record, the last run's hazards)."""
+"""One atomic text write, for every file the plugin keeps across runs."""
 
 from __future__ import annotations
 
@@ -10,9 +9,7 @@ from pathlib import Path
 
 
 def replace_text(path: Path, text: str, *, sync: bool = False) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file beside it, then a rename, so
-    a reader sees the old file or the new one whole. An ``OSError`` is raised with the
-    temporary file removed; ``sync`` flushes the data to disk before the rename."""
+    """Write ``text`` to ``path`` atomically (temp file, rename; ``sync``: fsync first)."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:

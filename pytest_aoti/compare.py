@@ -1,12 +1,6 @@
-"""Compare what the AOTInductor engine returned with what eager PyTorch returned.
-
-Results are pytrees (tensors, tuples, lists, dicts, ``None``, Python scalars). Tensor
-leaves must agree exactly in shape, dtype and device; integer and bool values must be
-equal; floating and complex values follow ``torch.testing.assert_close`` (NaN equal to
-NaN, infinities exact). A floating leaf that misses the *default* tolerance can still
-pass the fp64 check torch's own accuracy benchmarks use (``torch._dynamo.utils.same``):
-the engine's RMSE against a float64 eager run may be at most a few times eager's own.
-"""
+"""Comparing the AOTInductor engine's results with eager PyTorch's: tensors agree exactly in shape,
+dtype and device, ints and bools are equal, floats follow ``assert_close`` or pass the fp64 rule
+(the engine's RMSE against a float64 eager run at most a few times eager's own)."""
 
 from __future__ import annotations
 
@@ -94,16 +88,10 @@ def compare_trees(
     scalar_dtypes: Sequence[torch.dtype | None] = (),
     accumulates: Sequence[int] = (),
 ) -> list[LeafStats]:
-    """Compare eager's result pytree ``expected`` with the engine's ``actual``.
-
-    ``what`` labels the root ("output", "input 'x'"); leaf locations append the pytree
-    path to it. ``reference`` returns the same pytree computed by eager in float64; it
-    is called only if a floating leaf misses the default tolerance, and at most once.
-    ``scalar_dtypes``: per leaf, the dtype a Python float leaf was read from (``.item()``
-    of a float32 tensor: float32), whose tolerance it is compared with; ``accumulates``:
-    per leaf, the terms it accumulates (see :func:`compare_leaf`).
-    Raises ``AotiCheckError`` at the first leaf that differs.
-    """
+    """Compare eager's pytree ``expected`` with the engine's ``actual``; raise ``AotiCheckError`` at
+    the first leaf that differs. ``what`` labels the root ("output", "input 'x'"); ``reference``
+    returns the float64 eager pytree (called at most once, if needed); per leaf,
+    ``scalar_dtypes`` and ``accumulates`` are :func:`compare_leaf`'s."""
     __tracebackhide__ = True
     expected_leaves, expected_spec = tree_flatten_with_path(expected)
     actual_leaves, actual_spec = tree_flatten_with_path(actual)
@@ -113,22 +101,19 @@ def compare_trees(
         raise frame.error(tail, "structure")
 
     lazy = _LazyReference(reference, expected_spec) if reference is not None else None
-    stats = []
-    for index, ((path, want), (_, got)) in enumerate(zip(expected_leaves, actual_leaves)):
-        leaf_reference = lazy.leaf_getter(index) if lazy is not None else None
-        stats.append(
-            compare_leaf(
-                want,
-                got,
-                location=f"{what}{keystr(path)}",
-                context=context,
-                tolerance=tolerance,
-                reference=leaf_reference,
-                scalar_dtype=scalar_dtypes[index] if index < len(scalar_dtypes) else None,
-                accumulates=accumulates[index] if index < len(accumulates) else 0,
-            )
+    return [
+        compare_leaf(
+            want,
+            got,
+            location=f"{what}{keystr(path)}",
+            context=context,
+            tolerance=tolerance,
+            reference=lazy.leaf_getter(index) if lazy is not None else None,
+            scalar_dtype=scalar_dtypes[index] if index < len(scalar_dtypes) else None,
+            accumulates=accumulates[index] if index < len(accumulates) else 0,
         )
-    return stats
+        for index, ((path, want), (_, got)) in enumerate(zip(expected_leaves, actual_leaves))
+    ]
 
 
 def compare_leaf(
@@ -142,24 +127,18 @@ def compare_leaf(
     scalar_dtype: torch.dtype | None = None,
     accumulates: int = 0,
 ) -> LeafStats:
-    """Compare one eager leaf with the engine's; raise ``AotiCheckError`` if they differ.
-
-    ``reference`` returns this leaf computed by eager in float64 (see ``compare_trees``);
-    if it raises, the leaf is judged without it. A Python float is compared with the
-    tolerance of ``scalar_dtype`` (the dtype it was read from; float64 where unknown), an
-    int or a bool exactly. ``accumulates``: the terms the leaf accumulates (see
-    :mod:`pytest_aoti.compiling.accumulation`), whose rounding the fp64 rule allows.
-    """
+    """Compare one eager leaf with the engine's; raise ``AotiCheckError`` if they differ. A
+    ``reference`` that raises is ignored. A Python float uses ``scalar_dtype``'s tolerance
+    (float64 where unknown), an int or bool is exact; ``accumulates``: the rounding the fp64 rule
+    allows."""
     __tracebackhide__ = True
     frame = _eager_frame(location, context)
     expected_is_tensor = isinstance(expected, torch.Tensor)
     if _is_boxed_number(expected, actual):
-        # an AOTI engine can only return tensors: a Python number eager returns comes back
-        # from the engine as a 0-dim tensor holding it, which must hold exactly that value
+        # an engine returns a Python number as a 0-dim tensor, which must hold exactly it
         actual = actual.item()
     elif expected_is_tensor != isinstance(actual, torch.Tensor):
-        tail = f"eager {type_name(expected)}, engine {type_name(actual)}"
-        raise frame.error(tail, "type")
+        raise frame.error(f"eager {type_name(expected)}, engine {type_name(actual)}", "type")
     if not expected_is_tensor:
         return _check_plain(expected, actual, frame, tolerance, scalar_dtype)
     return _check_tensor(expected, actual, frame, tolerance, reference, accumulates)
@@ -173,11 +152,8 @@ def assert_values(
     context: str = "",
     tolerance: Tolerance = _NO_TOLERANCE_SET,
 ) -> LeafStats:
-    """Check that the engine left ``actual`` holding the value the test expects.
-
-    ``expected`` may be a tensor, a number or a nested list; it is converted to
-    ``actual``'s dtype and device but never broadcast. No fp64 check applies.
-    """
+    """Check the engine left ``actual`` holding what the test expects (a tensor, number or nested
+    list, converted to its dtype and device, never broadcast). No fp64 check."""
     __tracebackhide__ = True
     frame = _Frame(location, context, "expected", "holds the wrong value after the AOTI engine ran")
     if not isinstance(actual, torch.Tensor):
@@ -187,16 +163,9 @@ def assert_values(
 
 
 def assert_unchanged(
-    before: torch.Tensor,
-    after: torch.Tensor,
-    *,
-    location: str,
-    context: str = "",
+    before: torch.Tensor, after: torch.Tensor, *, location: str, context: str = ""
 ) -> None:
-    """Check that ``after`` is bitwise equal to ``before`` (NaN counts equal to NaN).
-
-    Used for inputs the program does not mutate: the engine must not write to them.
-    """
+    """Check an unmutated input is bitwise unchanged (NaN equal to NaN)."""
     __tracebackhide__ = True
     frame = _Frame(
         location,
@@ -220,9 +189,6 @@ def assert_unchanged(
         f"first change at index {index}: before={format_element(old_t[index])} after={format_element(new_t[index])}",
     ]
     raise frame.error(f"{count} of {old_t.numel()} elements changed", details=details)
-
-
-# --- tree helpers -------------------------------------------------------------------
 
 
 class _LazyReference:
@@ -291,18 +257,10 @@ def _is_boxed_number(expected: Any, actual: Any) -> bool:
     )
 
 
-# --- leaf checks --------------------------------------------------------------------
-
-
 def _check_plain(
-    expected: Any,
-    actual: Any,
-    frame: _Frame,
-    tolerance: Tolerance,
-    dtype: torch.dtype | None,
+    expected: Any, actual: Any, frame: _Frame, tolerance: Tolerance, dtype: torch.dtype | None
 ) -> LeafStats:
-    """A Python number (or other plain leaf): a float within the tolerance of the dtype
-    it was read from (float64 where unknown), anything else equal."""
+    """A Python number: a float within its source dtype's tolerance, anything else equal."""
     __tracebackhide__ = True
     both_nan = (
         isinstance(expected, float)
@@ -339,8 +297,7 @@ def _check_tensor(
     for attribute in ("shape", "dtype", "device", "layout"):
         want, got = getattr(expected, attribute), getattr(actual, attribute)
         if want != got:
-            tail = f"{frame.expected_name} {want}, engine {got}"
-            raise frame.error(tail, attribute)
+            raise frame.error(f"{frame.expected_name} {want}, engine {got}", attribute)
     want_t, got_t = plain_tensor(expected), plain_tensor(actual)
     if want_t.is_floating_point() or want_t.is_complex():
         return _check_inexact(want_t, got_t, frame, tolerance, reference, accumulates)
@@ -353,11 +310,9 @@ def _check_exact(expected: torch.Tensor, actual: torch.Tensor, frame: _Frame) ->
     diff = abs_diff(expected, actual)
     count = int(mismatch.sum())
     if count:
-        summary = (
-            f"{count} of {expected.numel()} elements differ (exact comparison for {expected.dtype})"
-        )
         raise frame.error(
-            summary, figures=leaf_figures(expected, actual, mismatch, diff, frame.location)
+            f"{count} of {expected.numel()} elements differ (exact comparison for {expected.dtype})",
+            figures=leaf_figures(expected, actual, mismatch, diff, frame.location),
         )
     return leaf_stats(frame.location, expected, diff)
 
@@ -378,23 +333,20 @@ def _check_inexact(
     count = int(mismatch.sum())
     if count == 0:
         return leaf_stats(frame.location, expected, diff, rtol, atol)
-
     rescue_line = ""
     final = tolerance.is_final(expected.dtype, frame.location)
     if not final and expected.is_floating_point() and reference is not None:
         rescue = fp64_rescue(expected, actual, reference, accumulates)
         rescue_line = rescue.line
         if rescue.passed:
-            stats = leaf_stats(frame.location, expected, diff, rtol, atol)
             return replace(
-                stats,
+                leaf_stats(frame.location, expected, diff, rtol, atol),
                 rescued_by_fp64=True,
                 rounded_apart=count if rescue.engine_closer else 0,
                 dtype=str(expected.dtype),
             )
-    summary = f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}"
     error = frame.error(
-        summary,
+        f"{count} of {expected.numel()} elements beyond rtol={rtol:g}, atol={atol:g}",
         figures=leaf_figures(
             expected, actual, mismatch, diff, frame.location, rtol=rtol, atol=atol
         ),
@@ -411,8 +363,7 @@ def _check_inexact(
 def _within_default(
     expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
 ) -> str:
-    """For a failure under a tolerance the user set tighter than the dtype default: the
-    words saying the difference is within that default (empty when it is not)."""
+    """Under a tolerance tighter than the dtype default: a note if the difference is within it."""
     default_rtol, default_atol = default_tolerance(expected.dtype)
     if rtol >= default_rtol and atol >= default_atol:
         return ""
@@ -431,14 +382,10 @@ def _check_nan_positions(expected: torch.Tensor, actual: torch.Tensor, frame: _F
     if count == 0:
         return
     index = unravel(int(one_sided.reshape(-1).nonzero()[0]), expected.shape)
-    tail = (
+    raise frame.error(
         f"{count} of {expected.numel()} elements are NaN on one side only, first at index "
         f"{index}: {frame.expected_name}={format_element(expected[index])} engine={format_element(actual[index])}"
     )
-    raise frame.error(tail)
-
-
-# --- assert_values / assert_unchanged helpers ---------------------------------------
 
 
 def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> torch.Tensor:
@@ -446,24 +393,23 @@ def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> t
     try:
         raw = torch.as_tensor(expected, device=actual.device)
     except (TypeError, ValueError, RuntimeError) as exc:
-        tail = f"expected value {expected!r} is not tensor-like ({exc})"
-        raise frame.error(tail) from None
+        raise frame.error(f"expected value {expected!r} is not tensor-like ({exc})") from None
     converted = raw.to(actual.dtype)
     # converting 0.5 to an integer dtype would silently expect 0
     lossy = not (actual.is_floating_point() or actual.is_complex()) and not torch.equal(
         converted.to(raw.dtype), raw
     )
     if lossy:
-        tail = f"expected value {expected!r} does not fit the engine's dtype {actual.dtype}"
-        raise frame.error(tail)
+        raise frame.error(
+            f"expected value {expected!r} does not fit the engine's dtype {actual.dtype}"
+        )
     return converted
 
 
 def _bitwise_changed(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """Per-element mask of changed bits; two NaNs count as unchanged whatever their payload."""
     itemsize = before.element_size()
-    # a fresh dense copy: a one-element or expanded view keeps its strides through
-    # contiguous(), and a view of other strides cannot be viewed as bytes
+    # a fresh dense copy: contiguous() keeps a one-element or expanded view's strides
     old = before.new_empty(before.numel()).copy_(before.reshape(-1)).view(torch.uint8)
     new = after.new_empty(after.numel()).copy_(after.reshape(-1)).view(torch.uint8)
     old, new = old.reshape(-1, itemsize), new.reshape(-1, itemsize)

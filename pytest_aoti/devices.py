@@ -8,13 +8,10 @@ import pytest
 
 
 def resolve_devices(names: Sequence[str], given: str = "") -> tuple[str, ...]:
-    """Replace ``auto`` and check that every CUDA device asked for exists; an error quotes
-    ``given``, what the user wrote (``cpu,cuda``), and names the device it is about.
-
-    Asking for CUDA where there is none is a usage error, not a silent skip: a CI job
-    that meant to test the GPU engine must not pass without testing it.
-    """
-    import torch
+    """Replace ``auto`` and check that every CUDA device asked for exists; errors quote ``given``
+    (what the user wrote). Missing CUDA is a usage error, not a skip: a GPU CI job must not pass
+    untested."""
+    import torch  # torch loads on first use
 
     cuda = torch.cuda.is_available()
     resolved: list[str] = []
@@ -42,9 +39,8 @@ def resolve_devices(names: Sequence[str], given: str = "") -> tuple[str, ...]:
 
 
 def resolve_ini_devices(names: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Like :func:`resolve_devices` for a device list from the ini file, which describes the
-    project rather than this machine: a CUDA device the machine lacks is skipped, not an
-    error. Returns the devices to run on and ``{skipped device: why}``."""
+    """Like :func:`resolve_devices` for the ini file's list (the project's, not this machine's):
+    a missing CUDA device is skipped. Returns the devices and ``{skipped device: why}``."""
     resolved: list[str] = []
     skipped: dict[str, str] = {}
     for name in names:

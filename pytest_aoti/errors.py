@@ -1,23 +1,17 @@
-"""Errors and warnings raised by pytest-aoti.
-
-Every error carries a short first line that says what went wrong and, where the user
-can act, what to try. An export or compile error keeps torch's own exception as its
-``__cause__``, its traceback cut to the model's line.
-"""
+"""Errors and warnings raised by pytest-aoti: a short first line saying what went wrong and what
+to try; an export or compile error keeps torch's as its ``__cause__``."""
 
 from __future__ import annotations
 
 import functools
+import json
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from importlib import metadata
+from typing import Any, Protocol, TypeVar
 
-from pytest_aoti.findings import FindingKind
+from pytest_aoti.findings import Finding, FindingKind, plain_finding
 from pytest_aoti.frames import caller_stacklevel, pin_to_source
-
-if TYPE_CHECKING:
-    from pytest_aoti.findings import Finding
-
 
 STAGE_NAMES = ("eager", "export", "decompose", "compile")
 """Where a failure arose, one spelling everywhere (text, exception, JSON report, JUnit)."""
@@ -28,14 +22,11 @@ class AotiError(Exception):
 
     @property
     def stage(self) -> str | None:
-        """``"eager"``, ``"export"``, ``"decompose"`` or ``"compile"``: the step that failed;
-        None where no step applies (a wrong expectation, a usage error)."""
+        """The step that failed (``"eager"``, ``"export"``, ``"decompose"``, ``"compile"``), or None."""
         return None
 
 
 class _StageError(AotiError):
-    """An error raised by one step of the pipeline, which knows its stage."""
-
     default_stage = "export"
 
     def __init__(self, message: str, *, stage: str | None = None) -> None:
@@ -48,8 +39,7 @@ class _StageError(AotiError):
 
 
 class Replay(Protocol):
-    """What a failure replays in its repro bundle: an input set, its module and the number
-    of calls (:class:`pytest_aoti.triage.attribution.Replay`)."""
+    """What a failure replays in its repro bundle: an input set, its module, the call count."""
 
     @property
     def args(self) -> tuple[Any, ...]: ...
@@ -63,24 +53,15 @@ class Replay(Protocol):
     def eager_run(
         self, program: Any, *, buffers: bool = False
     ) -> tuple[list[tuple[Any, dict[str, Any]]], list[dict[str, Any]] | None]:
-        """One eager run: per call, eager's outputs and every named input after the call;
-        with ``buffers``, also per call the registered buffers the program mutates."""
-        ...
+        """One eager run: per call, outputs and named inputs after it (and mutated ``buffers``)."""
 
 
 class AotiCheckError(AotiError, AssertionError):
-    """The AOTInductor engine disagreed with eager PyTorch or with what the test expected.
-
-    The first line names what differed and where (pytree path, input name, call number,
-    sample number); the following lines give the figures. What failed is data on
-    :attr:`finding` (kind, location, call, sample, tolerance, figures), with :attr:`stage`
-    (``"eager"``, ``"export"``, ``"decompose"``, ``"compile"`` or None) and :attr:`node` (the first
-    diverging graph node, for stage ``"compile"``) at hand.
-    """
+    """The AOTInductor engine disagreed with eager PyTorch or with what the test expected. The first
+    line names what differed and where, the next the figures; as data: :attr:`finding`,
+    :attr:`stage` and :attr:`node` (the first diverging graph node, for stage ``"compile"``)."""
 
     def __init__(self, finding: Finding | str) -> None:
-        from pytest_aoti.findings import Finding, plain_finding
-
         self.finding: Finding = (
             finding if isinstance(finding, Finding) else plain_finding(FindingKind.CHECK, finding)
         )
@@ -103,8 +84,7 @@ class AotiCheckError(AotiError, AssertionError):
         return self.finding.node
 
     replay: Replay | None = None
-    """The input set and calls the failure happened on
-    (:class:`pytest_aoti.triage.attribution.Replay`), for the repro bundle; None where the
+    """The input set and calls the failure happened on, for the repro bundle; None where the
     failure is not about one input set."""
 
     def amended(self, finding: Finding) -> AotiCheckError:
@@ -116,8 +96,7 @@ class AotiCheckError(AotiError, AssertionError):
 
 
 class AotiExportError(_StageError):
-    """``torch.export.export`` (stage ``"export"``) or ``run_decompositions`` (stage
-    ``"decompose"``) refused the module."""
+    """``torch.export.export`` or ``run_decompositions`` (stage ``"decompose"``) refused the module."""
 
     default_stage = "export"
 
@@ -137,12 +116,8 @@ class AotiInputError(AotiError, ValueError):
 
 
 class AotiBufferMutationWarning(UserWarning):
-    """The program mutates registered buffers.
-
-    Buffers are state shared by every caller of one engine: two threads running the same
-    engine race on them. Passing the state as an input that the program mutates is
-    thread-safe instead.
-    """
+    """The program mutates registered buffers: state shared by every caller of one engine, which
+    two threads race on. A mutated input is thread-safe instead."""
 
 
 class AotiCacheWarning(UserWarning):
@@ -158,13 +133,8 @@ def warn_at_caller(warning: Warning) -> None:
 
 
 def user_facing(function: _F) -> _F:
-    """Let an :class:`AotiError` leave a public entry point with only the caller's frame.
-
-    The frames below (pipeline, registry, comparison, torch) explain nothing to a user
-    whose model failed a check; the error's message carries what matters. An error
-    raised ``from`` torch's keeps it as ``__cause__`` (pytest prints it above the error,
-    ``--full-trace`` too), its traceback cut to the model's own line.
-    """
+    """Let an :class:`AotiError` leave a public entry point with only the caller's frame; one
+    raised ``from`` torch's keeps it as ``__cause__``, cut to the model's line."""
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
@@ -185,15 +155,9 @@ REPOSITORY = "git+https://github.com/<org>/pytest-aoti"
 
 
 def install_hint(extra: str = "") -> str:
-    """The command that installs this project with ``extra`` (``s3``, ``hf``), from where it
-    was installed (pip's ``direct_url.json``), else from the repository its metadata names
-    (``Project-URL`` or ``Home-page``), else as the install docs say.
-
-    Never the bare name from the package index: pytest-aoti is not published there, and
-    whoever registers the name there would be installed instead."""
-    import json
-    from importlib import metadata
-
+    """The command that installs this project with ``extra`` (``s3``, ``hf``): from where it was
+    installed (``direct_url.json``), else its metadata's repository, else as the docs say. Never the
+    bare index name: pytest-aoti is not published, and whoever registers it would be installed."""
     requirement = f"pytest-aoti[{extra}]" if extra else "pytest-aoti"
     source = ""
     recorded: Any = {}
@@ -222,9 +186,7 @@ _SOURCE_LABELS = ("source", "repository", "code", "homepage")
 
 
 def _repository_of(fields: Any) -> str:
-    """``git+https://…`` of the repository a distribution's metadata names: its
-    ``Project-URL`` labelled source, repository, code or homepage (in that order), else its
-    ``Home-page``; empty when it names none."""
+    """``git+https://…`` of the repository a distribution's metadata names; else empty."""
     if fields is None:
         return ""
     labelled: dict[str, str] = {}

@@ -1,10 +1,5 @@
-"""What a failed check found, as data, and the one renderer that turns it into text.
-
-Every :class:`~pytest_aoti.AotiCheckError` carries a :class:`Finding`. The comparison
-builds it with the figures, the run that found it adds the call and the sample, the stage
-attribution adds the stage and the node; the failure text, the JSON report and the repro
-bundle all read the same fields.
-"""
+"""What a failed check found, as data (:class:`Finding`), and the one renderer that turns it
+into text: the failure text, the JSON report and the repro bundle read the same fields."""
 
 from __future__ import annotations
 
@@ -19,47 +14,41 @@ class FindingKind(str, Enum):
     """What a check found wrong: the ``kind`` of every :class:`Finding`. A str, so that
     ``finding.kind == "buffer"`` holds, JSON writes ``"buffer"`` and f-strings print it."""
 
-    OUTPUT = "output"
-    """An output differs between eager and the engine."""
-    MUTATED_INPUT = "mutated input"
-    """An input the program mutates ends with another value than eager's."""
-    UNTOUCHED_INPUT = "untouched input"
-    """The engine wrote to an input the program does not mutate."""
-    IN_PLACE = "in-place"
-    """The engine moved a mutated input's storage instead of writing into it."""
-    EXPECTED_VALUE = "expected value"
-    """The engine's input differs from the value the test expected."""
-    EXPECTATION = "expectation"
-    """The test's expected value is wrong: eager does not produce it either."""
-    BUFFER = "buffer"
-    """A registered buffer's state differs or is not recorded by the program."""
-    SIGNATURE = "signature"
-    """The program's mutation maps differ from what the test declared."""
-    ALIASING = "aliasing"
-    """Aliased example inputs specialized the program."""
-    SHAPE = "shape"
-    """A generated input shape fails."""
-    THREADS = "threads"
-    """One engine shared by threads gives other results than sequential eager."""
-    MEMORY = "memory"
-    """An engine call allocated more device memory than max_extra_bytes."""
-    RANDOM = "random"
-    """The program draws random numbers: eager and the engine cannot agree."""
-    EAGER = "eager"
-    """Eager PyTorch itself fails on the example: nothing to compile."""
-    PROBE = "probe"
-    """A deployment probe: the engine silently differs on an input the program accepts."""
-    CRASH = "crash"
-    """The engine crashed or hung the child process that ran its calls first (the crash
-    screen): the test process skipped them."""
-    PRECISION = "precision"
-    """Eager rounds to its dtype where the engine does not (the float64 reference sides with
-    the engine): reported, failing only with ``precision="fail"``."""
-    ATTRIBUTE = "python attribute"
-    """The forward changes a Python attribute, whose value export froze: eager's answers
-    move with it, the engine's never do."""
-    CHECK = "check"
-    """A message without structure (AotiCheckError raised with a plain string)."""
+    OUTPUT = "output"  # an output differs between eager and the engine
+    MUTATED_INPUT = "mutated input"  # a mutated input ends with another value than eager's
+    UNTOUCHED_INPUT = "untouched input"  # the engine wrote to an input the program keeps
+    IN_PLACE = "in-place"  # the engine moved a mutated input's storage instead of writing it
+    EXPECTED_VALUE = "expected value"  # the engine's input differs from the test's value
+    EXPECTATION = "expectation"  # the test's expected value is wrong: eager misses it too
+    BUFFER = "buffer"  # a buffer's state differs or is not recorded by the program
+    SIGNATURE = "signature"  # the mutation maps differ from what the test declared
+    ALIASING = "aliasing"  # aliased example inputs specialized the program
+    SHAPE = "shape"  # a generated input shape fails
+    THREADS = "threads"  # one engine shared by threads differs from sequential eager
+    MEMORY = "memory"  # an engine call allocated more than max_extra_bytes
+    RANDOM = "random"  # the program draws random numbers: eager and engine cannot agree
+    EAGER = "eager"  # eager PyTorch itself fails on the example
+    PROBE = "probe"  # the engine silently differs on an input the program accepts
+    CRASH = "crash"  # the engine crashed or hung the crash screen's child process
+    PRECISION = "precision"  # eager rounds where the engine does not (fp64 sides with it)
+    ATTRIBUTE = "python attribute"  # forward changes a Python attribute export froze
+    CHECK = "check"  # a plain message (AotiCheckError raised with a string)
+    EXPORT = "export"  # torch.export.export refused the module
+    DECOMPOSE = "decompose"  # run_decompositions failed on the exported program
+    COMPILE = "compile"  # aoti_compile_and_package or aoti_load_package failed
+
+    # The kinds of deployment-probe variants (a probe's ``kind``; ``probes_skip`` names them)
+    CHANNELS_LAST = "channels_last"
+    CHANNELS_LAST_3D = "channels_last_3d"
+    PERMUTED = "permuted"
+    STRIDED_SLICE = "strided_slice"
+    STORAGE_OFFSET = "storage_offset"
+    SIZE = "size"
+    DTYPE = "dtype"
+    DEVICE = "device"
+    SCALAR = "scalar"
+    ALIASED = "aliased"
+    VALUES = "values"  # edge values: NaN, infinities, magnitudes near overflow
 
     def __str__(self) -> str:
         return self.value
@@ -87,10 +76,8 @@ REPRODUCIBLE_KINDS = frozenset(
         FindingKind.CRASH,
     }
 )
-"""Finding kinds a repro bundle's ``repro.py`` reproduces: a difference between eager's saved
-results and the engine's, in an output, an input or a registered buffer the program mutates,
-or an engine that kills its process by a signal (``repro.py`` exits 128+N for signal N).
-Other failures (a wrong expectation, threads, memory) get no bundle: it could not reproduce them."""
+"""Finding kinds a repro bundle's ``repro.py`` reproduces: a difference from eager's saved
+results, or an engine killed by a signal (``repro.py`` exits 128+N for signal N)."""
 
 STAGES = {
     "eager": "eager PyTorch fails on the example",
@@ -125,8 +112,7 @@ class Figures:
     dtype: str
     device: str
     numel: int
-    mismatched: int
-    """Elements beyond the tolerance (or unequal, for exact comparisons)."""
+    mismatched: int  # beyond the tolerance (or unequal, for exact comparisons)
     max_abs: float
     max_rel: float
     mean_abs: float
@@ -137,10 +123,8 @@ class Figures:
     nan_actual: int = 0
     inf_expected: int = 0
     inf_actual: int = 0
-    rtol_needed: float | None = None
-    """The smallest rtol that would have passed with the same atol (inf: none would)."""
-    atol_needed: float | None = None
-    """The smallest atol that would have passed with the same rtol."""
+    rtol_needed: float | None = None  # the smallest passing rtol, same atol (inf: none)
+    atol_needed: float | None = None  # the smallest passing atol, same rtol
 
     @property
     def fraction(self) -> float:
@@ -203,16 +187,14 @@ class Finding:
     sample: str = ""
     """Which input set: ``sample 1``, ``generated x=(3, 8)``; empty for the first."""
     tolerance: dict[str, Any] | None = None
-    """``{"rtol", "atol", "source", "explicit"}`` for value comparisons; ``explicit`` is true
-    where the test set the tolerance itself (a repro bundle keeps it)."""
+    """``{"rtol", "atol", "source", "explicit"}`` of value comparisons (explicit: the test's)."""
     figures: Figures | None = None
     details: tuple[str, ...] = ()
     """Further lines under the first one, before the figures."""
     notes: tuple[str, ...] = ()
     """Lines after the figures: explanations, what to try."""
     stage: str | None = None
-    """``eager``, ``export``, ``decompose`` or ``compile``: where the difference was
-    introduced (``eager``: eager PyTorch fails by itself)."""
+    """Where the difference was introduced: ``eager``, ``export``, ``decompose``, ``compile``."""
     stage_reason: str = ""
     """Why no stage could be given, when attribution was tried and failed."""
     node: NodeReport | None = None
@@ -225,14 +207,11 @@ class Finding:
     footer: tuple[str, ...] = ()
     """Last lines: where the repro bundle was written."""
     tolerance_note: str = ""
-    """Said next to the stage when the difference is within the dtype's default tolerance
-    and only the test's tighter one failed: ``within the dtype default (...); you set zero``."""
+    """Said next to the stage when only the test's tighter tolerance failed."""
     record_fields: Mapping[str, Any] = field(default_factory=dict)
-    """Fields the failing check still adds to its JSON record (what it measured before it
-    failed, such as the deployment probes' outcomes); not part of the finding's JSON."""
+    """Fields the failing check still adds to its JSON record (not the finding's JSON)."""
     check: str | None = None
-    """The check that failed, where another plugin added it (the ``pytest_aoti_checks``
-    hook); None for the built-in checks, whose kind says which failed."""
+    """The failed check, where another plugin added it; None for the built-in checks."""
 
     def __post_init__(self) -> None:
         # a kind given as its string (``"buffer"``) is the member; an unknown one raises

@@ -1,5 +1,4 @@
-"""Filesystem-safe folder names for pytest node ids: a repro bundle's folder, an engine
-trace's file."""
+"""Filesystem-safe folder names for pytest node ids."""
 
 from __future__ import annotations
 
@@ -13,14 +12,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]", re.ASCII)
 
 
 def bundle_dir_name(nodeid: str) -> str:
-    """A filesystem-safe folder name for a pytest node id.
-
-    ``tests/test_m.py::test_x[cpu]`` becomes ``tests_test_m.py__test_x-cpu-``. Characters
-    other than letters, digits, ``.``, ``_`` and ``-`` are replaced; where that replacement
-    is lossy (spaces, quotes, non-ASCII parameter ids) or the name exceeds
-    :data:`MAX_NAME_LENGTH`, a hash of the whole id is appended so that distinct ids keep
-    distinct folders.
-    """
+    """A filesystem-safe folder name for a node id: ``tests/test_m.py::test_x[cpu]`` is
+    ``tests_test_m.py__test_x-cpu-``. Where replacing characters is lossy or the name exceeds
+    :data:`MAX_NAME_LENGTH`, a hash of the id keeps distinct ids distinct."""
     readable = nodeid.replace("::", "__").replace("/", "_").replace("\\", "_")
     readable = readable.replace("[", "-").replace("]", "-")
     safe = _UNSAFE.sub("_", readable)

@@ -1,10 +1,5 @@
-"""Which code is the user's: source files, tracebacks and the caller of a warning.
-
-One answer for every part of the plugin: torch's error messages (:mod:`pytest_aoti.compiling.explain`),
-graph nodes' stack traces (:mod:`pytest_aoti.triage.localize`), tracebacks cut to the
-model's line (:func:`pin_to_source`) and warnings issued at the user's line
-(:func:`caller_stacklevel`). Imports nothing of pytest-aoti, and torch never.
-"""
+"""Which code is the user's: source files, tracebacks and the caller of a warning, with one
+answer for every part of the plugin. Imports nothing of pytest-aoti, and torch never."""
 
 from __future__ import annotations
 
@@ -34,11 +29,8 @@ def is_own_file(file: str) -> bool:
 
 
 def is_library_file(file: str) -> bool:
-    """Whether ``file`` belongs to torch, its own dependencies, pytest-aoti or Python.
-
-    Everything else is the user's: the model, the test, and the libraries the model is
-    written with (transformers, ...), whose lines say where a model went wrong.
-    """
+    """Whether ``file`` belongs to torch, its dependencies, pytest-aoti or Python; the rest (the
+    model, the test, its libraries such as transformers) is the user's."""
     if file.startswith("<") or _LIBRARY_PATH.search(file):
         return True
     path = os.path.abspath(file)
@@ -69,25 +61,16 @@ def user_traceback(error: BaseException) -> list[types.TracebackType]:
 
 
 def pin_to_source(error: BaseException) -> None:
-    """Cut the tracebacks of ``error`` and the exceptions chained to it down to the
-    innermost frame of user code (or to nothing where there is none).
-
-    What pytest then prints for a chained torch error is its type and whole message at
-    the model's line, instead of dozens of torch's internal frames, each shown with its
-    source.
-    """
+    """Cut the tracebacks of ``error`` and its chain to the innermost user frame (or to nothing),
+    so pytest shows a torch error at the model's line, not through dozens of torch frames."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        entries = user_traceback(current)
-        if entries:
-            tb = entries[-1]
-            current.__traceback__ = types.TracebackType(
-                None, tb.tb_frame, tb.tb_lasti, tb.tb_lineno
-            )
-        else:
-            current.__traceback__ = None
+        tb = next(reversed(user_traceback(current)), None)
+        current.__traceback__ = (
+            types.TracebackType(None, tb.tb_frame, tb.tb_lasti, tb.tb_lineno) if tb else None
+        )
         if current.__cause__ is not None:
             current = current.__cause__
         elif not current.__suppress_context__:
@@ -97,9 +80,8 @@ def pin_to_source(error: BaseException) -> None:
 
 
 def caller_stacklevel(skip: Callable[[str], bool] = is_own_file) -> int:
-    """The ``stacklevel`` for ``warnings.warn`` that names the first frame, outward from
-    the caller of this function, whose file ``skip`` rejects: by default the first line
-    outside pytest-aoti (and the ``with`` machinery of :mod:`contextlib` in between)."""
+    """The ``stacklevel`` for ``warnings.warn`` naming the first frame out from the caller whose
+    file ``skip`` rejects (default: the first line outside pytest-aoti and :mod:`contextlib`)."""
     level, frame = 1, sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename

@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import argparse
+
     import torch
 
-    from pytest_aoti.cache.registry import ProgramRegistry
+    from pytest_aoti.cache.registry import ProgramRegistry, RemoteCache
     from pytest_aoti.checks.base import Check, CheckPlan, Triage
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.options.feature import Feature
     from pytest_aoti.reports.records import CheckRecord
     from pytest_aoti.tester import CheckResult
 
@@ -23,14 +26,12 @@ if TYPE_CHECKING:
 def pytest_aoti_inductor_configs(
     config: pytest.Config, device: torch.device, item: pytest.Item
 ) -> Mapping[str, Any] | None:
-    """Return inductor options the AOTI compiles of test ``item`` on ``device`` start from.
+    """Return inductor options for the AOTI compiles of ``item`` on ``device``.
 
-    Results of all implementations are merged (closer conftests win) over the ini file's
-    ``aoti_inductor_configs``; the marker's and the call's ``inductor_configs`` override
-    them. They are part of the program's cache key.
+    Merged (closer conftests win) over the ini's ``aoti_inductor_configs``, below the
+    marker's and the call's ``inductor_configs``; part of the program's cache key.
 
-    Example, in ``conftest.py``: a cheaper wrapper build on CPU, and max-autotune for the
-    tests under ``tests/perf/``::
+    Example, in ``conftest.py``: a cheap wrapper build on CPU, max-autotune in ``tests/perf/``::
 
         def pytest_aoti_inductor_configs(config, device, item):
             configs = {}
@@ -48,11 +49,9 @@ def pytest_aoti_tolerance(
 ) -> tuple[float, float] | None:
     """Return ``(rtol, atol)`` for one compared leaf, or None to leave it to the defaults.
 
-    ``path`` names the leaf as reports do: ``output[0]``, ``output['logits']``,
-    ``input 'cache'``. The first implementation that returns a pair decides. Precedence:
-    the call's ``rtol``/``atol``, then the marker's, then this hook, then
-    ``--aoti-rtol``/``--aoti-atol``, then the dtype's defaults. A tolerance from this hook
-    is final: no fp64 check relaxes it.
+    ``path`` names the leaf (``output[0]``, ``input 'cache'``); the first pair decides.
+    Precedence: the call's ``rtol``/``atol``, the marker's, this hook, the options
+    ``--aoti-rtol``/``--aoti-atol``, the dtype's defaults. No fp64 check relaxes this hook's.
 
     Example, in ``conftest.py``: half-precision models get a looser tolerance::
 
@@ -67,11 +66,9 @@ def pytest_aoti_tolerance(
 def pytest_aoti_export_options(item: pytest.Item) -> Mapping[str, Any] | None:
     """Return ``torch.export.export`` keyword arguments for the AOTI tests of ``item``.
 
-    Results of all implementations are merged (closer conftests win); the
-    ``--aoti-export`` variant, the marker's and the call's ``strict`` override them.
+    Merged (closer conftests win), below ``--aoti-export`` and the marker's and call's ``strict``.
 
-    Example, in ``conftest.py``: strict export for one directory, and runtime asserts
-    deferred to the engine instead of guards everywhere::
+    Example, in ``conftest.py``: strict export in one directory, deferred asserts everywhere::
 
         def pytest_aoti_export_options(item):
             options = {"prefer_deferred_runtime_asserts_over_guards": True}
@@ -83,8 +80,7 @@ def pytest_aoti_export_options(item: pytest.Item) -> Mapping[str, Any] | None:
 
 @pytest.hookspec
 def pytest_aoti_program_ready(config: pytest.Config, program: AotiProgram) -> None:
-    """Called once per distinct program and session, after it was compiled or loaded from
-    the artifact cache and before any test uses it.
+    """Called once per distinct program and session, compiled or loaded, before its first use.
 
     Example: keep every package CI built, for deployment smoke tests::
 
@@ -106,23 +102,45 @@ def pytest_aoti_check_done(item: pytest.Item, result: CheckResult) -> None:
 
 
 @pytest.hookspec
-def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
-    """Return checks to run inside every ``aoti.check`` of the session, beside the built-in
-    ones; called once per session, at the first check, when every conftest is loaded (their results, in conftest
-    order).
+def pytest_aoti_feature() -> Feature | None:
+    """Declare a feature plugin's options, record fields and JUnit properties (a
+    :class:`pytest_aoti.api.Feature`); ``-p no:NAME`` leaves a plugin's out.
 
-    A check is any object with ``name`` (unique: no built-in check's, no other added
-    check's), ``phase`` (``"eager"``: before anything is compiled; ``"exported"``: the
-    exported program, ``context.exported``; ``"engine"``: the compiled program,
-    ``context.program`` and ``context.engine()``), ``applies(plan, context)`` and
-    ``run(plan, context)``; see :class:`pytest_aoti.Check`. It runs after the built-in
-    checks of its phase, so an engine check reads what timing measured in
-    ``context.figures``. It returns a :class:`pytest_aoti.Outcome`, whose ``figures``
-    appear in ``CheckResult.figures`` under their own names (a name a built-in check uses
-    is a usage error), in the JSON record under ``check_figures[<name>]`` and in JUnit as
-    ``aoti_<name>_<figure>``; or it raises :class:`pytest_aoti.AotiCheckError`, which fails
-    the test with its message as the first line and the check's name in the record
-    (``finding.check``). ``context.item`` is the test item, for its markers.
+    Example, in a plugin module: a ``latency_budget`` keyword, marker key and
+    ``--aoti-latency-budget`` option, read as ``plan.options.of(LatencyOptions)``::
+
+        from dataclasses import dataclass
+        from pytest_aoti.api import Feature, add_options, per_check
+
+        @dataclass(frozen=True)
+        class LatencyOptions:
+            latency_budget: float | None = per_check(
+                None, "Seconds one engine call may take.", parse=float,
+                marker=True, keyword=True)
+
+        FEATURE = Feature("latency", "A latency budget", options=LatencyOptions)
+
+        def pytest_aoti_feature():
+            return FEATURE
+
+        def pytest_addoption(parser):
+            add_options(parser, FEATURE)
+    """
+
+
+@pytest.hookspec
+def pytest_aoti_checks(config: pytest.Config) -> Sequence[Check] | None:
+    """Return checks to run in every ``aoti.check``, each after the core checks of its phase;
+    called once, at the first check (the default plugins' first, then the others' in
+    conftest order, then a default plugin's ``trylast`` ones: precision's).
+
+    A check (:class:`pytest_aoti.Check`) has a unique ``name``, a ``phase`` (``"eager"``,
+    ``"exported"``: ``context.exported``, ``"engine"``: ``context.engine()`` and the figures
+    so far), ``applies(plan, context)`` and ``run(plan, context)``. Its
+    :class:`pytest_aoti.Outcome`'s ``figures`` show in ``CheckResult.figures`` (a built-in
+    figure's name is a usage error), the JSON record's ``check_figures[<name>]`` and JUnit's
+    ``aoti_<name>_<figure>``; a :class:`pytest_aoti.AotiCheckError` it raises fails the
+    test, naming the check in ``finding.check``. ``context.item`` is the test item.
 
     Example, in ``conftest.py``: a latency budget on the engine, from a marker::
 
@@ -152,13 +170,9 @@ def pytest_aoti_terminal_summary(
 ) -> None:
     """Write a section of pytest-aoti's terminal summary, from the session's check records.
 
-    Called once, at the end of the run (on the xdist controller, with every worker's
-    records), after the table of the slowest checks and before the cache problems and
-    notes: the plugin's own features' sections first (deployment hazards), then the other
-    plugins' and conftests' in conftest order. ``records`` are
-    :class:`~pytest_aoti.reports.records.CheckRecord` objects, one per ``aoti.check``:
-    their declared fields, and ``other_fields`` for the fields a check added
-    (``check_figures`` for those of a ``pytest_aoti_checks`` check).
+    Called once at the end (on the xdist controller, with every worker's records), after
+    the slowest checks. ``records``: a :class:`~pytest_aoti.reports.records.CheckRecord` per
+    ``aoti.check`` (``other_fields``: the fields checks added, ``check_figures``).
 
     Example, in ``conftest.py``: one line for the checks over a latency budget::
 
@@ -179,18 +193,56 @@ def pytest_aoti_triage(
     device: torch.device,
     label: str,
 ) -> Triage | None:
-    """Return what explains the failed input sets of one ``aoti.check`` of ``program``: a
-    :class:`~pytest_aoti.checks.base.Triage` (its ``explain`` names the stage that
-    introduced a difference and the first diverging node; its ``replayed`` keeps the input
-    set for the repro bundle). The first result counts; the plugin's own triage answers
-    last. None: failures are not explained (no stage, no node, no bundle)."""
+    """Return a :class:`~pytest_aoti.checks.base.Triage` that explains the failed input
+    sets of one ``aoti.check`` (stage, diverging node, replay for the bundle), or None. The
+    first result counts; the plugin's own triage answers last."""
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_aoti_failure_bundle(
     program: AotiProgram, error: AotiCheckError, bundle_dir: Callable[[], Path | None]
 ) -> str | None:
-    """Keep what reproduces failure ``error`` of ``program``; return the line the failure
-    shows about it, or None. ``bundle_dir()`` gives the next folder of the test's bundles
-    (``--aoti-keep-failed``), None where none is kept; call it only for a failure that
-    gets a bundle. The first result counts; the plugin's own triage answers last."""
+    """Keep what reproduces ``error``; return the line the failure shows about it, or None.
+    ``bundle_dir()`` gives the test's next bundle folder (None: none is kept); call it only
+    for a failure that gets one. The first result counts; the plugin's own answers last."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_aoti_remote_store(
+    config: pytest.Config, on_problem: Callable[[str], None]
+) -> RemoteCache | None:
+    """Open the store behind the local cache shared with other machines (the fleet
+    plugin's ``--aoti-cache-url``), or None. Called once per process at session start (a
+    failure is a usage error); ``on_problem`` hears each problem the store works around."""
+
+
+@pytest.hookspec
+def pytest_aoti_figures(config: pytest.Config) -> Mapping[str, Any] | None:
+    """This process's figures of a plugin by name (``{"remote": {...}}``), for
+    :func:`pytest_aoti_totals` and :func:`pytest_aoti_summary_lines` (xdist: sent along)."""
+
+
+@pytest.hookspec
+def pytest_aoti_totals(
+    config: pytest.Config, figures: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """Fields for the JSON report's ``totals``, from every process's :func:`pytest_aoti_figures`."""
+
+
+@pytest.hookspec
+def pytest_aoti_header_lines(config: pytest.Config) -> Sequence[str] | None:
+    """Lines a plugin adds to pytest-aoti's lines of the session header."""
+
+
+@pytest.hookspec
+def pytest_aoti_summary_lines(
+    config: pytest.Config, figures: Sequence[Mapping[str, Any]]
+) -> Sequence[str] | None:
+    """Lines for the very end of the summary (shown under ``-q`` too), from every
+    process's :func:`pytest_aoti_figures`."""
+
+
+@pytest.hookspec
+def pytest_aoti_commands(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add ``python -m pytest_aoti`` commands: ``commands.add_parser(NAME, ...)`` with
+    ``set_defaults(run=FUNCTION)``, a function of the parsed arguments returning the exit status."""

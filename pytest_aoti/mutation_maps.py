@@ -1,11 +1,6 @@
-"""What an exported program says about mutation: mutated inputs, mutated buffers, output kinds.
-
-``torch.export.export`` returns a training-IR program whose signature still holds in-place
-ops and empty mutation maps; only ``run_decompositions()`` turns ``x.mul_(2)`` into
-``aten.mul`` plus a ``USER_INPUT_MUTATION`` output. These maps are therefore read from the
-decomposed program. Their keys are output node names that change with the op
-(``mul``, ``add``, ``slice_scatter``), so only the values (input names, buffer FQNs) are kept.
-"""
+"""What an exported program says about mutation, read from the decomposed program (only
+``run_decompositions()`` fills the maps). Their keys are output node names that change with the
+op, so only the values (input names, buffer FQNs) are kept."""
 
 from __future__ import annotations
 
@@ -19,11 +14,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class MutationSignature:
-    """Plain-data summary of a decomposed program's graph signature.
-
-    It holds no torch objects, so it can be stored beside a cached package and the
-    decomposition skipped on a cache hit.
-    """
+    """A decomposed program's graph signature as plain data, stored with a cached package."""
 
     user_inputs: tuple[str, ...]
     """Names of the user inputs in flattening order (tensor and constant inputs)."""
@@ -66,11 +57,7 @@ def read_signature(decomposed: ExportedProgram) -> MutationSignature:
 def flat_user_inputs(
     program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[Any]:
-    """Flatten ``(args, kwargs)`` in the order of the program's user inputs.
-
-    torch.export orders keyword arguments by the forward's signature, not by the order
-    the caller wrote them, so they are reordered with the program's own input spec.
-    """
+    """``(args, kwargs)`` flattened in the program's user-input order."""
     import torch.utils._pytree as pytree
 
     in_spec = program.call_spec.in_spec
@@ -79,18 +66,13 @@ def flat_user_inputs(
         kwargs_spec = _child(in_spec, 1)
         if kwargs_spec.context is not None:
             ordered_kwargs = {name: kwargs[name] for name in kwargs_spec.context if name in kwargs}
-    leaves, _ = pytree.tree_flatten((tuple(args), ordered_kwargs))
-    return leaves
+    return pytree.tree_flatten((tuple(args), ordered_kwargs))[0]
 
 
 def named_user_inputs(
     program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Map each user-input name of ``program`` to the caller's leaf object.
-
-    Names are those of the graph signature: ``x`` for a tensor argument, ``xs_0`` for the
-    first element of a list argument, the keyword for a keyword argument.
-    """
+    """Each user-input name (``x``, ``xs_0``, a keyword) of ``program`` to the caller's leaf."""
     mismatch = describe_call_mismatch(program, args, kwargs)
     if mismatch is not None:
         raise ValueError(mismatch)
@@ -107,13 +89,7 @@ def named_user_inputs(
 def describe_call_mismatch(
     program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> str | None:
-    """What differs between ``(args, kwargs)`` and the inputs ``program`` was exported
-    with, and how to call it instead; None when the structure matches.
-
-    The program's ``call_spec.in_spec`` is the pytree structure of the exported
-    ``(args, kwargs)``: which inputs were positional, which were keywords, and how
-    each was nested.
-    """
+    """How ``(args, kwargs)`` differs from the exported structure, how to call; else None."""
     import torch.utils._pytree as pytree
 
     in_spec = program.call_spec.in_spec
@@ -124,8 +100,7 @@ def describe_call_mismatch(
     positional = _positional_names(program, args_spec.num_children)
     if len(args) != len(positional) or set(kwargs) != set(keywords):
         return _layout_mismatch(positional, keywords, args, kwargs)
-    ordered = {name: kwargs[name] for name in keywords}
-    given = (tuple(args), ordered)
+    given = (tuple(args), {name: kwargs[name] for name in keywords})
     if pytree.tree_flatten(given)[1] == in_spec:
         return None
     labels = _exported_leaf_labels(program)
@@ -145,15 +120,13 @@ def _child(spec: Any, index: int) -> Any:
 
 
 def forward_arg_names(program: ExportedProgram) -> list[str]:
-    """The forward's parameter names as the program records them (empty where it records
-    none): the one place that reads the program's module call graph for them."""
+    """The forward's parameter names from the program's module call graph (empty where none)."""
     call_graph = program.module_call_graph
     signature = call_graph[0].signature if call_graph else None
     return list(getattr(signature, "forward_arg_names", None) or [])
 
 
 def _positional_names(program: ExportedProgram, count: int) -> list[str]:
-    """Parameter names of the inputs the program was exported with positionally."""
     names = forward_arg_names(program)
     if len(names) < count:
         names += [f"arg{index}" for index in range(len(names), count)]

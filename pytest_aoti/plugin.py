@@ -6,47 +6,49 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti import features
+from pytest_aoti import hookspecs
+from pytest_aoti.devices import asks_for_cuda
+from pytest_aoti.options.catalog import Catalog, release, use
+from pytest_aoti.options.resolve import checked
 from pytest_aoti.options.settings import read_settings
-from pytest_aoti.options.table import add_options, marker_help
+from pytest_aoti.options.table import add_options, core_rows
+from pytest_aoti.plugins import blocked_keywords, features_in_order, register_defaults
+from pytest_aoti.reports.xdist import XdistControllerHooks
 from pytest_aoti.session import SESSION_PLUGIN, AotiSession, session_of
+from pytest_aoti.tester import AotiTester
 
 if TYPE_CHECKING:
     import torch
-
-    from pytest_aoti.tester import AotiTester
-
-pytest_plugins = list(features.plugins())
-"""The features' hooks (each feature's ``plugin`` module), registered with this one."""
 
 _DEVICE_FIXTURE = "aoti_device"
 _EXPORT_FIXTURE = "aoti_export_mode"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    add_options(parser, core_rows())
+    register_defaults(pluginmanager)  # each adds its own options as it registers, in order
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pytest_aoti import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", marker_help())
-    session = AotiSession(config, read_settings(config))
-    from pytest_aoti.devices import asks_for_cuda
-
-    if asks_for_cuda(session.settings.devices):
-        # resolving now turns a missing GPU on the command line into a usage error (one in
-        # the ini skips its test ids) and shows the skip on the xdist controller too
-        session.devices  # noqa: B018
-    session.stores.check_cache_dir()
+    manager = config.pluginmanager
+    catalog = Catalog(features_in_order(manager), blocked=blocked_keywords(manager))
+    use(catalog)  # released with the session (AotiSession.pytest_unconfigure)
+    try:
+        config.addinivalue_line("markers", catalog.marker_help())
+        session = AotiSession(config, read_settings(config, catalog), catalog)
+        if asks_for_cuda(session.settings.devices):
+            # now: a missing GPU asked on the command line is a usage error (the ini's skips)
+            session.devices  # noqa: B018
+        session.stores.check_cache_dir()
+    except BaseException:  # a usage error: no session to release the catalog
+        release(catalog)
+        raise
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
-        from pytest_aoti.reports.xdist import XdistControllerHooks
-
         config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")
 
 
@@ -102,8 +104,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     __tracebackhide__ = True
     if "aoti" in getattr(item, "fixturenames", ()):
         return
-    from pytest_aoti.options.resolve import checked
-
     for marker in item.iter_markers("aoti"):
         checked(marker.kwargs, marker=True)
 
@@ -135,8 +135,6 @@ def aoti(
     the defaults of both.
     """
     __tracebackhide__ = True  # a wrong marker option shows its message, not our frames
-    from pytest_aoti.tester import AotiTester
-
     session = session_of(request.config)
     item = request.node
     defaults = session.defaults_for(item, aoti_device, aoti_export_mode)
@@ -149,5 +147,5 @@ def aoti(
         label=item.nodeid,
         warned=session.warned_programs,
         item=item,
-        added_checks=session.added_checks(),
+        plugin_checks=session.plugin_checks(),
     )

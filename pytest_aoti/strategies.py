@@ -1,16 +1,5 @@
-"""Hypothesis strategies for inputs an exported program accepts.
-
-Use them in your own ``@given`` tests::
-
-    from pytest_aoti.strategies import inputs_for
-
-    @given(inputs_for(program, like=(x, y)))
-    def test_matches_eager(inputs):
-        args, kwargs = inputs
-        ...
-
-The public home of :mod:`pytest_aoti.shapes.generation`, where they are built.
-"""
+"""Hypothesis strategies for inputs an exported program accepts (built in
+:mod:`pytest_aoti.shapes.generation`), e.g. ``@given(inputs_for(program, like=(x, y)))``."""
 
 from __future__ import annotations
 

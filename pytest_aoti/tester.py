@@ -1,23 +1,19 @@
-"""The object behind the ``aoti`` fixture: ``compile()`` and ``check()``.
-
-A thin front: a call is resolved (checked, its options layered, moved to the device) into
-its one frozen :class:`~pytest_aoti.checks.base.CheckPlan` by
-:func:`pytest_aoti.run.resolve.resolve_call` before anything is exported; the
-:class:`~pytest_aoti.run.runner.CallRunner` then owns it from eager to result.
-"""
+"""The object behind the ``aoti`` fixture: a thin front whose calls are resolved into one
+frozen :class:`~pytest_aoti.checks.base.CheckPlan` and run by the
+:class:`~pytest_aoti.run.runner.CallRunner`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import Check, CheckResult
+from pytest_aoti.checks.base import CheckResult
 from pytest_aoti.errors import user_facing
 from pytest_aoti.options import keywords
 from pytest_aoti.options.defaults import CheckDefaults
+from pytest_aoti.run.added import PluginChecks
 from pytest_aoti.run.resolve import resolve_call
 from pytest_aoti.run.runner import CallRunner, CheckEvents
 
@@ -30,8 +26,6 @@ if TYPE_CHECKING:
 
 
 __all__ = ["AotiTester", "CheckDefaults", "CheckEvents", "CheckResult"]
-
-_NO_DEFAULTS = CheckDefaults()
 
 Expected = Any  # a tensor, nested list or number; or a callable of the original inputs
 
@@ -49,18 +43,18 @@ class AotiTester:
         self,
         device: torch.device,
         registry: ProgramRegistry,
-        defaults: CheckDefaults = _NO_DEFAULTS,
+        defaults: CheckDefaults | None = None,
         *,
         events: CheckEvents | None = None,
         hypothesis_database: Path | None = None,
         label: str = "",
         warned: set[str] | None = None,
         item: pytest.Item | None = None,
-        added_checks: Sequence[Check] = (),
+        plugin_checks: PluginChecks | None = None,
     ) -> None:
-        self.device = device
-        """The ``torch.device`` every module and input is moved to."""
-        self.defaults = defaults
+        self.device = device  # every module and input is moved to it
+        # made here, not at import: the default plugins' options are known by now
+        self.defaults = defaults if defaults is not None else CheckDefaults()
         self._runner = CallRunner(
             device,
             registry,
@@ -69,7 +63,7 @@ class AotiTester:
             label=label,
             warned=warned,
             item=item,
-            added_checks=added_checks,
+            plugin_checks=plugin_checks,
         )
 
     def __repr__(self) -> str:
@@ -89,15 +83,23 @@ class AotiTester:
     ) -> AotiProgram:
         """Export, decompose and AOT-compile ``module`` for :attr:`device` and load it.
 
-        The same program (same graph, weights, configs, device and torch) is compiled once
-        per session, and once across sessions while the artifact cache holds it. Any other
-        keyword is a usage error that names the closest ones it takes.
+        The same program (graph, weights, configs, device, torch) is compiled once per
+        session, and once across sessions while the cache holds it. An unknown keyword is a
+        usage error that names the closest ones.
         """
         __tracebackhide__ = True
         keywords.refuse_unknown(keywords.COMPILE, unknown)
         options = {"strict": strict, "inductor_configs": inductor_configs}
-        plan = resolve_call(self.defaults, self.device, module, args, kwargs, options=options)
-        return self._runner.compile(replace(plan, dynamic_shapes=dynamic_shapes))
+        plan = resolve_call(
+            self.defaults,
+            self.device,
+            module,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            options=options,
+        )
+        return self._runner.compile(plan)
 
     @user_facing
     def check(
@@ -116,27 +118,23 @@ class AotiTester:
         """Compile ``module`` and assert the engine matches eager PyTorch.
 
         Eager runs the example first (stage ``"eager"``), then the program is exported,
-        compiled and checked: parity of every output, of every input it mutates and of every
-        buffer it mutates, after each of ``calls`` calls (default one; two for a program with
-        buffer state); inputs it does not mutate stay untouched; aliased examples are checked
-        again as distinct tensors; with dynamic dims, boundary and ``examples`` generated
-        shapes inside the exported ranges; then the deployment probes (``probes=``).
+        compiled and checked: parity of every output, mutated input and mutated buffer after
+        each of ``calls`` calls (default one; two with buffer state); untouched inputs stay
+        so; aliased examples again as distinct tensors; with dynamic dims, boundary and
+        generated shapes; then the deployment probes.
 
-        - ``mutates={"x": expected}``: the program mutates exactly these inputs and the engine
-          writes ``expected`` (or a callable of the original inputs) into the caller's tensor
-          in place, after the last explicit call, else the first; ``mutates={}``: none;
+        - ``mutates={"x": expected}``: the program mutates exactly these inputs, writing
+          ``expected`` (or a callable of the original inputs) in place, after the last
+          explicit call, else the first; ``mutates={}``: none;
         - ``mutated_buffers={"counter"}``: the program mutates exactly these buffers;
         - ``samples=[args2, ...]``: more input tuples for the same program;
         - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer it from the samples;
-        - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and each field
-          of :class:`~pytest_aoti.features.CheckOptions` that ``aoti.check`` takes
-          (``examples``, ``values``, ``threads``, ...: the options page lists them all),
-          checked before any export; they override the marker and the command line. An
-          unknown keyword is a usage error that names the closest ones it takes.
+        - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and the
+          :class:`~pytest_aoti.api.CheckOptions` keywords (the options page lists them),
+          over the marker and the command line. An unknown keyword is a usage error.
 
         Tensors passed in are never modified. Raises :class:`~pytest_aoti.AotiCheckError` on
-        the first difference, with the stage that introduced it (``.stage``) and, for the
-        compile, the first diverging graph node (``.node``).
+        the first difference, with its stage (``.stage``) and diverging node (``.node``).
         """
         __tracebackhide__ = True
         started = time.perf_counter()

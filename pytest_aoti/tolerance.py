@@ -1,12 +1,6 @@
-"""How close is close enough: tolerances, the fp64 rule, and the figures of a mismatch.
-
-:class:`Tolerance` layers what the test, the ``pytest_aoti_tolerance`` hook and
-``--aoti-rtol``/``--aoti-atol`` set over ``torch.testing.assert_close``'s dtype defaults.
-A floating leaf beyond a default tolerance can still pass the fp64 rule of torch's own
-accuracy benchmarks (``torch._dynamo.utils.same``). The figures (:class:`LeafStats`,
-:class:`~pytest_aoti.findings.Figures`, :func:`mismatch_counts`) describe how far apart two
-tensors are; :mod:`pytest_aoti.compare` walks the trees and judges each leaf with these.
-"""
+"""How close is close enough: tolerances layered over ``assert_close``'s dtype defaults, the fp64
+rule of torch's accuracy benchmarks (``torch._dynamo.utils.same``), and the figures of a
+mismatch."""
 
 from __future__ import annotations
 
@@ -20,11 +14,36 @@ import torch
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.findings import Figures
 
-# assert_close's defaults per dtype (the one table, which the repro bundle's script uses too)
-from pytest_aoti.repro_script import default_tolerance as default_tolerance
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+    # quantized tensors compare dequantized, with float32's tolerance
+    "quint8": (1.3e-6, 1e-5),
+    "quint2x4": (1.3e-6, 1e-5),
+    "quint4x2": (1.3e-6, 1e-5),
+    "qint8": (1.3e-6, 1e-5),
+    "qint32": (1.3e-6, 1e-5),
+}
+"""``assert_close``'s default ``(rtol, atol)`` by dtype name (torch's ``_DTYPE_PRECISIONS``; the
+repro bundle's script holds the same table); other dtypes compare exactly."""
 
-# same() uses tol=1e-4 and adds tol / 10 so that near-exact results are not judged by
-# the ratio of two tiny RMSEs.
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``assert_close``'s ``(rtol, atol)`` for ``dtype`` (:data:`DEFAULT_TOLERANCES` fallback)."""
+    try:
+        from torch.testing._comparison import default_tolerances  # private: may move
+    except ImportError:
+        return DEFAULT_TOLERANCES.get(str(dtype).removeprefix("torch."), (0.0, 0.0))
+    rtol, atol = default_tolerances(dtype)
+    return float(rtol), float(atol)
+
+
+# same()'s tol=1e-4, plus tol / 10 so near-exact results are not judged by two tiny RMSEs
 RESCUE_FLOOR = 1e-5
 
 
@@ -34,10 +53,9 @@ ToleranceHook = Callable[[str, torch.dtype], "tuple[float, float] | None"]  # no
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Tolerance for floating and complex leaves, in layers: ``rtol`` / ``atol`` set by the
-    test (call or marker), then ``hook`` (the ``pytest_aoti_tolerance`` hook), then
-    ``base_rtol`` / ``base_atol`` (``--aoti-rtol`` / ``--aoti-atol``), then the dtype's
-    default. Any value not from the dtype default is final: no fp64 check relaxes it."""
+    """Tolerance for floating and complex leaves, in layers: the test's ``rtol``/``atol``, then
+    ``hook``, then ``base_rtol``/``base_atol`` (``--aoti-rtol``/``--aoti-atol``), then the dtype
+    default. A value not from the dtype default is final: no fp64 check relaxes it."""
 
     rtol: float | None = None
     atol: float | None = None
@@ -59,8 +77,7 @@ class Tolerance:
 
     def resolve(self, dtype: torch.dtype, location: str = "") -> tuple[float, float]:
         """Return ``(rtol, atol)`` for a leaf of ``dtype`` at ``location``."""
-        rtol, atol, _ = self._resolve(dtype, location)
-        return rtol, atol
+        return self._resolve(dtype, location)[:2]
 
     def is_final(self, dtype: torch.dtype, location: str = "") -> bool:
         """Whether anything but the dtype default set the tolerance of this leaf."""
@@ -108,13 +125,11 @@ class LeafStats:
     max_abs: float
     max_rel: float
     tolerance_used: float = 0.0
-    """The largest error as a fraction of what the tolerance allows there (1: at the limit;
-    above 1 only where the fp64 check accepted it)."""
+    """The largest error over what the tolerance allows (1: at the limit; >1 only fp64-rescued)."""
     rescued_by_fp64: bool = False
     """Beyond the tolerance, and passed by the fp64 rule."""
     rounded_apart: int = 0
-    """Elements beyond the tolerance where the engine is closer to float64 than eager: eager
-    rounds (to its dtype) where the engine does not (a precision finding)."""
+    """Elements beyond tolerance where the engine is closer to float64 than eager (precision)."""
     dtype: str = ""
     """The leaf's dtype, where it was rescued."""
 
@@ -127,12 +142,7 @@ def type_name(value: Any) -> str:
     """How messages name a value's type: ``Tensor``, ``None``, ``int``, ..."""
     if isinstance(value, torch.Tensor):
         return "Tensor"
-    if value is None:
-        return "None"
-    return type(value).__name__
-
-
-# --- the fp64 rule ------------------------------------------------------------------
+    return "None" if value is None else type(value).__name__
 
 
 def beyond_tolerance(
@@ -155,18 +165,13 @@ class Rescue:
     line: str
     """The rule's figures, in words (on the failure's report)."""
     engine_closer: bool = False
-    """The engine is closer to float64 than eager is: eager rounds where the engine does
-    not (reported as precision)."""
+    """The engine is closer to float64 than eager (reported as precision)."""
 
 
 def fp64_rescue(
-    expected: torch.Tensor,
-    actual: torch.Tensor,
-    reference: Callable[[], Any],
-    accumulates: int = 0,
+    expected: torch.Tensor, actual: torch.Tensor, reference: Callable[[], Any], accumulates: int = 0
 ) -> Rescue:
-    """``same()``'s RMSE test against the float64 reference, and the rounding an output of
-    ``accumulates`` terms may carry (:func:`accumulated_rounding`)."""
+    """``same()``'s RMSE test against the float64 reference, plus ``accumulates`` terms' rounding."""
     # the RMSE only sees finite elements, so anything non-finite must already match
     nonfinite = ~(expected.isfinite() & actual.isfinite())
     if bool((nonfinite & (expected != actual) & ~expected.isnan()).any()):
@@ -178,9 +183,9 @@ def fp64_rescue(
         return Rescue(False, f"fp64 check unavailable: {reason}")
     usable = isinstance(ref, torch.Tensor) and ref.dtype == torch.float64
     if not usable or ref.shape != expected.shape:
-        found = type_name(ref)
-        if isinstance(ref, torch.Tensor):
-            found = f"{ref.dtype} {tuple(ref.shape)}"
+        found = (
+            f"{ref.dtype} {tuple(ref.shape)}" if isinstance(ref, torch.Tensor) else type_name(ref)
+        )
         wanted = f"float64 {tuple(expected.shape)}"
         return Rescue(False, f"fp64 check unavailable: reference leaf is {found}, not {wanted}")
     ref = plain_tensor(ref).to(device=expected.device)
@@ -205,11 +210,9 @@ def fp64_rescue(
 
 
 def accumulated_rounding(dtype: torch.dtype, accumulates: int, reference: torch.Tensor) -> float:
-    """The RMS error float rounding may put into a result of ``accumulates`` terms in
-    ``dtype``: ``accumulates * u * rms(reference)``, ``u`` its unit roundoff. A sum of ``n``
-    terms added in any order is off by at most ``(n - 1) * u * sum(|terms|)``; the result's
-    own size stands for its terms'. Repeated values round alike at every step, so the error
-    grows with ``n``, not with ``sqrt(n)``. 0 for a result that accumulates nothing."""
+    """The RMS error rounding may put into a sum of ``accumulates`` terms in ``dtype`` (0 if none):
+    ``accumulates * u * rms(reference)``, ``u`` its unit roundoff (a sum of ``n`` terms is off by
+    at most ``(n - 1) * u * sum(|terms|)``; repeated values round alike, so it grows with ``n``)."""
     if accumulates < 2 or reference.numel() == 0 or not dtype.is_floating_point:
         return 0.0
     unit = torch.finfo(dtype).eps / 2
@@ -218,10 +221,7 @@ def accumulated_rounding(dtype: torch.dtype, accumulates: int, reference: torch.
 
 
 def rescue_multiplier(dtype: torch.dtype, numel: int) -> float:
-    """same()'s multiplier with use_larger_multiplier_for_smaller_tensor.
-
-    Rounding noise dominates the RMSE of small tensors, so they get more slack.
-    """
+    """same()'s multiplier for small tensors (use_larger_multiplier_for_smaller_tensor)."""
     if numel <= 10:
         return 10.0
     if numel <= 500:
@@ -232,12 +232,7 @@ def rescue_multiplier(dtype: torch.dtype, numel: int) -> float:
 
 
 def rmse(ref: torch.Tensor, res: torch.Tensor) -> float:
-    if ref.numel() == 0:
-        return 0.0
-    return float(torch.sqrt(torch.mean(torch.square(ref - res))))
-
-
-# --- figures ------------------------------------------------------------------------
+    return 0.0 if ref.numel() == 0 else float(torch.sqrt(torch.mean(torch.square(ref - res))))
 
 
 def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -249,9 +244,7 @@ def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def widened(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.is_complex():
-        return tensor.to(torch.complex128)
-    return tensor.to(torch.float64)
+    return tensor.to(torch.complex128 if tensor.is_complex() else torch.float64)
 
 
 def abs_diff(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
@@ -327,10 +320,8 @@ def leaf_figures(
 def mismatch_counts(
     expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance, location: str = ""
 ) -> tuple[int, float, float]:
-    """``(elements beyond tolerance, max abs error, max rel error)`` of two tensors of one
-    shape, judged element by element as :func:`compare_leaf` judges them (exact for
-    integer and bool dtypes, ``tolerance`` at ``location`` for the others; no fp64 check).
-    """
+    """``(elements beyond tolerance, max abs error, max rel error)`` of two same-shape tensors,
+    judged per element as :func:`compare_leaf` does (without the fp64 check)."""
     want, got = plain_tensor(expected), plain_tensor(actual)
     diff = abs_diff(want, got)
     if want.is_floating_point() or want.is_complex():
@@ -345,11 +336,7 @@ def mismatch_counts(
 def tolerances_needed(
     expected: torch.Tensor, actual: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float
 ) -> tuple[float, float]:
-    """The smallest rtol (same atol) and atol (same rtol) under which every element passes.
-
-    Infinite where no finite value would do (an element infinite on one side, or a
-    difference at an element eager computes as 0, for rtol).
-    """
+    """The smallest rtol (same atol) and atol (same rtol) passing every element; inf if none."""
     want, got = widened(expected), widened(actual)
     agree = (want == got) | (want.isnan() & got.isnan())
     finite = want.isfinite() & got.isfinite()

@@ -1,10 +1,5 @@
-"""Known torch bugs, each with the torch releases measured to have it.
-
-A message that blames a known torch bug names it only on a torch that may have it, and the
-examples that show the check catching one are strict xfails only where it was measured: a
-torch that fixes the bug turns them into a pass (XPASS), never into a red suite. One record
-per bug serves both.
-"""
+"""Known torch bugs, each with the torch releases measured to have it: messages blame a bug only
+on a torch that may have it, and examples are strict xfails only where it was measured."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ def release(version: str) -> Release:
 
 def torch_release() -> Release:
     """The running torch's release, e.g. ``(2, 13, 0)``."""
-    import torch
+    import torch  # torch loads on first use
 
     return release(torch.__version__)
 
@@ -46,14 +41,12 @@ class TorchBug:
     """The first release measured without it; None while every release measured has it."""
 
     def measured_in(self, version: Release | None = None) -> bool:
-        """Whether ``version`` (default: the running torch) lies within the releases
-        measured to have the bug: from the oldest measured up to the newest."""
+        """Whether ``version`` (default: torch's) lies within the releases measured with the bug."""
         version = torch_release() if version is None else version
         return release(self.measured[0]) <= version <= release(self.measured[-1])
 
     def possible_in(self, version: Release | None = None) -> bool:
-        """Whether ``version`` (default: the running torch) may have the bug: any release
-        before the first one measured without it (every release while none is)."""
+        """Whether ``version`` (default: torch's) precedes the first release measured without it."""
         version = torch_release() if version is None else version
         return self.fixed_in is None or version < release(self.fixed_in)
 
@@ -85,7 +78,7 @@ NEXTAFTER_STEPS_A_FLOAT32_ULP = TorchBug(
 )
 
 COMPLEX_SCALAR_PROMOTED = TorchBug(
-    issue="no upstream issue found (raw reproduction: tests/test_input_signatures.py)",
+    issue="no upstream issue found (raw reproduction: tests/checks/test_input_signatures.py)",
     summary="a 0-dim complex64 tensor times a Python float comes back from the engine as "
     "complex128, where eager keeps complex64",
     measured=("2.13.0", "2.15.0"),

@@ -1,9 +1,5 @@
-"""Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size.
-
-An engine is compiled for its example's sizes, strides and storage offset: a copy of an
-input that any side receives keeps all three (a plain ``clone()`` of a sliced or expanded
-tensor is contiguous, which the engine reads as other memory).
-"""
+"""Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size. A
+clone keeps sizes, strides and storage offset: the engine was compiled for them."""
 
 from __future__ import annotations
 
@@ -14,11 +10,7 @@ if TYPE_CHECKING:
 
 
 def clone_tree(tree: Any) -> Any:
-    """Clone every tensor of a pytree (detached, laid out as the original: see
-    :func:`clone_like`), keeping everything else as is.
-
-    Containers are rebuilt, so the result shares neither tensors nor lists with ``tree``.
-    """
+    """Clone every tensor of a pytree (:func:`clone_like`), rebuilding containers."""
     import torch
     import torch.utils._pytree as pytree
 
@@ -28,9 +20,8 @@ def clone_tree(tree: Any) -> Any:
 
 
 def clone_like(tensor: torch.Tensor) -> torch.Tensor:
-    """A detached copy of ``tensor`` with its sizes, strides and storage offset: its
-    memory copied as it lies (gaps and all), so a view keeps the layout it was exported
-    with and an expanded tensor stays expanded."""
+    """A detached copy with ``tensor``'s sizes, strides and storage offset (memory copied as it
+    lies), so a view keeps its layout and an expanded tensor stays expanded."""
     import torch
 
     plain = tensor.detach()
@@ -44,8 +35,7 @@ def clone_like(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def empty_like_layout(example: torch.Tensor) -> torch.Tensor:
-    """An uninitialized tensor with ``example``'s sizes, strides, storage offset, dtype and
-    device, in storage of its own: not a view (torch.export reads a view's base)."""
+    """An uninitialized tensor like ``example`` in storage of its own (not a view)."""
     return empty_with_layout(
         tuple(example.size()),
         tuple(example.stride()),
@@ -62,8 +52,7 @@ def empty_with_layout(
     dtype: torch.dtype,
     device: torch.device,
 ) -> torch.Tensor:
-    """An uninitialized tensor of these sizes, strides and storage offset, in storage of
-    its own (not a view)."""
+    """An uninitialized tensor of this layout in storage of its own (not a view)."""
     import torch
 
     extent = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
@@ -79,22 +68,17 @@ def storage_extent(tensor: torch.Tensor) -> int:
 
 
 def distinct_shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    """``tensor``'s shape with every stride-0 (expanded) dim of size 1: the elements that
-    hold values of their own."""
+    """``tensor``'s shape with every stride-0 (expanded) dim of size 1."""
     return tuple(1 if stride == 0 else size for size, stride in zip(tensor.shape, tensor.stride()))
 
 
 def has_own_elements(tensor: torch.Tensor) -> bool:
-    """Whether each element of ``tensor`` but those of its expanded dims lies in memory of
-    its own (a view such as ``unfold``'s, whose windows overlap, has not)."""
+    """Whether elements outside expanded dims have memory of their own (not ``unfold``'s)."""
     return not _overlaps(distinct_shape(tensor), tensor.stride())
 
 
 def laid_out_like(values: torch.Tensor, example: torch.Tensor) -> torch.Tensor | None:
-    """``values`` (of :func:`distinct_shape` of ``example``) in a tensor of the example's
-    sizes, strides, storage offset, dtype and device; None where the example's elements
-    overlap in memory other than by expansion (no values of their own can be given)."""
-
+    """``values`` laid out like ``example``; None where its elements overlap (not expanded)."""
     if not has_own_elements(example):
         return None
     laid_out = empty_like_layout(example)
@@ -104,8 +88,6 @@ def laid_out_like(values: torch.Tensor, example: torch.Tensor) -> torch.Tensor |
 
 
 def _overlaps(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Whether two elements of a (non-empty) layout may share memory: from the innermost
-    dim out, each stride must step past everything the dims inside it span."""
     if 0 in shape:
         return False
     spanned = 0

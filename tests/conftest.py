@@ -4,11 +4,20 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import _pytest.pytester
 import pytest
+
+# Imported here, once, rather than first inside a pytester run (whose restored sys.modules
+# would import torch's lazily loaded parts a second time); the compile guard below patches
+# torch._inductor's attribute, which the plugin looks up at each compile.
+import torch
+import torch._inductor
+
+from pytest_aoti.options.catalog import Catalog, release, use
+from pytest_aoti.plugins import default_features
 
 pytest_plugins = ["pytester"]
 
@@ -30,6 +39,67 @@ def _keep_torch_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
             super().__init__(preserve=keep)
 
     monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", Snapshot)
+
+
+UNMARKED_COMPILE = "this test compiles an engine: mark it `compiles`"
+_REAL_COMPILE = torch._inductor.aoti_compile_and_package
+_unmarked_compiles = pytest.StashKey[list[str]]()
+
+
+def _refuse_compile(calls: list[str]) -> Callable[..., object]:
+    """A stand-in for ``aoti_compile_and_package`` that records the call and fails."""
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        calls.append("aoti_compile_and_package")
+        pytest.fail(f"{UNMARKED_COMPILE} (torch._inductor.aoti_compile_and_package called)")
+
+    return refuse
+
+
+def _fail_if_compiled(item: pytest.Item) -> None:
+    """Fail the phase that compiled (once: the record is cleared)."""
+    calls = item.stash.get(_unmarked_compiles, None)
+    if calls:
+        calls.clear()
+        pytest.fail(
+            f"{UNMARKED_COMPILE}: it called torch._inductor.aoti_compile_and_package, "
+            "in the test or in an in-process pytester run (-m 'not compiles' must compile "
+            "nothing)",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    """A test not marked ``compiles`` may not compile a real engine, in its fixtures (of any
+    scope), its body or an in-process pytester session: the compile is refused, and the test
+    fails saying to mark it. Compiles in a child process (``runpytest_subprocess``, a repro
+    script) are out of its sight: such tests are marked by reading them."""
+    if item.get_closest_marker("compiles") is None:
+        calls: list[str] = []
+        item.stash[_unmarked_compiles] = calls
+        torch._inductor.aoti_compile_and_package = _refuse_compile(calls)  # type: ignore[assignment]
+    try:
+        return (yield)
+    finally:
+        _fail_if_compiled(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    try:
+        return (yield)
+    finally:
+        _fail_if_compiled(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    try:
+        return (yield)
+    finally:
+        torch._inductor.aoti_compile_and_package = _REAL_COMPILE
+        _fail_if_compiled(item)
 
 
 # Models shared by the inner pytest sessions. ``torch.compiler.is_exporting()`` is true only
@@ -181,6 +251,16 @@ MODELS = textwrap.dedent(
             return x - 1
     '''
 )
+
+
+@pytest.fixture
+def every_default_plugin() -> Iterator[Catalog]:
+    """Every default plugin's options for the test, whichever plugins the run blocks (the
+    core-alone run blocks them all): for tests of the whole option table."""
+    catalog = Catalog(default_features())
+    use(catalog)
+    yield catalog
+    release(catalog)
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,6 @@
-"""Each test's program keys from the last run, to tell "only the weights changed" apart.
-
-An unseeded model (``nn.Linear`` without ``torch.manual_seed``) gets new random weights every
-run; the weights are part of a program's key, so its package is compiled again every run
-and the cache never helps. The key's parts (see :class:`~pytest_aoti.cache.key.ProgramKey`)
-show it: same graph, configs, device and torch as the same test's same check last run, other
-weights.
-
-One small JSON file per test id under pytest's cache dir: xdist workers run distinct tests, so
-no two processes write one file (each write is atomic all the same).
-"""
+"""Each test's program keys from the last run, to tell "only the weights changed" (an unseeded
+model, which recompiles every run) apart. One JSON file per test id under pytest's cache dir: no
+two xdist workers write one."""
 
 from __future__ import annotations
 
@@ -35,9 +27,7 @@ class KeyHistory:
         self._current: dict[str, dict[str, dict[str, str]]] = {}
 
     def observe(self, nodeid: str, check: int, parts: Mapping[str, str], compiled: bool) -> bool:
-        """Record the key ``parts`` of check number ``check`` (1, 2, ...) of test ``nodeid``;
-        True when it was ``compiled`` and its key differs from the last run's only in the
-        weights."""
+        """Record ``nodeid``'s check ``parts``; True if ``compiled`` only for new weights."""
         if nodeid not in self._previous:
             self._previous[nodeid] = self._read(nodeid)
             self._current[nodeid] = {}
@@ -45,7 +35,7 @@ class KeyHistory:
         current[str(check)] = dict(parts)
         self._write(nodeid, current)
         before = self._previous[nodeid].get(str(check))
-        return compiled and before is not None and _only_weights_differ(before, parts)
+        return compiled and before is not None and only_weights_differ(before, parts)
 
     def _path(self, nodeid: str) -> Path:
         digest = hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:24]
@@ -60,8 +50,7 @@ class KeyHistory:
             return {}
         if data.get("test") != nodeid or not isinstance(data.get("checks"), dict):
             return {}
-        checks: dict[str, dict[str, str]] = data["checks"]
-        return checks
+        return dict(data["checks"])
 
     def _write(self, nodeid: str, checks: Mapping[str, Mapping[str, str]]) -> None:
         text = json.dumps({"format": _FORMAT, "test": nodeid, "checks": checks}, indent=1)
@@ -72,7 +61,7 @@ class KeyHistory:
             return  # a hint about seeds is not worth failing over
 
 
-def _only_weights_differ(before: Mapping[str, str], now: Mapping[str, str]) -> bool:
+def only_weights_differ(before: Mapping[str, str], now: Mapping[str, str]) -> bool:
     others = (set(before) | set(now)) - {"weights"}
     same_rest = all(before.get(part) == now.get(part) for part in others)
     return same_rest and before.get("weights") != now.get("weights")

@@ -1,15 +1,6 @@
-"""Content key of a program: a digest of everything that determines its compiled package.
-
-The key is taken from the exported program *before* ``run_decompositions()`` (decomposition
-is a deterministic function of the program and the torch version, both in the key), so a
-cache hit can skip decomposing, which costs seconds on large models.
-
-``torch.export.save`` bytes are not stable across processes, so the key is built from the
-graph's structure instead: every node's op, target, arguments and value metadata, the
-signature, the shape constraints, then the raw bytes of every parameter, buffer and constant.
-Source locations are left out on purpose, so editing an unrelated line of the model file
-does not force a recompile.
-"""
+"""Content key of a program: a digest of everything that determines its compiled package, taken
+before ``run_decompositions()`` so a hit skips decomposing. The graph's structure is digested (not
+``torch.export.save`` bytes: unstable), then the weights' bytes; source locations are left out."""
 
 from __future__ import annotations
 
@@ -20,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling import machine
 from pytest_aoti.compiling.program import ProgramKey
 
 if TYPE_CHECKING:
@@ -28,9 +20,8 @@ if TYPE_CHECKING:
 
 KEY_FORMAT = "pytest-aoti-key-1"
 
-# inductor options that hold callables: their repr is an address, so they make a program
-# uncacheable across processes unless the callable has a stable ``uuid()`` (torch's own
-# CustomGraphPass protocol)
+# inductor options holding callables, whose repr is an address: uncacheable across
+# processes unless the callable has a stable ``uuid()`` (torch's CustomGraphPass protocol)
 _CALLABLE_OPTIONS = (
     "post_grad_custom_pre_pass",
     "post_grad_custom_post_pass",
@@ -41,9 +32,8 @@ _CALLABLE_OPTIONS = (
     "_post_fusion_custom_pass",
 )
 
-# options torch itself writes into the global config while compiling (the package's
-# platform metadata): left in, they would make the first compile of a process change the
-# key of every later one
+# options torch writes into the global config while compiling (platform metadata): left in,
+# the first compile of a process would change every later key
 _SELF_WRITTEN_OPTIONS = ("aot_inductor.metadata",)
 
 
@@ -55,13 +45,9 @@ def program_key(
     machine_dir: Path | None = None,
     machine_read_only: bool = False,
 ) -> ProgramKey:
-    """Digest of ``exported`` compiled for ``device`` under ``inductor_configs`` and the
-    process's global inductor configuration.
-
-    ``machine_dir`` (the artifact cache's folder) keeps the host's compile target between
-    runs, so it is found once per machine (see :mod:`pytest_aoti.compiling.machine`);
-    ``machine_read_only``: read it there, never write it.
-    """
+    """Digest of ``exported`` compiled for ``device`` under ``inductor_configs`` and the global
+    inductor configuration. ``machine_dir`` keeps the host's compile target between runs
+    (read-only with ``machine_read_only``)."""
     configs, persistable = _config_fingerprint(inductor_configs or {})
     device_text = f"{_device_fingerprint(device)} {platform_fingerprint()}"
     if device.type in _HOST_COMPILED:
@@ -105,11 +91,7 @@ _SYMBOL = re.compile(r"\b[su]\d+\b")
 
 
 def _canonical_symbols(text: str) -> str:
-    """Rename shape symbols by order of first appearance.
-
-    torch numbers symbols with a process-wide counter (``s0`` in one process is ``s77``
-    after other exports in another), which would change the key of the same program.
-    """
+    """Rename shape symbols by first appearance: torch numbers them with a process-wide counter."""
     names: dict[str, str] = {}
 
     def rename(match: re.Match[str]) -> str:
@@ -154,11 +136,9 @@ def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
 
 
 def _config_fingerprint(inductor_configs: Mapping[str, Any]) -> tuple[str, bool]:
-    """The effective inductor configuration: the process's global state under the
-    per-call overrides. A callable option without ``uuid()`` marks the key not persistable."""
+    """Inductor's global config under the overrides; False where a callable lacks ``uuid()``."""
     import torch._inductor.config as inductor_config
 
-    persistable = True
     items: dict[str, str] = {
         name: repr(value)
         for name, value in inductor_config.save_config_portable().items()
@@ -168,13 +148,10 @@ def _config_fingerprint(inductor_configs: Mapping[str, Any]) -> tuple[str, bool]
     for name in _CALLABLE_OPTIONS:
         items[name] = _callable_identity(current.get(name))
     for name, value in inductor_configs.items():
-        if callable(value):
-            items[name] = _callable_identity(value)
-        else:
-            items[name] = repr(value)
-    for name in _CALLABLE_OPTIONS:
-        if items.get(name, "None").startswith("<process-local"):
-            persistable = False
+        items[name] = _callable_identity(value) if callable(value) else repr(value)
+    persistable = not any(
+        items.get(name, "None").startswith("<process-local") for name in _CALLABLE_OPTIONS
+    )
     return repr(sorted(items.items())), persistable
 
 
@@ -193,8 +170,7 @@ def _device_fingerprint(device: torch.device) -> str:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
-        # Inductor reads the TF32 switches while it compiles (matmul templates, padding):
-        # a package built with TF32 on must not serve a run that turned it off
+        # Inductor reads the TF32 switches while compiling: a TF32 package must not serve a run without
         tf32 = (
             f"tf32 matmul={torch.backends.cuda.matmul.allow_tf32} "
             f"cudnn={torch.backends.cudnn.allow_tf32} "
@@ -202,30 +178,23 @@ def _device_fingerprint(device: torch.device) -> str:
         )
         return f"cuda sm_{major}{minor} {torch.version.cuda} {tf32}"
     if device.type == "cpu":
-        # inductor compiles CPU kernels for the host's vector ISA: an AVX-512 package
-        # shared through a cache directory must not be loaded on an AVX2 machine
+        # CPU kernels target the host's ISA: an AVX-512 package must not load on AVX2
         return f"cpu {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
     return device.type
 
 
-# devices whose packages hold C++ built for this host with ``-march=native``: the CPU
-# kernels, and the host-side wrapper of a CUDA package
+# devices whose packages hold C++ built with ``-march=native`` (CUDA's host-side wrapper too)
 _HOST_COMPILED = ("cpu", "cuda")
 
 
 def host_fingerprint(machine_dir: Path | None, *, write: bool = True) -> str:
-    """The instructions this host's compiled C++ may use: what ``-march=native`` resolves to
-    and Inductor's ISA flags, so a package built on a newer CPU of the same ISA class is a
-    miss here rather than a SIGILL after it loaded."""
-    from pytest_aoti.compiling.machine import machine_target
-
-    return machine_target(machine_dir, write=write).fingerprint()
+    """The instructions this host's compiled C++ may use, so a package from a newer CPU of the
+    same ISA class misses rather than dies of SIGILL."""
+    return machine.machine_target(machine_dir, write=write).fingerprint()
 
 
 def platform_fingerprint() -> str:
-    """The OS and its C library (``Linux glibc 2.36``), part of the key's ``device``: a
-    package links against the C library it was built with, so one from another machine of a
-    fleet may not load here."""
+    """The OS and C library (``Linux glibc 2.36``): another's package may not load here."""
     libc, version = platform.libc_ver()
     return f"{platform.system()} {libc or 'libc'} {version or 'unknown'}"
 

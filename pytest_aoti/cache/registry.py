@@ -1,13 +1,6 @@
-"""Compile each program once: in-session sharing by content key, backed by the on-disk store.
-
-Order of lookups for a key: this session's programs, then the artifact store (under a
-cross-process lock, so two xdist workers never compile the same key twice), then the
-fleet's remote store (downloaded under the same lock, so once per machine), then a compile
-whose package goes to the local store at once, and to the fleet's store once a check of
-the program passed in this process (:meth:`ProgramRegistry.check_passed`): a program whose
-check failed here, or that no check ran (the localizer's instrumented compile), is never
-published.
-"""
+"""Compile each program once: this session's programs, then the local store (under a
+cross-process lock), then the remote store, then a compile. A compiled package goes to the local
+store at once, and to the remote one only after a check of it passed here."""
 
 from __future__ import annotations
 
@@ -25,13 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytest_aoti.cache.key import program_key
 from pytest_aoti.cache.store_files import sha256_of
 from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
-from pytest_aoti.compiling.program import (
-    DEFAULT_ENGINE_BUDGET,
-    AotiProgram,
-    CompiledArtifact,
-    EnginePool,
-    ProgramKey,
-)
+from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact, EnginePool, ProgramKey
 from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
 from pytest_aoti.mutation_maps import MutationSignature, read_signature
 
@@ -39,8 +26,30 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.cache.remote.store import RemoteStore
     from pytest_aoti.cache.store import ArtifactStore, CacheEntry
+
+
+class RemoteFetched(Protocol):
+    """A package a :class:`RemoteCache` downloaded and verified."""
+
+    caller: dict[str, Any]
+    """The metadata the publisher's registry recorded (signature maps, compile time)."""
+    seconds: float
+
+
+class RemoteCache(Protocol):
+    """A shared store behind the local one (the ``pytest_aoti_remote_store`` hook's)."""
+
+    def fetch(self, key: str, destination: Path) -> RemoteFetched | None:
+        """Download the verified package of ``key`` to ``destination``; None on a miss."""
+
+    def reject(
+        self, key: str, reason: str, *, fetched: bool = False, repairable: bool = False
+    ) -> None:
+        """An entry that must not be used, and why."""
+
+    def publish(self, key: str, package_file: Path, caller: Mapping[str, Any]) -> bool:
+        """Upload a package a passing check used; never raises."""
 
 
 class CompileWatcher(Protocol):
@@ -48,13 +57,11 @@ class CompileWatcher(Protocol):
 
     def compiling(self, test: str, program: str, device: str) -> AbstractContextManager[None]:
         """A context that lasts as long as the compile of ``program`` for ``test``."""
-        ...
 
 
 @dataclass
 class CompileStats:
-    """What a session spent on programs; shown in the terminal summary. Workers' figures
-    are added with :meth:`merge`."""
+    """What a session spent on programs; workers' are added by :meth:`merge`."""
 
     programs: set[str] = field(default_factory=set)
     compiled: int = 0
@@ -72,8 +79,7 @@ class CompileStats:
         }
 
     def payload(self) -> dict[str, Any]:
-        """What a worker sends: :meth:`to_json` with the program keys themselves (two
-        workers can use the same program: the controller counts it once)."""
+        """:meth:`to_json` with the program keys (a program two workers used counts once)."""
         return {**self.to_json(), "programs": sorted(self.programs)}
 
     @classmethod
@@ -96,14 +102,8 @@ class CompileStats:
 
 
 class ProgramRegistry:
-    """Hands out :class:`AotiProgram` objects, compiling each distinct program once.
-
-    What it keeps for the session is small per program: the package on disk and its
-    metadata (:class:`CompiledArtifact`), and the engines of recently used programs
-    (:class:`EnginePool`, up to ``engine_budget`` bytes of packages). Exported and
-    decomposed programs, whose weights are as large as the model, live with the
-    ``AotiProgram`` of the test that asked for them.
-    """
+    """Hands out :class:`AotiProgram` objects, compiling each distinct program once; it keeps only
+    the package, its metadata and recent engines (exported programs live with the test's)."""
 
     def __init__(
         self,
@@ -112,8 +112,7 @@ class ProgramRegistry:
         on_compiled: Callable[[AotiProgram], None] | None = None,
         progress: CompileWatcher | None = None,
         *,
-        engine_budget: int = DEFAULT_ENGINE_BUDGET,
-        remote: RemoteStore | None = None,
+        remote: RemoteCache | None = None,
     ) -> None:
         self._workdir = workdir
         self._store = store
@@ -122,15 +121,14 @@ class ProgramRegistry:
         self._progress = progress
         self._artifacts: dict[str, CompiledArtifact] = {}
         self._lock = threading.Lock()
-        self.engines = EnginePool(engine_budget)
+        self.engines = EnginePool()
         self.stats = CompileStats()
         self._sidecars: dict[tuple[str, str], dict[str, Any]] = {}
         self._unpublished: dict[str, tuple[Path, dict[str, Any]]] = {}
         """Programs compiled here, waiting for a check to pass before they are published."""
 
     def check_passed(self, program: AotiProgram) -> None:
-        """A check of ``program`` passed here: publish it if this process compiled it
-        and no check of it failed here."""
+        """Publish ``program`` if this process compiled it and no check of it failed."""
         with self._lock:
             pending = self._unpublished.pop(program.key, None)
         if pending is not None and self._remote is not None:
@@ -141,9 +139,8 @@ class ProgramRegistry:
         with self._lock:
             self._unpublished.pop(program.key, None)
 
-    def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
-        """Data kept with a program's package (``name`` e.g. ``probes``): this session's,
-        else the store's; None when there is none."""
+    def attached(self, key: str, name: str) -> dict[str, Any] | None:
+        """Data kept with a package (``name`` e.g. ``probes``): the session's, else the store's."""
         with self._lock:
             data = self._sidecars.get((key, name))
         if data is None and self._store is not None and self._store.readable:
@@ -153,7 +150,7 @@ class ProgramRegistry:
                     self._sidecars[(key, name)] = data
         return data
 
-    def keep_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> None:
+    def attach(self, key: str, name: str, data: Mapping[str, Any]) -> None:
         """Keep ``data`` with a program's package, for this session and in the store."""
         with self._lock:
             self._sidecars[(key, name)] = dict(data)
@@ -168,10 +165,7 @@ class ProgramRegistry:
         inductor_configs: Mapping[str, Any] | None,
         label: str = "",
     ) -> AotiProgram:
-        """An engine-backed program for ``exported``, compiled at most once per key.
-
-        ``label`` (the test id) names the compile in progress lines.
-        """
+        """An engine-backed program for ``exported``, compiled at most once per key."""
         store = self._store if self._store is not None and self._store.readable else None
         key = program_key(
             exported,
@@ -194,15 +188,9 @@ class ProgramRegistry:
                     artifact, decomposed = self._obtain(key, exported, inductor_configs, device)
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
-        # the decomposed program goes to this request's program only: a later failure of
-        # its check localizes without decomposing again, and it goes when the test does
+        # kept by this request's program only: localizing needs it, and it goes with the test
         program = AotiProgram(
-            exported,
-            artifact,
-            device,
-            first_use=fresh,
-            decomposed=decomposed,
-            engines=self.engines,
+            exported, artifact, device, first_use=fresh, decomposed=decomposed, engines=self.engines
         )
         if fresh and self._on_compiled is not None:
             self._on_compiled(program)
@@ -223,12 +211,10 @@ class ProgramRegistry:
         if store is None and remote is None:
             return self._compile(key, exported, inductor_configs)
         with store.locked(key.digest) if store is not None else contextlib.nullcontext():
-            if store is not None:
-                entry = store.lookup(key.digest)
-                if entry is not None:
-                    artifact = self._from_entry(key, entry)
-                    if artifact is not None:
-                        return artifact, None
+            if store is not None and (entry := store.lookup(key.digest)) is not None:
+                artifact = self._from_entry(key, entry)
+                if artifact is not None:
+                    return artifact, None
             if remote is not None:
                 artifact = self._from_remote(key, remote, store, device)
                 if artifact is not None:
@@ -244,12 +230,11 @@ class ProgramRegistry:
     def _from_remote(
         self,
         key: ProgramKey,
-        remote: RemoteStore,
+        remote: RemoteCache,
         store: ArtifactStore | None,
         device: torch.device,
     ) -> CompiledArtifact | None:
-        """Download a signed, verified package from the fleet's store into the session's
-        directory, check that it loads on this machine, and keep it in the local store."""
+        """Download a package from the remote store, check it loads here, and keep it locally."""
         local = self._workdir / f"{key.digest}.pt2"
         fetched = remote.fetch(key.digest, local)
         if fetched is None:
@@ -266,8 +251,7 @@ class ProgramRegistry:
             local.unlink(missing_ok=True)
             return None
         size = local.stat().st_size
-        # another machine's package may not load here (a library it links is missing or
-        # older): compile instead of failing the test, and keep it out of the local cache
+        # another machine's package may not load here: compile instead, and keep it out of the cache
         try:
             engine = load_engine(local, device)
         except AotiCompileError as error:
@@ -303,11 +287,7 @@ class ProgramRegistry:
         return artifact, decomposed
 
     def _from_entry(self, key: ProgramKey, entry: CacheEntry) -> CompiledArtifact | None:
-        """Copy a stored package into the session's own directory and verify the copy.
-
-        The copy is what gets loaded, so a later change to the shared store (another
-        process evicting or tampering with the entry) cannot affect this session.
-        """
+        """Copy a stored package here and verify the copy: later store changes cannot touch it."""
         started = time.perf_counter()
         local = self._workdir / f"{key.digest}.pt2"
         problem = None
@@ -326,8 +306,7 @@ class ProgramRegistry:
         except (LookupError, TypeError, ValueError) as error:
             problem = f"has metadata this version cannot use ({type(error).__name__}: {error})"
         if problem is not None:
-            # repaired by compiling again: reported like the store's own problems (listed
-            # in the session's summary), never a warning that filterwarnings=error would fail
+            # repaired by compiling: a summary problem, never a warning (filterwarnings=error)
             message = f"pytest-aoti cache entry {key.digest} {problem}; recompiling"
             if self._store is not None:
                 self._store.report(message)
@@ -363,7 +342,7 @@ class ProgramRegistry:
 
 
 def _entry_metadata(artifact: CompiledArtifact) -> dict[str, Any]:
-    import torch
+    import torch  # torch loads on first use
 
     return {
         "key_parts": artifact.key.parts,

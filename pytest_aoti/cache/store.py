@@ -1,29 +1,10 @@
-"""A store of compiled ``.pt2`` packages, shared safely between processes and runs.
-
-Packages are kept by a content key computed elsewhere; the store treats them as opaque
-files. A package is native code loaded into the test process, so nothing is handed out
-before it has been verified, and the store never follows a path it does not own.
-
-Layout under ``root`` (``vN`` is ``v{FORMAT_VERSION}``; other versions' directories are
-left alone, so plugin versions can share one root)::
-
-    root/                          0o700, owned by the user
-      v1/
-        entries/<key>/package.pt2  the package, 0o600
-        entries/<key>/meta.json    its metadata, 0o600
-        locks/<key>.lock           per-key lock files; kept, they are empty
-        tmp/                       staging area; leftovers older than an hour are swept
-
-An entry is staged as a directory under ``tmp/`` (package copied and fsynced, then
-``meta.json`` written and fsynced) and published by renaming the whole directory to
-``entries/<key>``, so readers see a complete entry or none.
-
-``meta.json`` holds ``format_version``, ``key``, ``sha256`` and ``size`` of the package,
-``created`` and ``last_used`` (epoch seconds), and the caller's metadata, unchanged,
-under ``caller``. :attr:`CacheEntry.metadata` is that whole object.
-
-POSIX only: ownership and permission checks use ``os.getuid`` and mode bits.
-"""
+"""A store of compiled ``.pt2`` packages by content key, shared safely between processes and runs
+(POSIX only). A package is native code: nothing is handed out unverified, no path the store does
+not own is followed. Under ``root`` (0o700, the user's; other ``vN`` left alone), ``v1/`` holds
+``entries/<key>/package.pt2`` (0o600) and ``meta.json`` (format_version, key, sha256, size,
+created, last_used, caller), ``locks/<key>.lock`` (kept, empty) and ``tmp/`` (staging; leftovers
+older than an hour are swept). An entry is staged under ``tmp/`` (fsynced) and published by
+renaming it to ``entries/<key>``, so readers see a whole entry or none."""
 
 from __future__ import annotations
 
@@ -69,9 +50,7 @@ from pytest_aoti.cache.store_files import (
     validate_key,
     write_new_file,
 )
-from pytest_aoti.cache.store_files import (
-    sha256_of as sha256_of,
-)
+from pytest_aoti.cache.store_files import sha256_of as sha256_of
 from pytest_aoti.cache.store_lock import KeyLocks
 from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
 
@@ -96,8 +75,7 @@ _TOUCH_INTERVAL = 60.0
 _EXISTS_ERRNOS = frozenset({errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR})
 
 
-def _now() -> float:
-    """Clock for ``created``/``last_used``."""
+def _now() -> float:  # the clock for created/last_used; tests replace it
     return time.time()
 
 
@@ -129,12 +107,9 @@ class _EntryInfo:
 
 
 class ArtifactStore:
-    """Compiled packages by content key, in a private directory shared between processes.
-
-    Failures of the cache never fail a test: they are reported (to ``on_problem``, or as
-    an :class:`AotiCacheWarning` without one) and the store behaves as a miss. An unusable
-    or untrusted ``root`` turns the store off (or read-only) for the run, reported once.
-    """
+    """Compiled packages by content key in a private directory. A cache failure never fails a test:
+    it is reported (to ``on_problem``, else as an :class:`AotiCacheWarning`) and is a miss; an
+    unusable or untrusted ``root`` turns the store off or read-only."""
 
     def __init__(
         self,
@@ -173,8 +148,6 @@ class ArtifactStore:
     def writable(self) -> bool:
         """Whether :meth:`store`, :meth:`evict` and :meth:`clear` change anything."""
         return self._writable
-
-    # -- opening ---------------------------------------------------------------------
 
     def _open(self) -> tuple[bool, bool]:
         if self.mode == "off":
@@ -247,24 +220,16 @@ class ArtifactStore:
             return False
         return self._entries.is_dir() and os.access(self._entries, os.R_OK | os.X_OK)
 
-    # -- lookup ----------------------------------------------------------------------
-
     def lookup(self, key: str) -> CacheEntry | None:
-        """Return the verified entry for ``key``, or None on a miss.
-
-        The entry is checked before it is returned: metadata parses and has this format
-        version, the package has the recorded size and sha256, and every path is owned by
-        the current user and not writable by others. A damaged entry is discarded (when
-        writable) with one warning; an untrusted one is left in place with one warning.
-        A hit refreshes ``last_used``, best effort.
-        """
+        """The verified entry for ``key`` (metadata, size, sha256, ownership), or None on a miss.
+        A damaged entry is discarded (when writable), an untrusted one left in place, each with
+        one warning. A hit refreshes ``last_used``."""
         validate_key(key)
         if not self._readable:
             return None
         entry_dir = self._entries / key
         try:
-            ino = entry_dir_inode(entry_dir)
-            meta = self._verify(key, entry_dir, ino)
+            meta = self._verify(key, entry_dir, ino := entry_dir_inode(entry_dir))
         except EntryMissing:
             return None
         except EntryStale:
@@ -287,8 +252,7 @@ class ArtifactStore:
             if meta_file is None:
                 raise EntryDamaged(f"{META_NAME} missing")
             stack.enter_context(meta_file)
-            # Open (and ownership-check) the package before judging the metadata, so a
-            # damaged entry is only discarded when everything in it is ours.
+            # ownership-check the package first: a damaged entry is discarded only if all ours
             package = open_entry_file(entry_dir, PACKAGE_NAME, ino)
             if package is not None:
                 stack.enter_context(package)
@@ -321,16 +285,9 @@ class ArtifactStore:
             return meta
         return updated
 
-    # -- store -----------------------------------------------------------------------
-
     def store(self, key: str, package_file: Path, metadata: Mapping[str, Any]) -> CacheEntry | None:
-        """Copy ``package_file`` into the store under ``key`` and return the new entry.
-
-        ``metadata`` must be JSON-serializable; it is kept under ``metadata["caller"]``.
-        The entry is published atomically and replaces an existing one of ours. Returns
-        None when the store is not writable, or, with one warning, when storing fails;
-        nothing half-written is left behind.
-        """
+        """Copy ``package_file`` in under ``key`` (``metadata`` kept under ``caller``); the new
+        entry, or None when not writable or (with one warning) when storing fails."""
         validate_key(key)
         caller = plain_json(metadata)
         if not self._writable:
@@ -404,12 +361,8 @@ class ArtifactStore:
             raise PathRefused(f"the existing entry is owned by uid {st.st_uid}, not you")
         self._discard(target)
 
-    # -- sidecar data ----------------------------------------------------------------
-
     def read_sidecar(self, key: str, name: str) -> dict[str, Any] | None:
-        """The JSON object kept as ``<name>.json`` next to an entry's package (findings
-        about the package, such as probe outcomes); None when missing or unusable.
-        Advisory data: it is trust-checked like the entry, not checksummed."""
+        """``<name>.json`` beside ``key``'s package (not checksummed); None if missing/unusable."""
         validate_key(key)
         if not self._readable or not _SIDECAR_RE.fullmatch(name):
             return None
@@ -426,8 +379,7 @@ class ArtifactStore:
         return data if isinstance(data, dict) else None
 
     def write_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> bool:
-        """Write ``data`` as ``<name>.json`` into the entry of ``key``, atomically; False
-        when the store is not writable or the entry is gone."""
+        """Write ``<name>.json`` into ``key``'s entry atomically; False if not writable or gone."""
         validate_key(key)
         if not _SIDECAR_RE.fullmatch(name) or name == "meta":
             raise ValueError(f"bad sidecar name {name!r}")
@@ -451,33 +403,17 @@ class ArtifactStore:
             return False
         return True
 
-    # -- locking ---------------------------------------------------------------------
-
     def locked(
         self, key: str, timeout: float | None = None
     ) -> contextlib.AbstractContextManager[None]:
-        """Hold the cross-process lock of ``key``: compile and store inside it.
-
-        A no-op when the store is not writable. If the lock cannot be had within
-        ``timeout`` seconds, warns and goes on without it (the worst case is compiling
-        the same package twice).
-        """
+        """Hold ``key``'s lock; past ``timeout``, warn and go on (at worst compiling twice)."""
         validate_key(key)
         if not self._writable:
             return contextlib.nullcontext()
         return self._key_locks.held(key, timeout)
 
-    def _is_locked(self, key: str) -> bool:
-        return self._key_locks.is_locked(key)
-
-    # -- maintenance -----------------------------------------------------------------
-
     def evict(self) -> list[str]:
-        """Remove least recently used entries until the store fits in ``max_bytes``.
-
-        Entries whose lock is held are skipped; entries vanishing meanwhile are fine.
-        Returns the keys removed, oldest first.
-        """
+        """Evict least recently used unlocked entries to fit ``max_bytes``; their keys, oldest 1st."""
         if not self._writable:
             return []
         self._sweep_tmp()
@@ -487,7 +423,7 @@ class ArtifactStore:
         for info in sorted(infos, key=lambda i: (i.last_used, i.key)):
             if total <= self.max_bytes:
                 break
-            if self._is_locked(info.key):
+            if self._key_locks.is_locked(info.key):
                 continue
             if self._discard(info.path):
                 evicted.append(info.key)
@@ -565,8 +501,6 @@ class ArtifactStore:
         remove_path(grave)
         return True
 
-    # -- warnings --------------------------------------------------------------------
-
     def _warn_entry(self, key: str, reason: str, action: str) -> None:
         if (key, reason) in self._warned:
             return
@@ -579,8 +513,7 @@ class ArtifactStore:
 
     def _warn(self, message: str) -> None:
         if self._on_problem is not None:
-            # the session lists it in the terminal summary: a warning would fail the test
-            # under filterwarnings = error, for a problem that was already repaired
+            # listed in the summary: a warning would fail the test under filterwarnings = error
             self._on_problem(message)
             return
         warn_at_caller(AotiCacheWarning(message))

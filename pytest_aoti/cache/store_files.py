@@ -1,9 +1,6 @@
-"""The store's safe-file helpers: hashing, new files written atomically and fsynced,
-removal, the ownership and permission checks, and ``meta.json`` encoded, parsed and validated.
-
-Nothing here follows a symbolic link or trusts a path it has not checked; the
-:class:`~pytest_aoti.cache.store.ArtifactStore` builds its layout on these.
-"""
+"""The store's safe-file helpers: hashing, atomic fsynced writes, removal, ownership and
+permission checks, and ``meta.json``. Nothing here follows a symbolic link or trusts an unchecked
+path."""
 
 from __future__ import annotations
 
@@ -52,11 +49,7 @@ class StoreUnusable(Exception):
 
 
 def validate_key(key: str) -> str:
-    """Return ``key`` if it is a valid store key, else raise ``ValueError``.
-
-    Keys are 1-128 characters of ``[0-9a-z_-]`` starting with a letter or digit, so a
-    key is always a single, plain path component.
-    """
+    """``key`` if it is 1-128 of ``[0-9a-z_-]`` not starting with ``-``/``_``, else ValueError."""
     if not isinstance(key, str) or KEY_RE.fullmatch(key) is None:
         raise ValueError(
             f"invalid cache key {key!r}: expected 1-128 characters of [0-9a-z_-], "
@@ -133,13 +126,8 @@ def encode_meta(meta: Mapping[str, Any]) -> bytes:
 
 
 def plain_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """The caller's metadata as it will read back from ``meta.json``.
-
-    Raises ``TypeError``/``ValueError`` for metadata JSON cannot hold: that is a bug in
-    the caller, not a cache failure.
-    """
-    plain: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
-    return plain
+    """The caller's metadata as ``meta.json`` reads it back; TypeError/ValueError if not JSON."""
+    return dict(json.loads(json.dumps(dict(metadata), allow_nan=False)))
 
 
 def is_number(value: object) -> bool:

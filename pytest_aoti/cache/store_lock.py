@@ -1,9 +1,6 @@
-"""The artifact store's per-key cross-process locks (``locks/<key>.lock``, filelock).
-
-Workers that need the same program wait on its lock: one compiles, the others load. The
-wait is bounded (:data:`LOCK_TIMEOUT`, read when a lock is taken): a holder stuck past it
-costs the others one problem line and a compile of their own, never the run.
-"""
+"""The store's per-key cross-process locks (``locks/<key>.lock``): one worker compiles, the
+others wait and load. A holder stuck past :data:`LOCK_TIMEOUT` costs the others a problem line
+and their own compile."""
 
 from __future__ import annotations
 

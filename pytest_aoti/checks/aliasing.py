@@ -1,12 +1,6 @@
-"""Example inputs that share storage, and distinct copies of them.
-
-torch.export specializes a program on aliasing among its example inputs without a guard:
-a module that reads five inputs, exported with one tensor passed five times, can come
-back as a graph that reads only one of them (pytorch/pytorch#139805), and a mutated input
-that aliases another is functionalized wrongly (pytorch/pytorch#139789). Tests pass one
-tensor twice all the time; the check therefore runs such a program once more on distinct
-inputs with values of their own, where eager and the program must still agree.
-"""
+"""Example inputs that share storage, and distinct copies of them. torch.export specializes
+silently on aliased examples (pytorch/pytorch#139805, #139789), so such a program runs once more
+on distinct inputs with values of their own."""
 
 from __future__ import annotations
 
@@ -14,20 +8,22 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import torch
+import torch.utils._pytree as pytree
+
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Stats
 from pytest_aoti.checks.parity import InputRun, sample_label
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
+from pytest_aoti.mutation_maps import named_user_inputs, read_signature_names
+from pytest_aoti.strategies import distinct_like
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
 class AliasingCheck:
-    """Every input set whose inputs share storage, again on distinct copies of them.
-
-    Expected ``mutates`` values describe the given inputs, so only parity is checked.
-    """
+    """Input sets whose inputs share storage, again on distinct copies (parity only)."""
 
     name = "aliasing"
     phase: Phase = "engine"
@@ -41,8 +37,7 @@ class AliasingCheck:
         stats: Stats = ()
         checked = 0
         for index, (args, kwargs) in enumerate(plan.input_sets):
-            aliased = aliased_inputs(program.exported, args, kwargs)
-            if not aliased:
+            if not (aliased := aliased_inputs(program.exported, args, kwargs)):
                 continue
             label = sample_label(index, len(plan.input_sets))
             run = InputRun(
@@ -88,10 +83,6 @@ def aliased_inputs(
     program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[list[str]]:
     """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
-    import torch
-
-    from pytest_aoti.mutation_maps import named_user_inputs
-
     groups: dict[tuple[str, int], list[str]] = {}
     for name, leaf in named_user_inputs(program, args, kwargs).items():
         if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.numel():
@@ -106,18 +97,11 @@ def distinct_inputs(
     kwargs: Mapping[str, Any],
     aliased: list[list[str]],
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``(args, kwargs)`` with every aliased input replaced by a tensor of its own: same
-    shape, dtype, device, layout and value range, values drawn anew (equal values would
-    hide a graph that reads one input in place of another)."""
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.mutation_maps import read_signature_names
-    from pytest_aoti.strategies import distinct_like
-
+    """``(args, kwargs)`` with every aliased input replaced by one of its own: same shape, dtype,
+    device, layout and range, new values (equal ones would hide a graph reading the wrong input)."""
     names = read_signature_names(program)
     replaced = {name for group in aliased for name in group}
-    ordered = _ordered_kwargs(program, kwargs)
-    leaves, spec = pytree.tree_flatten((tuple(args), ordered))
+    leaves, spec = pytree.tree_flatten((tuple(args), ordered_kwargs(program, kwargs)))
     fresh = [
         distinct_like(leaf, seed=index) if name in replaced else leaf
         for index, (name, leaf) in enumerate(zip(names, leaves))
@@ -126,7 +110,7 @@ def distinct_inputs(
     return tuple(new_args), dict(new_kwargs)
 
 
-def _ordered_kwargs(program: ExportedProgram, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def ordered_kwargs(program: ExportedProgram, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     # the program flattens keyword inputs in the forward's order, as named_user_inputs does
     in_spec = program.call_spec.in_spec
     if in_spec is None or in_spec.num_children != 2:

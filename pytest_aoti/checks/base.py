@@ -1,27 +1,15 @@
-"""What every check is: one small protocol, the plan it reads and the outcome it returns.
-
-A check reads one plan (the module, the input sets, the tolerance, every per-check option)
-and what its :class:`CheckContext` holds at its phase (the exported program, the compiled
-program and its engine), and either returns an :class:`Outcome` (the figures it measured)
-or raises :class:`~pytest_aoti.AotiCheckError` with a :class:`~pytest_aoti.findings.Finding`.
-Every check declares its phase (:data:`PHASES`): ``"eager"`` before anything is compiled,
-``"exported"`` once the program is exported and before its compile, ``"engine"`` once it is
-compiled. :mod:`pytest_aoti.run.phases` runs the checks of
-:data:`pytest_aoti.run.catalog.CHECKS` phase by phase, in order, then the checks other
-plugins add (the ``pytest_aoti_checks`` hook); adding a built-in check is a module with one
-:class:`Check` and its line there. A check reads its options as typed fields
-of the plan's :class:`~pytest_aoti.features.CheckOptions`
-(``plan.options.threads``).
-"""
+"""What every check is: the :class:`Check` protocol, the :class:`CheckPlan` it reads, the
+:class:`CheckContext` of its phase (:data:`PHASES`) and the :class:`Outcome` it returns (or
+an :class:`~pytest_aoti.AotiCheckError`); :mod:`pytest_aoti.run.phases` runs them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pytest_aoti.features import CheckOptions
+from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
     import pytest
@@ -33,30 +21,22 @@ if TYPE_CHECKING:
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
-InputSet = tuple[tuple[Any, ...], dict[str, Any]]
-"""``(args, kwargs)`` of one call."""
-
-Stats = tuple[tuple[str, "LeafStats"], ...]
-"""``(context, stats)`` per compared leaf, e.g. ``("call 2, sample 1", LeafStats(...))``."""
+InputSet = tuple[tuple[Any, ...], dict[str, Any]]  # (args, kwargs) of one call
+Stats = tuple[tuple[str, "LeafStats"], ...]  # (context, stats) per leaf: ("call 2, sample 1", ...)
 
 Phase = Literal["eager", "exported", "engine"]
 PHASES: tuple[Phase, ...] = ("eager", "exported", "engine")
-"""When a check runs: on eager PyTorch before any compile, on the exported program before
-its compile, or on the compiled program's engine."""
+"""When a check runs: on eager PyTorch, on the exported program, or on the engine."""
 
 
 @dataclass(frozen=True)
 class CheckPlan:
     """One ``aoti.check`` (or ``aoti.compile``) call, resolved before anything is exported
-    (:func:`pytest_aoti.run.resolve.resolve_call`) and never changed after: what compiling
-    and every check read. Every per-check option is a field of :attr:`options`
-    (``plan.options.threads``); what is found while the call runs (the program's random
-    ops, the calls per input set) is on the :class:`CheckContext`."""
+    and never changed after; what the call finds as it runs is on the :class:`CheckContext`."""
 
     module: torch.nn.Module
-    """The module on the tester's device (a moved copy where it was elsewhere: never the
-    caller's, moved)."""
-    input_sets: list[InputSet]
+    """The module on the tester's device (a moved copy where it was elsewhere)."""
+    input_sets: tuple[InputSet, ...]
     """The example and the samples, on the tester's device."""
     tolerance: Tolerance
     calls: int | None = None
@@ -65,16 +45,15 @@ class CheckPlan:
     mutated_buffers: Any = None
     """The ``mutated_buffers=`` the test declared (validated by the signature check)."""
     dynamic_shapes: Any = None
-    """The spec the program is exported with (inferred for ``"auto"`` before the plan is
-    run)."""
+    """The spec the program is exported with (``"auto"`` is inferred before the run)."""
     inductor_configs: Mapping[str, Any] = field(default_factory=dict)
     """Merged: the ini file's, the hook's, the marker's, the call's; checked by Inductor."""
     options: CheckOptions = field(default_factory=CheckOptions)
-    """Every per-check option's value for this check."""
+    """Every per-check option's value (``plan.options.random``; a plugin's through ``of``)."""
     export_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """``torch.export.export`` options: the hook's and the variant's, then ``strict``."""
     notes: tuple[str, ...] = ()
-    """What resolving the call noted without failing (a ``torch.compile``'d module unwrapped)."""
+    """What resolving the call noted (a ``torch.compile``'d module unwrapped)."""
 
     @property
     def expect_at(self) -> int:
@@ -85,17 +64,14 @@ class CheckPlan:
 @dataclass(frozen=True)
 class RecordPart:
     """What a check adds to the report's record of its ``aoti.check``
-    (:class:`~pytest_aoti.reports.records.CheckRecord`): a new figure is a field here, set
-    by its check and by nothing else."""
+    (:class:`~pytest_aoti.reports.records.CheckRecord`)."""
 
     fields: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the check's JSON record, by name, e.g. ``{"engine_seconds": 0.002}``; a
-    name the record does not declare is a JSON field of its own (an additive one)."""
+    """JSON record fields by name (``{"engine_seconds": 0.002}``); undeclared ones are added."""
     notes: tuple[str, ...] = ()
     """What the check says without failing: the record's notes and the terminal summary."""
     properties: tuple[tuple[str, Any], ...] = ()
-    """JUnit properties beyond the ones rendered from the record, e.g.
-    ``(("aoti_measure_error", "..."),)``."""
+    """JUnit properties beyond the ones rendered from the record."""
 
     def __add__(self, other: RecordPart) -> RecordPart:
         return RecordPart(
@@ -115,96 +91,76 @@ class Outcome:
     figures: Mapping[str, Any] = field(default_factory=dict)
     """Named figures for the :class:`~pytest_aoti.CheckResult`, e.g. ``{"extra_bytes": 0}``."""
     record: RecordPart = field(default_factory=RecordPart)
-    """What the check adds to the report's record."""
 
 
 class ComparedRun(Protocol):
-    """One input set that eager and the engine ran side by side
-    (:class:`~pytest_aoti.checks.parity.InputRun`): what stage attribution replays."""
+    """One input set eager and the engine ran side by side: what stage attribution replays."""
 
     program: AotiProgram
     module: torch.nn.Module
 
-    def fresh_inputs(self) -> InputSet:
-        """New clones of the input set, as the check received it."""
-        ...
+    def fresh_inputs(self) -> InputSet: ...
 
     def differs_with(self, replacement: Any, calls: int) -> bool:
-        """Whether ``replacement`` (an uncompiled program in place of the engine) differs
-        from eager on this input set."""
+        """Whether ``replacement`` (an uncompiled program) differs from eager here."""
         ...
 
 
 class Triage(Protocol):
-    """What explains a failed input set: stage attribution, the diverging node and the
-    replay for the repro bundle (:class:`pytest_aoti.triage.attribution.Attribution`).
-    The tester hands it to the checks, so no check imports triage."""
+    """What explains a failed input set: stage, diverging node, replay for the repro bundle.
+    Handed to the checks, so no check imports triage."""
 
     def explain(
         self, error: AotiCheckError, run: ComparedRun, calls: int, *, attribute: bool
     ) -> AotiCheckError:
-        """``error`` with the replay of ``run``'s inputs, and with ``attribute`` its stage
-        and node."""
+        """``error`` with the replay of ``run``'s inputs (and its stage and node)."""
         ...
 
     def replayed(
         self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
     ) -> AotiCheckError:
-        """``error`` with the replay of ``inputs`` on ``module``, its stage already known."""
+        """``error`` with the replay of ``inputs`` on ``module``."""
         ...
 
 
-class Sidecars(Protocol):
-    """Data kept with a program's package, beside it in the cache (e.g. probe outcomes):
-    the :class:`~pytest_aoti.cache.registry.ProgramRegistry`."""
+class ProgramAttachments(Protocol):
+    """Data kept with a program's package in the cache (e.g. probe outcomes)."""
 
-    def sidecar(self, key: str, name: str) -> dict[str, Any] | None:
-        """The data ``name`` kept with program ``key``; None when there is none."""
-        ...
+    def attached(self, key: str, name: str) -> dict[str, Any] | None: ...
 
-    def keep_sidecar(self, key: str, name: str, data: Mapping[str, Any]) -> None:
-        """Keep ``data`` as ``name`` with program ``key``, for this session and the cache."""
-        ...
+    def attach(self, key: str, name: str, data: Mapping[str, Any]) -> None: ...
 
 
 @dataclass
 class CheckContext:
-    """What the checks of one ``aoti.check`` call share beyond the plan: where they run,
-    the facts the runner finds as the phases are reached (the exported program and its
-    random ops, then the compiled program, its engine and the calls per input set), and
-    the figures the checks measured so far.
-
-    The runner of the plan (:mod:`pytest_aoti.run.phases`) sets them; checks only read them.
-    """
+    """What the checks of one ``aoti.check`` share beyond the plan: the device, what the
+    runner finds as the phases are reached, the figures so far. Checks only read it."""
 
     device: torch.device
     triage: Triage | None = None
     hypothesis_database: Path | None = None
     """Where Hypothesis keeps failing generated shapes (pytest's cache dir)."""
     label: str = ""
-    """The test id: tells this check's saved examples and compiles from others'."""
+    """The test id."""
     profile_path: Callable[[], Path | None] = lambda: None
     """Where a Chrome trace of the engine's calls goes (``--aoti-profile``); None: none."""
-    sidecars: Sidecars | None = None
-    """Where a check keeps what it learnt about a program's package (the probes' outcomes),
-    so that later checks and sessions sharing the program reuse it."""
+    attachments: ProgramAttachments | None = None
+    """Where a check keeps what it learnt about a program's package, for later checks."""
     item: pytest.Item | None = None
-    """The pytest test item the call runs in (its markers, its node id); None outside a
-    pytest test."""
+    """The pytest test item (its markers, its node id); None outside a pytest test."""
     exported: ExportedProgram | None = None
     """The exported program, from the ``"exported"`` phase on."""
     random_ops: tuple[RandomOp, ...] = ()
-    """The program's random operations, read from the exported graph (``"exported"`` phase
-    on): for such a program no check that compares values applies; the random check judges
-    it (``plan.options.random``)."""
+    """The program's random ops (``"exported"`` phase on): no value check applies then."""
     compiled: AotiProgram | None = None
     """The compiled program, in the ``"engine"`` phase."""
     calls: int = 1
-    """Calls per input set, in the ``"engine"`` phase: the plan's ``calls``, else two for a
-    program with buffer state (its state is wrong from the second call on), else one."""
+    """Calls per input set (``"engine"`` phase): the plan's ``calls``, else two for a
+    program with buffer state, else one."""
     figures: Mapping[str, Any] = field(default_factory=dict)
-    """The figures of the checks that ran so far (``engine_seconds`` once timing ran), by
-    name; a check of a later phase, or later in its phase, reads them."""
+    """The figures of the checks that ran so far, by name (``engine_seconds``)."""
+    stats: Sequence[tuple[str, LeafStats]] = ()
+    """``(context, stats)`` of every leaf the checks so far compared."""
     _engine: Any = field(default=None, init=False, repr=False)
     _engine_handed_out: bool = field(default=False, init=False, repr=False)
 
@@ -216,18 +172,15 @@ class CheckContext:
         return self.compiled
 
     def engine(self) -> Any:
-        """The program's engine, loaded once and shared by the checks that measure it
-        (memory, timing): its buffers may be past other checks' calls. Loading another one
-        for a program with buffer state would map the package again, for good."""
+        """The program's engine, loaded once and shared by the checks (its buffers may be
+        past other checks' calls; another load would map the package again, for good)."""
         if self._engine is None:
             self._engine = self.program.engine_in_exported_state()
         self._engine_handed_out = True
         return self._engine
 
     def fresh_engine(self) -> Any:
-        """An engine whose buffers hold their exported values: the shared one while no
-        check has called it, else a new one (for a program without buffer state, the one
-        engine every user of the package shares)."""
+        """An engine whose buffers hold their exported values: the shared one while unused."""
         if not self._engine_handed_out:
             return self.engine()
         return self.program.engine_in_exported_state()
@@ -239,16 +192,15 @@ class Check(Protocol):
     name: str
     """Short and stable: ``parity``, ``aliasing``, ``memory``, ..."""
     phase: Phase
-    """When it runs (:data:`PHASES`); the checks of a phase run in the catalog's order."""
+    """When it runs (:data:`PHASES`)."""
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
-        """Whether this check has anything to do for ``plan`` at its phase (e.g.
-        ``plan.options.threads > 1``, or ``not context.random_ops``)."""
+        """Whether this check has anything to do for ``plan`` (``plan.options.random != "shapes"``)."""
         ...
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
-        """Check what ``context`` holds at this phase; raise
-        :class:`~pytest_aoti.AotiCheckError` on a difference."""
+        """Check ``context`` at this phase; raise :class:`~pytest_aoti.AotiCheckError` on a
+        difference."""
         ...
 
 
@@ -258,33 +210,29 @@ class CheckResult:
 
     program: AotiProgram
     stats: tuple[tuple[str, LeafStats], ...]
-    """``(context, stats)`` for every compared output and input leaf, e.g.
-    ``("call 2, sample 1", LeafStats(location="output[0]", ...))``."""
+    """``(context, stats)`` for every compared output and input leaf."""
     dynamic_shapes: Any = None
     """The ``dynamic_shapes`` spec the program was exported with (inferred for ``"auto"``)."""
     input_sets: int = 1
-    """How many input sets were checked in all: the example, samples, distinct copies of
-    aliased inputs, boundary and generated shapes."""
+    """How many input sets were checked in all (example, samples, generated shapes...)."""
     figures: Mapping[str, Any] = field(default_factory=dict)
-    """Every check's named figures: ``examples``, ``extra_bytes``, ``buffers``,
-    ``engine_seconds``, ``eager_seconds``, ``load``, ``profile``, ``measure_error`` where
-    measured; ``probes`` (a :class:`~pytest_aoti.probes.outcomes.ProbeReport`) where probes ran."""
+    """Every check's named figures where measured: ``examples``, ``extra_bytes``,
+    ``buffers``, ``engine_seconds``, ``eager_seconds``, ``probes``, ..."""
     checks: tuple[str, ...] = ()
-    """The checks of the compiled program that ran, in order (``signature``, ``parity``,
-    ``timing``, ...)."""
+    """The checks of the compiled program that ran, in order (``signature``, ``parity``...)."""
     record: RecordPart = field(default_factory=RecordPart)
-    """What the checks add to the report's record of this check (JSON fields, notes, JUnit
-    properties), for the session's reports."""
+    """What the checks add to the report's record of this check."""
 
     @property
     def examples(self) -> int:
-        """How many generated input sets were checked."""
+        """How many generated input sets were checked. Deprecated: read
+        ``figures["examples"]`` (absent under ``-p no:aoti-generated``)."""
         return int(self.figures.get("examples", 0))
 
     @property
     def extra_bytes(self) -> int | None:
-        """With ``max_extra_bytes``: the most device memory one engine call allocated beyond
-        what was allocated before it; None where it is not measured (the CPU)."""
+        """With ``max_extra_bytes``: the most device memory one engine call allocated
+        beyond what was allocated before; None where not measured."""
         value = self.figures.get("extra_bytes")
         return None if value is None else int(value)
 
@@ -302,17 +250,14 @@ class CheckResult:
 
     @property
     def probes(self) -> Any:
-        """The deployment probes of the program, a
-        :class:`~pytest_aoti.probes.outcomes.ProbeReport` (typed loosely: that module builds
-        on this one); None with ``probes="off"`` or where the check did not get that far."""
+        """The deployment probes' ``ProbeReport``, or None. Deprecated: read
+        ``figures.get("probes")`` (absent under ``-p no:aoti-probes``)."""
         return self.figures.get("probes")
 
     @property
     def buffers(self) -> list[Any]:
-        """How each registered buffer the program mutates was compared with eager's after
-        every call: :class:`~pytest_aoti.checks.state.BufferState` per buffer (``name``,
-        ``verified``, ``calls_compared``, ``max_abs``, ``max_rel``, ``reason``); empty for a
-        program without buffer state."""
+        """A :class:`~pytest_aoti.checks.state.BufferState` per mutated registered buffer,
+        compared with eager's after every call; empty without buffer state."""
         return list(self.figures.get("buffers", ()))
 
     @property

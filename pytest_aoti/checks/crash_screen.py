@@ -1,23 +1,8 @@
-"""The crash screen: a check's engine calls run once in a child process first.
-
-An engine can end the process that calls it: a kernel that overruns its buffer corrupts
-the heap and aborts, a custom op crashes, a CUDA illegal access poisons the process. In
-the test process that ends the whole pytest run, with no summary and no report. So before
-any check calls the engine here, the same calls on the same inputs (each input set, as
-many calls as the check makes, on one engine) run in the test process's engine child
-(:mod:`pytest_aoti.isolation.process`, a spawned interpreter: CUDA works there). A child
-that dies by a signal, exits after a sticky CUDA error, or does not return within
-:data:`SCREEN_TIMEOUT` (a hang) fails the test with a ``crash`` finding, and the calls in
-the test process are skipped; an ordinary error in the child is left to the checks, which
-meet it again in the test process. The generated shapes' input sets are screened the same
-way, one by one, before each runs.
-
-The child imports the modules that registered the program's custom ops
-(:mod:`pytest_aoti.compiling.custom_ops`). Where it cannot (an op whose module is not
-found, an import that fails there, a device the child does not serve), the calls run
-unprotected and the record says so. A screened input set's verdict is kept with the
-package (the registry's sidecar data), so a warm run screens nothing again.
-"""
+"""The crash screen: an engine can end the process that calls it (heap overrun, crashing custom op,
+CUDA illegal access), so a check's calls run first in the engine child; a death, a sticky CUDA
+error or a hang past :data:`SCREEN_TIMEOUT` fails the test with a ``crash`` finding, not the run.
+Where the child cannot register the custom ops the calls run unprotected (the record says so).
+Verdicts are kept with the package, so a warm run screens nothing again."""
 
 from __future__ import annotations
 
@@ -27,15 +12,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, Phase, RecordPart
+from pytest_aoti.checks.base import (
+    CheckContext,
+    CheckPlan,
+    InputSet,
+    Outcome,
+    Phase,
+    ProgramAttachments,
+    RecordPart,
+    Triage,
+)
+from pytest_aoti.compiling.custom_ops import ChildPreparation, child_preparation
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding, FindingKind
+from pytest_aoti.findings import Finding, FindingKind, plain_finding
+from pytest_aoti.isolation.process import HUNG, run_jobs
+from pytest_aoti.mutation_maps import flat_user_inputs
+from pytest_aoti.trees import clone_tree, tensor_bytes
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.checks.base import Sidecars, Triage
-    from pytest_aoti.compiling.custom_ops import ChildPreparation
     from pytest_aoti.compiling.program import AotiProgram
 
 SCREEN_TIMEOUT = 120.0
@@ -58,8 +54,7 @@ HANG = "hang"
 
 
 class CrashScreenCheck:
-    """Every input set of the check in the engine child first: a crash fails the test
-    before the test process calls the engine."""
+    """Every input set in the engine child first: a crash fails the test, not the run."""
 
     name = "crash_screen"
     phase: Phase = "engine"
@@ -82,7 +77,7 @@ class CrashScreen:
     program: AotiProgram
     module: torch.nn.Module
     calls: int
-    sidecars: Sidecars | None = None
+    attachments: ProgramAttachments | None = None
     triage: Triage | None = None
     screened: int = 0
     """Input sets run in the child by this screen."""
@@ -96,7 +91,7 @@ class CrashScreen:
     @classmethod
     def for_check(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen:
         """The screen of one check's engine calls."""
-        return cls(context.program, plan.module, context.calls, context.sidecars, context.triage)
+        return cls(context.program, plan.module, context.calls, context.attachments, context.triage)
 
     @classmethod
     def where_on(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
@@ -104,28 +99,22 @@ class CrashScreen:
         return cls.for_check(plan, context) if plan.options.crash_screen else None
 
     def screen(self, input_set: InputSet, label: str) -> None:
-        """Run ``input_set`` (``calls`` calls on one engine) in the child; raise the crash
-        finding if the child died of it. ``label`` names the input set in the message
-        (``the example inputs``, ``sample 1``, ``generated x=(3, 8)``)."""
+        """Run ``input_set`` (named ``label``) in the child; raise the crash finding if it died."""
         __tracebackhide__ = True
         self.screen_all([input_set], [label])
 
     def screen_all(self, input_sets: Sequence[InputSet], labels: Sequence[str]) -> None:
-        """Screen several input sets of one program in one child request (one engine for
-        them all, unless the program mutates buffers); raise the crash finding of the first
-        that crashed. Cheaper than :meth:`screen` per set: the package is loaded once."""
+        """Screen several input sets in one request; raise the first crash's finding."""
         __tracebackhide__ = True
         pending: list[tuple[int, str]] = []
         verdicts: dict[int, dict[str, Any]] = {}
         for position, input_set in enumerate(input_sets):
             key = self._key(input_set)
-            kept = self._kept().get(key)
-            if kept is not None:
+            if (kept := self._kept().get(key)) is not None:
                 self.cached += 1
                 verdicts[position] = kept
                 continue
-            why_not = self._why_unprotected(input_set)
-            if why_not:
+            if why_not := self._why_unprotected(input_set):
                 if why_not not in self.unprotected:
                     self.unprotected.append(why_not)
                 continue
@@ -145,16 +134,13 @@ class CrashScreen:
                 raise self._failure(verdicts[position], input_sets[position], labels[position])
 
     def record(self) -> RecordPart:
-        """The screen in the check's record: ``crash_screen`` is ``screened``, ``cached``
-        or ``unprotected`` (with a note saying why)."""
+        """``crash_screen``: ``screened``, ``cached`` or ``unprotected`` (with a note why)."""
         if self.unprotected:
             notes = tuple(f"engine calls ran unprotected: {why}" for why in self.unprotected)
             return RecordPart({"crash_screen": "unprotected"}, notes=notes)
         return RecordPart({"crash_screen": "screened" if self.screened else "cached"})
 
     def _why_unprotected(self, input_set: InputSet) -> str:
-        from pytest_aoti.trees import tensor_bytes
-
         if self.program.device.type not in ("cpu", "cuda"):
             return f"the engine child does not run {self.program.device.type} engines"
         preparation = self._prepared()
@@ -170,17 +156,11 @@ class CrashScreen:
 
     def _prepared(self) -> ChildPreparation:
         if self._preparation is None:
-            from pytest_aoti.compiling.custom_ops import child_preparation
-
             self._preparation = child_preparation(self.program)
         return self._preparation
 
     def _run_many(self, input_sets: Sequence[InputSet]) -> list[dict[str, Any]]:
         import torch
-
-        from pytest_aoti.isolation.process import run_jobs
-        from pytest_aoti.mutation_maps import flat_user_inputs
-        from pytest_aoti.trees import clone_tree
 
         inputs = []
         for args, kwargs in input_sets:
@@ -204,37 +184,35 @@ class CrashScreen:
         return [_verdict(results[job]) for job in jobs]
 
     def _failure(self, verdict: dict[str, Any], input_set: InputSet, label: str) -> AotiCheckError:
-        finding = crash_finding(verdict, label, self.calls)
-        error = AotiCheckError(finding)
-        if self.triage is not None and finding.location != HANG:
-            error = self.triage.replayed(error, self.module, input_set, self.calls)
+        error = AotiCheckError(crash_finding(verdict, label, self.calls))
+        if self.triage is not None and error.finding.location != HANG:
+            return self.triage.replayed(error, self.module, input_set, self.calls)
         return error
 
     def _key(self, input_set: InputSet) -> str:
         return f"{SCREEN_FORMAT}:{self.calls}:{inputs_digest(input_set)}"
 
     def _kept(self) -> dict[str, Any]:
-        """The verdicts kept with the package, read once per screen."""
         if self._verdicts is None:
-            kept = self.sidecars.sidecar(self.program.key, SIDECAR) if self.sidecars else None
+            kept = (
+                self.attachments.attached(self.program.key, SIDECAR) if self.attachments else None
+            )
             self._verdicts = dict(kept or {})
         return self._verdicts
 
     def _keep(self, key: str, verdict: dict[str, Any]) -> None:
         kept = self._kept()
         kept[key] = verdict
-        if self.sidecars is None:
+        if self.attachments is None:
             return
         try:
-            self.sidecars.keep_sidecar(self.program.key, SIDECAR, dict(kept))
+            self.attachments.attach(self.program.key, SIDECAR, dict(kept))
         except OSError:  # a verdict not kept is screened again next time: never a failure
             pass
 
 
 def _verdict(result: dict[str, Any]) -> dict[str, Any]:
     """One job's result from the child as a verdict: ok, crash (with its signal) or hang."""
-    from pytest_aoti.isolation.process import HUNG
-
     if "unprepared" in result:
         return {
             "unprotected": f"the child could not register the custom ops: {result['unprepared']}"
@@ -244,16 +222,13 @@ def _verdict(result: dict[str, Any]) -> dict[str, Any]:
         return {"verdict": "ok"}
     if str(crashed).startswith(HUNG):
         return {"verdict": "hang", "why": crashed}
-    number = result.get("signal")
-    return {"verdict": "crash", "signal": number, "why": crashed}
+    return {"verdict": "crash", "signal": result.get("signal"), "why": crashed}
 
 
 def _chunks(
     pending: list[tuple[int, str]], input_sets: Sequence[InputSet]
 ) -> list[list[tuple[int, str]]]:
     """``pending`` in requests of at most :data:`MAX_SCREEN_BYTES` of inputs each."""
-    from pytest_aoti.trees import tensor_bytes
-
     chunks: list[list[tuple[int, str]]] = []
     size = 0
     for item, input_set in zip(pending, input_sets):
@@ -278,8 +253,6 @@ def signal_name(number: int | None) -> str:
 
 def crash_finding(verdict: dict[str, Any], label: str, calls: int) -> Finding:
     """The finding of an engine that crashed or hung its child process on ``label``."""
-    from pytest_aoti.findings import plain_finding
-
     where = f"on {label}" if label.startswith("the ") else f"on the inputs of {label}"
     calls_text = f"{calls} calls" if calls > 1 else "one call"
     common = (
@@ -295,11 +268,9 @@ def crash_finding(verdict: dict[str, Any], label: str, calls: int) -> Finding:
         return plain_finding(FindingKind.CRASH, "\n".join((message, *common)), HANG)
     number = verdict.get("signal")
     if number is None:  # the child exited after a CUDA error that sticks to its process
-        cause = "hit a CUDA error that poisons its process"
-        location = "CUDA error"
+        cause, location = "hit a CUDA error that poisons its process", "CUDA error"
     else:
-        cause = f"crashed its process ({signal_name(number)})"
-        location = signal_name(number)
+        cause, location = f"crashed its process ({signal_name(number)})", signal_name(number)
     message = f"the AOTI compile broke it: the AOTI engine {cause} {where}"
     why = str(verdict.get("why") or "")
     lines = (message, *common, *([f"the child: {why}"] if why else []))
@@ -307,8 +278,7 @@ def crash_finding(verdict: dict[str, Any], label: str, calls: int) -> Finding:
 
 
 def inputs_digest(input_set: InputSet) -> str:
-    """A key of an input set's structure and values (each tensor's shape, dtype, strides,
-    device and the start of its data; every other leaf's repr)."""
+    """A key of an input set: tensors' shape, dtype, strides, device and first bytes; reprs."""
     import torch
     import torch.utils._pytree as pytree
 

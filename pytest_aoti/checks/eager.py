@@ -1,13 +1,5 @@
-"""Eager PyTorch on the example, before anything is compiled.
-
-A module that fails by itself (an int64 input to ``nn.Linear``, a float64 module fed
-float32) would otherwise fail only after an export and a compile, as torch's raw error.
-Here it fails before any compile, as a finding of stage ``"eager"`` at the user's line: the
-first check of the catalog, of phase ``"eager"``. It runs once torch.export traced a copy of
-the module (a program that writes a Parameter is refused before any eager call); where the
-export fails, it runs first, on a full copy, so that a module that fails by itself is said
-as such.
-"""
+"""Eager PyTorch on the example, before anything is compiled, so a module that fails by itself
+fails at the user's line (stage ``"eager"``), not as torch's raw error after a compile."""
 
 from __future__ import annotations
 
@@ -15,16 +7,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
+from pytest_aoti.checks.module_guard import assert_weights_unwritten, eager_copy, weight_versions
+from pytest_aoti.compiling.explain import source_frame
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     import torch
 
 
 class EagerCheck:
-    """Eager PyTorch runs the example before anything is compiled: a module that fails by
-    itself fails the check at once (stage ``"eager"``)."""
+    """Eager runs the example first: a module that fails by itself fails at once."""
 
     name = "eager"
     phase: Phase = "eager"
@@ -41,18 +35,9 @@ class EagerCheck:
 def run_eager_first(
     module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
-    """Call a copy of ``module`` that shares its weights on clones of the inputs (the
-    caller's module and tensors are untouched); raise a stage ``"eager"``
-    :class:`~pytest_aoti.AotiCheckError` from the module's own error."""
+    """Call a weight-sharing copy of ``module``; raise its error as a stage ``"eager"`` failure."""
     __tracebackhide__ = True
-    import torch
-
-    from pytest_aoti.checks.module_guard import (
-        assert_weights_unwritten,
-        eager_copy,
-        weight_versions,
-    )
-    from pytest_aoti.trees import clone_tree
+    import torch  # torch loads on first use
 
     call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
     eager = eager_copy(module)
@@ -67,8 +52,6 @@ def run_eager_first(
 
 def eager_finding(error: BaseException) -> Finding:
     """The finding of a module that fails in eager PyTorch on the example."""
-    from pytest_aoti.compiling.explain import source_frame
-
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     frame = source_frame(error)
     return Finding(

@@ -1,12 +1,6 @@
-"""Eager's calls on one input set, recorded before the engine runs: what parity compares
-the engine's calls with, and what tells an input eager itself refuses.
-
-Eager runs a copy of the module that shares its weights
-(:func:`~pytest_aoti.checks.side_by_side.eager_module`); each call records its outputs, the
-named inputs and the mutated buffers after it, and the Python attributes it changed. A
-registered buffer or an input that eager changes must be one the program records as
-mutated (else the engine never writes it back), and no call may write a Parameter.
-"""
+"""Eager's calls on one input set, recorded before the engine runs: outputs, named inputs and
+mutated buffers after each call, and the Python attributes it changed. Eager may change only what
+the program records as mutated, and never a Parameter."""
 
 from __future__ import annotations
 
@@ -42,9 +36,9 @@ def record_eager(
     context: Callable[[int, int], str],
     label: str,
 ) -> list[EagerCall]:
-    """``calls`` eager calls on a clone of ``inputs``, each recorded (see the module's
-    docstring). Raises :class:`EagerRaised` where the module raises, and the finding of a
-    write the program does not record (``context(call, calls)`` says where)."""
+    """``calls`` eager calls on a clone of ``inputs``, recorded; raises :class:`EagerRaised`
+    where the module raises, and the finding of an unrecorded write (``context(call, calls)``
+    says where)."""
     __tracebackhide__ = True
     import torch
 
@@ -96,8 +90,7 @@ class EagerCall:
 
 
 class EagerRaised(Exception):
-    """The module itself raised on an input set (``__cause__``: its error): an input eager
-    refuses, which no engine can be compared on."""
+    """The module itself raised on an input set (``__cause__``): nothing to compare."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {str(error).strip()[:300]}")
@@ -105,19 +98,10 @@ class EagerRaised(Exception):
 
 
 class _EagerState:
-    """What eager's module and inputs hold before a call, to see what the call changed.
-
-    A registered buffer or an input that eager changes must be one the program records
-    as mutated: otherwise the engine never writes it back and every later call (or the
-    caller's tensor) is wrong.
-    """
+    """What eager's module and inputs hold before a call, to see what it changed."""
 
     def __init__(
-        self,
-        module: torch.nn.Module,
-        inputs: Mapping[str, Any],
-        *,
-        skip_inputs: set[str],
+        self, module: torch.nn.Module, inputs: Mapping[str, Any], *, skip_inputs: set[str]
     ) -> None:
         import torch
 

@@ -1,9 +1,4 @@
-"""Eager PyTorch in float64 on a check's inputs: the reference of the fp64 rule.
-
-Run only if a comparison needs it (an element outside the default tolerance): it tells
-the engine's error from ordinary float32 rounding that eager shares (see
-:mod:`pytest_aoti.compare`).
-"""
+"""Eager PyTorch in float64 on a check's inputs: the reference of the fp64 rule."""
 
 from __future__ import annotations
 
@@ -11,35 +6,29 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.compiling.graph_ops import first_call_of
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import NoReference
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
-    import torch
-
     from pytest_aoti.compiling.program import AotiProgram
 
-
 PRECISION_DEPENDENT_OPS = frozenset({"nextafter"})
-"""Ops whose result is defined by the dtype's precision (``nextafter`` steps one ulp of its
-dtype): computed in float64 they mean something else, so the fp64 rule never rescues a
-program that calls one."""
+"""Ops whose result is defined by the dtype's precision (``nextafter`` steps one ulp): in float64
+they mean something else, so the fp64 rule never rescues a program that calls one."""
 
 
 def precision_dependent(exported: Any) -> str | None:
     """The first op of ``exported`` whose meaning depends on the dtype's precision."""
-    from pytest_aoti.compiling.graph_ops import first_call_of
-
     return first_call_of(exported.graph, PRECISION_DEPENDENT_OPS)
 
 
 class Float64Reference:
-    """Eager PyTorch in float64 on the same inputs, run only if a comparison needs it.
-
-    It decides whether an element outside the default tolerance is the engine's error or
-    ordinary float32 rounding that eager shares (see :mod:`pytest_aoti.compare`).
-    """
+    """Eager in float64 on the same inputs, run only if a comparison needs it."""
 
     def __init__(
         self,
@@ -76,11 +65,8 @@ class Float64Reference:
         return reference
 
     def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
-        import torch
-
         if self._state is None:
-            op = precision_dependent(self._program.exported)
-            if op is not None:
+            if (op := precision_dependent(self._program.exported)) is not None:
                 raise NoReference(
                     f"the program calls {op}, whose result depends on the dtype's precision: "
                     "float64 is no reference for it"
@@ -102,9 +88,6 @@ class Float64Reference:
 
 def to_float64(tree: Any) -> Any:
     """Floating tensors of a pytree in float64; others unchanged."""
-    import torch
-    import torch.utils._pytree as pytree
-
     return pytree.tree_map(
         lambda leaf: (
             leaf.to(torch.float64)

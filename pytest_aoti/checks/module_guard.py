@@ -1,13 +1,7 @@
-"""The caller's module never changes: every run works on a copy that shares its weights.
-
-Eager runs (and torch.export traces) a copy of the module whose Parameters are the
-caller's own tensors (no second copy of the weights) and whose registered buffers and
-Python attributes are its own. A program that writes a Parameter in place is refused before
-any eager call (:func:`parameter_writes`), so shared weights are never written; a write
-the program does not show is caught by the Parameters' version counters. A forward that
-changes a Python attribute (``self.calls += 1``) is named: torch.export froze the
-attribute's value, so the engine never changes it.
-"""
+"""The caller's module never changes: every run works on a copy that shares its Parameters and
+owns its buffers and attributes. A program that writes a Parameter is refused before any eager
+call; hidden writes are caught by version counters; a changed Python attribute is named (export
+froze it)."""
 
 from __future__ import annotations
 
@@ -16,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.graph_ops import written_arguments
 from pytest_aoti.errors import AotiUsageError
 
 if TYPE_CHECKING:
@@ -23,13 +18,11 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 _PLAIN = (int, float, bool, str, bytes, complex, tuple, type(None))
-"""Attribute values that torch.export reads as constants: a change to one is invisible to
-the engine."""
+"""Attribute values torch.export reads as constants: a change to one is invisible to the engine."""
 
 
 def eager_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` that shares its Parameters and owns everything else (buffers,
-    Python attributes, submodules): what any eager call or export runs."""
+    """A copy of ``module`` that shares its Parameters and owns everything else."""
     memo: dict[int, Any] = {id(param): param for param in module.parameters()}
     try:
         return copy.deepcopy(module, memo)
@@ -59,8 +52,7 @@ def assert_weights_unwritten(module: torch.nn.Module, before: Mapping[str, int])
 
 
 def parameter_writes(exported: ExportedProgram) -> list[str]:
-    """The Parameters ``exported`` (the training-IR program) writes in place, by FQN: in
-    its graph and in the graphs its higher-order ops call (``torch.no_grad()`` blocks)."""
+    """The Parameters ``exported`` writes in place (also in higher-order ops), by FQN."""
     parameters = exported.graph_signature.inputs_to_parameters
     placeholders = {
         node: parameters[node.name]
@@ -75,8 +67,6 @@ def parameter_writes(exported: ExportedProgram) -> list[str]:
 def _scan(graph_module: Any, names: Mapping[Any, str], written: list[str]) -> None:
     """Add to ``written`` the names (by node, ``names``) that ``graph_module`` writes."""
     import torch
-
-    from pytest_aoti.compiling.graph_ops import written_arguments
 
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
@@ -141,8 +131,7 @@ _ABSENT: Any = _Absent()
 
 
 def plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
-    """Every Python attribute of ``module`` and its submodules that holds a plain value
-    (number, bool, string, tuple, None) or a tensor that is not registered, by path."""
+    """Every plain-valued attribute (or unregistered tensor) of the module tree, by path."""
     import torch
 
     found: dict[str, Any] = {}
@@ -160,14 +149,11 @@ def plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
 
 def attribute_changes(before: Mapping[str, Any], module: torch.nn.Module) -> list[AttributeChange]:
     """What a call changed of ``before`` (:func:`plain_attributes` taken before it)."""
-    after = plain_attributes(module)
-    changes = []
-    for path, value in after.items():
-        old = before.get(path, _ABSENT)
-        if old is not _ABSENT and _same(old, value):
-            continue
-        changes.append(AttributeChange(path, old, value))
-    return changes
+    return [
+        AttributeChange(path, old, value)
+        for path, value in plain_attributes(module).items()
+        if (old := before.get(path, _ABSENT)) is _ABSENT or not _same(old, value)
+    ]
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -1,16 +1,14 @@
 """Parity per input set: eager PyTorch and a fresh AOTI engine, compared call by call.
-
-:class:`ParityCheck` runs the example and every sample; :class:`InputRun` is one input set's
-run, which the other checks (aliasing, generated shapes) reuse. A failed run is handed to
-the check's :class:`~pytest_aoti.checks.base.Triage` (stage attribution, replay), which lives
-in :mod:`pytest_aoti.triage.attribution`.
-"""
+:class:`InputRun` is one input set's run, which aliasing and generated shapes reuse; failures go
+to the check's :class:`~pytest_aoti.checks.base.Triage`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from pytest_aoti.checks.base import (
     CheckContext,
@@ -26,12 +24,7 @@ from pytest_aoti.checks.eager_history import EagerCall, EagerRaised, record_eage
 from pytest_aoti.checks.float64 import Float64Reference
 from pytest_aoti.checks.module_guard import AttributeChange, describe_changes
 from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
-from pytest_aoti.compare import (
-    assert_unchanged,
-    assert_values,
-    compare_leaf,
-    compare_trees,
-)
+from pytest_aoti.compare import assert_unchanged, assert_values, compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import PARITY_KINDS, Finding, FindingKind
 from pytest_aoti.mutation_maps import named_user_inputs
@@ -40,15 +33,11 @@ from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
-    import torch
-
     from pytest_aoti.compiling.program import AotiProgram
 
 
 class ParityCheck:
-    """Every output, every input and every registered buffer the program mutates, after
-    each call, on the example and each sample; inputs the program does not mutate stay
-    untouched."""
+    """Outputs, inputs and mutated buffers after each call, on the example and each sample."""
 
     name = "parity"
     figures = ("buffers",)
@@ -111,13 +100,9 @@ def sample_label(index: int, count: int) -> str:
 
 
 class InputRun:
-    """Eager and engine side by side on their own clones of one input set.
-
-    Eager runs a copy of a module that holds buffers (see
-    :func:`~pytest_aoti.checks.side_by_side.eager_module`), the engine is one in its exported
-    state (``engine``: where it comes from; by default the program's): both start from the
-    module's own state, and they never share a tensor.
-    """
+    """Eager and engine side by side on their own clones of one input set: eager on
+    :func:`~pytest_aoti.checks.side_by_side.eager_module`'s copy, the engine in its exported
+    state (``engine``: default the program's). They never share a tensor."""
 
     def __init__(
         self,
@@ -154,20 +139,10 @@ class InputRun:
         expect_at: int | None = None,
         eager_refusals: bool = False,
     ) -> list[tuple[str, LeafStats]]:
-        """Run ``calls`` calls on both sides, comparing after each, and the expected values
-        after call ``expect_at`` (default: the last).
-
-        ``eager_refusals``: where the module itself raises on the input set, raise
-        :class:`EagerRaised` (the caller counts the input set as refused); else the
-        check fails with the module's error (stage ``"eager"``).
-
-        ``values_too``: check plain (non-callable) ``mutates`` values, which describe the
-        first input set only; callables are evaluated on every input set.
-
-        A difference between eager and the engine goes to the triage (the stage that
-        introduced it, the replay) before it is raised; ``attribute=False`` at construction
-        gives it only the replay.
-        """
+        """Run ``calls`` calls on both sides, comparing after each, and the expected values after
+        call ``expect_at`` (default: the last). ``eager_refusals``: where the module raises, raise
+        :class:`EagerRaised` (else fail with stage ``"eager"``). ``values_too``: also check plain
+        ``mutates`` values (first input set only). A difference goes to the triage first."""
         __tracebackhide__ = True
         self.program.validate(*self._originals[0], **self._originals[1])
         try:
@@ -195,9 +170,7 @@ class InputRun:
         return clone_tree(self._originals)  # type: ignore[no-any-return]
 
     def differs_with(self, replacement: Callable[..., Any], calls: int) -> bool:
-        """Whether ``replacement`` (an uncompiled program, in place of the engine) differs
-        from eager on this input set, for stage attribution: outputs, inputs and the
-        buffers of a replayed module."""
+        """Whether ``replacement`` (an uncompiled program) differs from eager here."""
         try:
             self._run(replacement, calls, None, engine_is_compiled=False)
         except AotiCheckError:
@@ -205,24 +178,18 @@ class InputRun:
         return False
 
     def eager_history(self, calls: int) -> list[EagerCall]:
-        """Eager's ``calls`` calls on its own clone of the input set, each call's outputs,
-        inputs and mutated buffers after it (run once per input set, shared by every
-        comparison of it). Raises :class:`EagerRaised` where the module itself raises."""
+        """Eager's first ``calls`` calls, recorded once per input set; EagerRaised if it raises."""
         __tracebackhide__ = True
         if len(self._history) < calls:
-            self._history = self._record_eager(calls)
+            self._history = record_eager(
+                self.program,
+                self.module,
+                self._originals,
+                calls,
+                context=self._context,
+                label=self.label,
+            )
         return self._history[:calls]
-
-    def _record_eager(self, calls: int) -> list[EagerCall]:
-        __tracebackhide__ = True
-        return record_eager(
-            self.program,
-            self.module,
-            self._originals,
-            calls,
-            context=self._context,
-            label=self.label,
-        )
 
     @property
     def attribute_changes(self) -> tuple[AttributeChange, ...]:
@@ -243,14 +210,8 @@ class InputRun:
         expect_at: int = 1,
         engine_is_compiled: bool = True,
     ) -> list[tuple[str, LeafStats]]:
-        """The check proper: ``engine`` against eager's history, call by call.
-
-        ``engine_is_compiled`` False replays an uncompiled program (``exported.module()``)
-        in place of the engine (see :meth:`differs_with`): only parity is compared then.
-        """
+        """``engine`` against eager's history, call by call (a replay, uncompiled: parity only)."""
         __tracebackhide__ = True
-        import torch
-
         history = self.eager_history(calls)
         exported = self.program.exported
         engine_args, engine_kwargs = clone_tree(self._originals)
@@ -272,9 +233,7 @@ class InputRun:
             context = self._context(call, calls)
             eager = history[call - 1]
             try:
-                raw_out = engine(*engine_args, **engine_kwargs)
-                engine_out = clone_tree(raw_out)
-                del raw_out
+                engine_out = clone_tree(engine(*engine_args, **engine_kwargs))
                 # a buffer found wrong beats an output it feeds later
                 if state is not None:
                     stats += state.after_call(
@@ -321,20 +280,19 @@ class InputRun:
         addresses: Mapping[str, int] | None,
     ) -> list[tuple[str, LeafStats]]:
         __tracebackhide__ = True
-        import torch
-
-        stats = []
-        for leaf in compare_trees(
-            eager_out,
-            engine_out,
-            what="output",
-            context=context,
-            tolerance=self.tolerance,
-            reference=self._reference.outputs_after(call),
-            scalar_dtypes=self.program.scalar_output_dtypes,
-            accumulates=self.program.accumulation.outputs,
-        ):
-            stats.append((context, leaf))
+        stats = [
+            (context, leaf)
+            for leaf in compare_trees(
+                eager_out,
+                engine_out,
+                what="output",
+                context=context,
+                tolerance=self.tolerance,
+                reference=self._reference.outputs_after(call),
+                scalar_dtypes=self.program.scalar_output_dtypes,
+                accumulates=self.program.accumulation.outputs,
+            )
+        ]
         mutated = self.program.mutated_inputs
         for name, engine_leaf in engine_inputs.items():
             if not isinstance(engine_leaf, torch.Tensor):
@@ -392,8 +350,7 @@ class InputRun:
         return stats
 
     def _explained(self, finding: Finding, call: int) -> Finding:
-        """``finding`` with what explains it: a Python attribute eager's calls changed
-        (which export froze), or the buffers a stateful program carried into ``call``."""
+        """``finding`` with what explains it: an attribute export froze, or carried buffers."""
         changes = self.attribute_changes
         if changes and finding.kind in PARITY_KINDS:
             return replace(
@@ -406,12 +363,7 @@ class InputRun:
         return self._stateful(finding, call)
 
     def _stateful(self, finding: Finding, call: int) -> Finding:
-        """Name the mutated buffers when a stateful program diverges after its first call.
-
-        The first call matched, so what differs is the state the engine carried into this
-        call (where the buffers were read back they matched eager's: a buffer that differed
-        would have failed first).
-        """
+        """Name the mutated buffers when a stateful program diverges after its first call."""
         buffers = self.program.mutated_buffers
         if call < 2 or not buffers or finding.kind not in PARITY_KINDS:
             return finding
@@ -456,9 +408,7 @@ def _expectation_or(
     context: str,
     tolerance: Tolerance,
 ) -> AotiCheckError:
-    """The engine missed the test's expected value: kind ``expected value`` where eager
-    produces it; if eager misses it as well, the expectation is what is wrong, and the
-    report says so with eager's value (kind ``expectation``)."""
+    """Kind ``expected value`` where eager produces it, else ``expectation`` (that is wrong)."""
     try:
         assert_values(
             expected, eager_value, location=location, context=context, tolerance=tolerance

@@ -1,11 +1,6 @@
-"""The verdict on a program that draws random numbers.
-
-Eager PyTorch and the engine draw different numbers (and the float64 re-run draws others
-again), so their values cannot be compared. By default such a check fails, naming the
-random ops and the user's lines. With ``random="shapes"`` it compares what can be: the
-output structure, every output's shape, dtype and device, and the values of the outputs
-no random op feeds.
-"""
+"""The verdict on a program that draws random numbers: by default a failure naming the random
+ops; with ``random="shapes"``, the structure, shapes, dtypes, devices, and the values of outputs
+no random op feeds."""
 
 from __future__ import annotations
 
@@ -13,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
+from pytest_aoti.checks.side_by_side import call_history
+from pytest_aoti.compiling.random_ops import RandomOp, random_outputs
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind
 
@@ -20,13 +17,11 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.compiling.random_ops import RandomOp
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
 
-class NotRandomCheck:
-    """A program that draws random numbers (``context.random_ops``, read from the exported
-    graph) fails once exported, before its compile, unless ``random="shapes"``."""
+class RandomRefusedCheck:
+    """A random program fails once exported, before its compile, unless ``random="shapes"``."""
 
     name = "not random"
     phase: Phase = "exported"
@@ -40,15 +35,13 @@ class NotRandomCheck:
 
 
 class RandomCheck:
-    """``random="shapes"``: what can be compared of a program that draws random numbers.
-    Never the fp64 rule: its re-run draws other numbers again. No check that compares
-    values applies to such a program."""
+    """``random="shapes"``: what can be compared of a random program (never the fp64 rule)."""
 
     name = "random"
     phase: Phase = "engine"
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
-        # a random program reaches its compile only with random="shapes" (NotRandomCheck)
+        # a random program reaches its compile only with random="shapes" (RandomRefusedCheck)
         return bool(context.random_ops)
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
@@ -91,17 +84,13 @@ def check_shapes_only(
     *,
     tolerance: Tolerance,
 ) -> list[tuple[str, LeafStats]]:
-    """``random="shapes"``: each input set through eager and the engine once; the output
-    structure, shapes, dtypes and devices must agree, and the values of outputs no random
-    op feeds must match within ``tolerance`` (without the fp64 rule: it re-runs the model,
-    whose random draws differ again). Returns the stats."""
+    """``random="shapes"``: each input set once through eager and the engine; structure, shapes,
+    dtypes and devices must agree, and outputs no random op feeds match within ``tolerance``."""
     __tracebackhide__ = True
-    import torch
+    import torch  # torch loads on first use
     from torch.utils._pytree import keystr, tree_flatten_with_path
 
-    from pytest_aoti.checks.side_by_side import call_history
     from pytest_aoti.compare import compare_leaf, compare_trees
-    from pytest_aoti.compiling.random_ops import random_outputs
 
     flags = random_outputs(program.exported)
     stats: list[tuple[str, LeafStats]] = []
@@ -115,8 +104,7 @@ def check_shapes_only(
             compare_trees(eager_out, engine_out, what="output", context=context)  # raises
         for position, ((path, want), (_, got)) in enumerate(zip(eager_leaves, engine_leaves)):
             location = f"output{keystr(path)}"
-            random = flags[position] if position < len(flags) else True
-            if not random:
+            if position < len(flags) and not flags[position]:  # fed by no random op
                 leaf = compare_leaf(
                     want, got, location=location, context=context, tolerance=tolerance
                 )

@@ -1,16 +1,6 @@
-"""Input sets inside the declared ranges that the exported program itself refuses.
-
-torch.export turns what it learns while tracing into runtime assertions of the program
-(``aten._assert_scalar``: ``u0 >= 2``). A shape inside the declared ranges can still fail
-one: the program, not the compile, refuses it, and the engine raises the same (printing
-its error on stderr each time). So before the engine runs a generated or boundary input
-set of such a program, the exported program (no compile) runs it; a refusal becomes a
-finding of stage ``"export"`` that quotes torch's assertion.
-
-An assertion on a data-dependent size (an unbacked symbol ``u0``: a count of True values,
-``nonzero()``) depends on the values drawn, not only on the shape: other values are drawn
-before the shape is called refused.
-"""
+"""Input sets inside the declared ranges that the exported program's runtime assertions
+(``aten._assert_scalar``) refuse: the exported program runs a generated or boundary set before the
+engine; a refusal is a stage ``"export"`` finding (a data-dependent one after other value draws)."""
 
 from __future__ import annotations
 
@@ -18,6 +8,9 @@ import copy
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
+from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -48,20 +41,15 @@ def has_runtime_asserts(exported: ExportedProgram) -> bool:
     return any(node.target in targets for node in exported.graph.nodes)
 
 
-class UncompiledProgram:
-    """The exported program run without compiling (a copy of ``exported.module()``): which
-    input sets it refuses. Not a check of the catalog: the generated-shapes and values
-    checks ask it before the engine runs an input set."""
+class ExportedRefusals:
+    """The exported program run uncompiled: which input sets it refuses."""
 
     @classmethod
-    def where_it_refuses(cls, exported: ExportedProgram) -> UncompiledProgram | None:
-        """The program's refusals, or None where it checks no runtime assertion: only a
-        program with runtime assertions can refuse an input set inside its ranges."""
+    def where_it_refuses(cls, exported: ExportedProgram) -> ExportedRefusals | None:
+        """The program's refusals, or None where it has no runtime assertion."""
         return cls(exported) if has_runtime_asserts(exported) else None
 
     def __init__(self, exported: ExportedProgram) -> None:
-        from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-
         with quiet_torch_deprecations():
             # module() shares the program's own buffers: a copy leaves them as exported
             self._module = copy.deepcopy(exported.module())
@@ -69,8 +57,6 @@ class UncompiledProgram:
     def refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Refusal | None:
         """The exported program's refusal of this input set, or None when it runs it."""
         import torch
-
-        from pytest_aoti.trees import clone_tree
 
         call_args, call_kwargs = clone_tree((args, kwargs))
         try:
@@ -86,8 +72,7 @@ class UncompiledProgram:
     def accepted_seed(
         self, build: Callable[[int], tuple[tuple[Any, ...], dict[str, Any]]], seed: int
     ) -> int:
-        """``seed``, or another value seed the program accepts where a value-dependent
-        assertion refused ``seed``'s values; raises the :class:`Refusal` otherwise."""
+        """``seed``, or a seed accepted after a value-dependent refusal; else raises it."""
         refusal = self.refusal(*build(seed))
         if refusal is None:
             return seed
@@ -103,7 +88,7 @@ def refusal_lines(refusal: Refusal) -> tuple[list[str], list[str]]:
     """``(details, notes)`` of a refusal's finding."""
     details = [
         f"the exported program (exported.module(), no compile) refuses it: {refusal.error}: "
-        f"{refusal.assertion}",
+        f"{refusal.assertion}"
     ]
     notes = []
     if refusal.value_dependent:

@@ -1,13 +1,5 @@
-"""Eager PyTorch and the engine called on their own clones of one input set.
-
-What every check that compares eager with the engine shares: which module eager runs (a
-copy that shares the caller's weights, so the caller's module never changes) and
-the calls themselves, recorded per call as the outputs and every named input after the
-call. Parity, timing, the probes and the buffer read-back take their eager module from
-:func:`eager_module` (parity interleaves the two sides call by call); threads, the
-random-program check and the repro bundle's replay call one side at a time through
-:func:`call_history`. The probes' engine side runs in their child process.
-"""
+"""Eager PyTorch and the engine called on their own clones of one input set: the module eager
+runs (:func:`eager_module`) and the calls, recorded per call (:func:`call_history`)."""
 
 from __future__ import annotations
 
@@ -28,9 +20,7 @@ CallRecord = tuple[Any, dict[str, Any]]
 
 
 def eager_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The module eager runs: a copy that shares the caller's Parameters and owns its
-    buffers and Python attributes (:func:`~pytest_aoti.checks.module_guard.eager_copy`),
-    so a call never changes the caller's module and no weight is copied."""
+    """The module eager runs: a copy sharing the caller's Parameters, owning the rest."""
     return eager_copy(module)
 
 
@@ -45,15 +35,10 @@ def call_history(
     ready: Callable[[], object] | None = None,
     after_call: Callable[[], object] | None = None,
 ) -> list[CallRecord]:
-    """``function`` called ``calls`` times on one clone of the inputs (state carries from
-    call to call), without autograd: per call, the outputs and every named input after it.
-
-    ``eager``: ``function`` is the module, run as :func:`eager_module` gives it.
-    ``ready``: called once the inputs are cloned, just before the first call (threads
-    wait there for each other). ``after_call``: called after each call, still without
-    autograd (a replay reads the module's buffers there).
-    """
-    import torch
+    """``function`` called ``calls`` times on one clone of the inputs, without autograd: per
+    call, the outputs and every named input after it. ``eager``: ``function`` is the module;
+    ``ready``: called before the first call; ``after_call``: after each."""
+    import torch  # torch loads on first use
 
     called = eager_module(function) if eager else function  # type: ignore[arg-type]
     versions = weight_versions(called) if isinstance(called, torch.nn.Module) else {}
@@ -64,8 +49,7 @@ def call_history(
     history: list[CallRecord] = []
     with torch.no_grad():
         for _ in range(calls):
-            outputs = clone_tree(called(*call_args, **call_kwargs))
-            history.append((outputs, clone_tree(named)))
+            history.append((clone_tree(called(*call_args, **call_kwargs)), clone_tree(named)))
             if after_call is not None:
                 after_call()
     if isinstance(called, torch.nn.Module):

@@ -1,9 +1,5 @@
-"""The declared signature: the inputs and buffers the test says the program mutates.
-
-``mutates={"x": ...}`` and ``mutated_buffers={"counter"}`` declare exactly which inputs and
-registered buffers the program mutates; the program's graph signature must agree before
-any engine runs. A disagreement is finding kind ``"signature"``.
-"""
+"""The declared signature: ``mutates``/``mutated_buffers`` must match the program's graph
+signature before any engine runs (else finding kind ``"signature"``)."""
 
 from __future__ import annotations
 
@@ -29,9 +25,7 @@ class SignatureCheck:
         # their types were checked when the call was resolved, before any compile
         mutates, mutated_buffers = plan.mutates, plan.mutated_buffers
         if mutates is not None:
-            expected = set(mutates)
-            actual = program.mutated_inputs
-            if expected != actual:
+            if (expected := set(mutates)) != (actual := program.mutated_inputs):
                 inputs = ", ".join(program.signature.user_inputs) or "none"
                 raise AotiCheckError(
                     plain_finding(
@@ -44,9 +38,7 @@ class SignatureCheck:
                     )
                 )
         if mutated_buffers is not None:
-            expected = set(mutated_buffers)
-            actual = program.mutated_buffers
-            if expected != actual:
+            if (expected := set(mutated_buffers)) != (actual := program.mutated_buffers):
                 raise AotiCheckError(
                     plain_finding(
                         FindingKind.SIGNATURE,

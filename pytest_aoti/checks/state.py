@@ -1,21 +1,17 @@
-"""The engine's registered buffers, read back and compared with eager's after every call.
-
-An output that a buffer feeds shows a wrong state one call late, and a buffer that feeds no
-output (a call counter, a KV cache the step does not return) never shows it at all. So a
-program that mutates buffers gets a second instance of its compiled library beside the
-engine under test (:mod:`pytest_aoti.compiling.engine_state`), called with the same inputs;
-after each call every buffer the program mutates is compared with eager's, under the rules
-outputs follow (:mod:`pytest_aoti.compare`). Where the buffers cannot be read back, each is
-reported "not verified" with the reason.
-"""
+"""The engine's registered buffers, read back and compared with eager's after every call (a wrong
+state shows in an output a call late, or never) from a second instance of the library
+(:mod:`pytest_aoti.compiling.engine_state`); unreadable buffers are "not verified", with why."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from pytest_aoti.compare import compare_leaf
+from pytest_aoti.compiling import engine_state
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
 from pytest_aoti.tolerance import LeafStats, Tolerance
@@ -39,16 +35,11 @@ class BufferState:
     """Why it was not verified (``verified`` false)."""
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "name": self.name,
-            "verified": self.verified,
-            "calls_compared": self.calls_compared,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
+        return {
+            key: value
+            for key, value in asdict(self).items()
+            if key != "reason" or value is not None
         }
-        if self.reason is not None:
-            data["reason"] = self.reason
-        return data
 
     def merged(self, other: BufferState) -> BufferState:
         """This buffer over two input sets: verified only where both were."""
@@ -72,10 +63,7 @@ def merge_states(states: Iterable[BufferState]) -> list[BufferState]:
 
 
 class BufferReadBack:
-    """One input set's read-back engine, its own inputs, and what each buffer measured.
-
-    Built before the first call (outside any measured window) and dropped with the run.
-    """
+    """One input set's read-back engine, its inputs and each buffer's figures."""
 
     def __init__(
         self,
@@ -83,13 +71,11 @@ class BufferReadBack:
         inputs: tuple[tuple[Any, ...], dict[str, Any]],
         tolerance: Tolerance,
     ) -> None:
-        from pytest_aoti.compiling.engine_state import open_state_engine
-
         self.names = sorted(program.mutated_buffers)
         self._tolerance = tolerance
         self._accumulates = program.accumulation.buffers
         self._args, self._kwargs = clone_tree(inputs)
-        opened = open_state_engine(program.package_path, program.device, self.names)
+        opened = engine_state.open_state_engine(program.package_path, program.device, self.names)
         self._engine = None if isinstance(opened, str) else opened
         self._reason = opened if isinstance(opened, str) else None
         self._stats: dict[str, list[LeafStats]] = {name: [] for name in self.names}
@@ -116,13 +102,10 @@ class BufferReadBack:
         eager_buffers: Mapping[str, Any],
         reference: Callable[[str], Callable[[], Any]] | None = None,
     ) -> list[tuple[str, LeafStats]]:
-        """Run the read-back engine's call and compare its buffers with eager's after it;
-        ``reference(name)`` gives the buffer computed in float64 (the fp64 rule)."""
+        """Call the read-back engine and compare its buffers with eager's."""
         __tracebackhide__ = True
         if self._engine is None:
             return []
-        import torch
-
         try:
             with torch.no_grad():
                 self._engine(*self._args, **self._kwargs)
@@ -157,8 +140,7 @@ def compare_buffers(
     reference: Callable[[str], Callable[[], Any]] | None = None,
     accumulates: Mapping[str, int] | None = None,
 ) -> list[tuple[str, LeafStats]]:
-    """Each named buffer of ``eager_buffers`` against ``engine_buffers`` (by FQN): the rules
-    and figures of outputs; a difference is a ``buffer`` finding naming it."""
+    """Each of ``names``, eager's buffer against the engine's, under the output rules."""
     __tracebackhide__ = True
     accumulates = accumulates or {}
     stats = []

@@ -1,16 +1,11 @@
-"""How many terms each result of a program accumulates: what float rounding may grow with.
-
-A float32 sum of 1,496 terms rounds once per term, and two correct programs that add them
-in other orders differ by up to ``n`` roundings of the sum's size. The fp64 rule
-(:func:`pytest_aoti.tolerance.fp64_rescue`) allows an engine that much: for each output,
-mutated input and mutated buffer, the longest chain of accumulations on any path from the
-program's inputs to it (a reduction's length, a matmul's or a convolution's inner size,
-softmax's dim), summed along the chain. An elementwise result accumulates nothing: a bug
-there is never taken for rounding.
-"""
+"""How many terms each result of a program accumulates: the float rounding the fp64 rule
+(:func:`pytest_aoti.tolerance.fp64_rescue`) allows it. Per output, mutated input and mutated
+buffer: the longest chain of accumulations (a reduction's length, a matmul's or convolution's
+inner size, softmax's dim) from the inputs; elementwise results accumulate nothing."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,62 +16,25 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 _REDUCTIONS = frozenset(
-    {
-        "sum",
-        "mean",
-        "nansum",
-        "nanmean",
-        "prod",
-        "var",
-        "std",
-        "var_mean",
-        "std_mean",
-        "norm",
-        "linalg_vector_norm",
-        "logsumexp",
-    }
+    "sum mean nansum nanmean prod var std var_mean std_mean norm linalg_vector_norm "
+    "logsumexp".split()
 )
 """Reductions: they accumulate the input's elements per output element."""
 
 _ALONG_DIM = frozenset(
-    {
-        "softmax",
-        "_softmax",
-        "log_softmax",
-        "_log_softmax",
-        "cumsum",
-        "cumprod",
-        "logcumsumexp",
-    }
+    {"softmax", "_softmax", "log_softmax", "_log_softmax", "cumsum", "cumprod", "logcumsumexp"}
 )
 """Ops that accumulate along one dim (their second argument)."""
 
 _INNER_PRODUCTS = {
-    "mm": 0,
-    "bmm": 0,
-    "matmul": 0,
-    "dot": 0,
-    "vdot": 0,
-    "mv": 0,
-    "linear": 0,
-    "addmm": 1,
-    "addmv": 1,
-    "baddbmm": 1,
-    "addbmm": 1,
+    **dict.fromkeys(("mm", "bmm", "matmul", "dot", "vdot", "mv", "linear"), 0),
+    **dict.fromkeys(("addmm", "addmv", "baddbmm", "addbmm"), 1),
 }
 """Inner products: the argument whose last dim is the inner size."""
 
 _CONVOLUTIONS = frozenset(
-    {
-        "convolution",
-        "_convolution",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-    }
+    "convolution _convolution conv1d conv2d conv3d "
+    "conv_transpose1d conv_transpose2d conv_transpose3d".split()
 )
 
 _NORMALIZATIONS = frozenset(
@@ -84,12 +42,8 @@ _NORMALIZATIONS = frozenset(
 )
 
 _ATTENTION = frozenset(
-    {
-        "scaled_dot_product_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-    }
+    "scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu "
+    "_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention".split()
 )
 
 
@@ -196,11 +150,8 @@ def _shape(node: Any) -> tuple[int, ...]:
 
 
 def _size(node: Any, dim: int) -> int:
-    shape = _shape(node)
-    if not shape:
-        return 0
     try:
-        return shape[dim]
+        return _shape(node)[dim]
     except IndexError:
         return 0
 
@@ -210,15 +161,11 @@ def _numel(node: Any) -> int:
 
 
 def _product(sizes: Any) -> int:
-    count = 1
-    for size in sizes:
-        count *= _hint(size)
-    return count
+    return math.prod(_hint(size) for size in sizes)
 
 
 def _hint(size: Any) -> int:
-    """A size as an int: a symbolic one by the example's value (read without a guard:
-    ``int()`` of a symbol would specialize the program), 1 where none is known."""
+    """A size as an int by its example hint, without a guard; 1 where unknown."""
     if isinstance(size, int):
         return size
     hint = getattr(getattr(size, "node", None), "hint", None)

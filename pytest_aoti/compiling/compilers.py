@@ -1,12 +1,6 @@
-"""The compiler processes a compile of this process started, ended on an interrupt.
-
-Inductor runs the C++ compiler through ``subprocess``; on Ctrl-C, ``subprocess.run`` kills
-the driver it started (``g++``) but not what the driver started (``cc1plus``, ``as``,
-``ld``), nor the compile workers' compilers, which would keep a core busy for seconds after
-pytest has stopped. Only this process's own descendants are ended, by pid: never a process
-group, which may hold pytest itself or the xdist controller. Linux only (``/proc``);
-elsewhere nothing is done.
-"""
+"""Ending the compiler processes a compile of this process started, on an interrupt: on Ctrl-C
+``subprocess.run`` kills ``g++`` but not ``cc1plus``/``as``/``ld`` below it. Only descendants are
+ended, by pid (a process group may hold pytest or the xdist controller). Linux only (``/proc``)."""
 
 from __future__ import annotations
 
@@ -46,8 +40,7 @@ def descendants(pid: int) -> dict[int, str]:
 
 
 def end_compilers(pid: int | None = None) -> list[int]:
-    """Send SIGKILL to every compiler process below ``pid`` (this process by default);
-    the pids it ended. Never raises."""
+    """SIGKILL every compiler process below ``pid`` (default: this one); the pids. Never raises."""
     ended: list[int] = []
     try:
         below = descendants(os.getpid() if pid is None else pid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_aoti.compiling.pipeline import unknown_inductor_options
 from pytest_aoti.errors import AotiUsageError
 
 _KNOWN: set[frozenset[str]] = set()
@@ -12,15 +13,11 @@ _KNOWN: set[frozenset[str]] = set()
 
 
 def check_inductor_configs(configs: Mapping[str, Any]) -> None:
-    """Raise :class:`~pytest_aoti.AotiUsageError` for keys Inductor does not know, with
-    "did you mean", wherever they came from (call, marker, hook, ini file): the same
-    check for all, before a compile that would fail on them after seconds."""
+    """Refuse unknown Inductor keys ("did you mean") now, not after seconds of compiling."""
     __tracebackhide__ = True
     keys = frozenset(configs)
     if not keys or keys in _KNOWN:
         return
-    from pytest_aoti.compiling.pipeline import unknown_inductor_options
-
     problem = unknown_inductor_options(configs)
     if problem:
         raise AotiUsageError(

@@ -1,14 +1,7 @@
-"""The custom ops a compiled package calls, and what a fresh process needs to call them.
-
-An AOTInductor engine calls a custom op (one a user registered with ``torch.library``)
-through torch's dispatcher, by name: a process that loads the package must have registered
-the op first. The engine child (:mod:`pytest_aoti.isolation.child`) is a fresh
-interpreter, so it imports the modules that registered the package's ops in this process
-(a test file, a conftest, the user's package) and loads the same op libraries.
-
-The ops a package calls are the ``target`` of the extern-kernel nodes AOTInductor writes
-beside its wrapper (``data/aotinductor/<model>/*.json``).
-"""
+"""The custom ops a compiled package calls (the targets of the extern-kernel nodes AOTInductor
+writes in ``data/aotinductor/<model>/*.json``), and what a fresh process needs to call them: an
+engine calls a ``torch.library`` op by name, so the engine child imports the modules that
+registered the ops here and loads the same op libraries."""
 
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ class ChildPreparation:
     path: tuple[str, ...] = ()
     """This process's ``sys.path``, for those modules' own imports."""
     unfound: tuple[str, ...] = ()
-    """Ops the package calls whose registering module was not found: a fresh process
-    cannot call them."""
+    """Ops whose registering module was not found: a fresh process cannot call them."""
 
     def request(self) -> dict[str, Any]:
         """The child request's keys for it (see :mod:`pytest_aoti.isolation.child`)."""
@@ -68,8 +60,7 @@ def called_ops(package: Path) -> set[str]:
 
 
 def child_preparation(program: AotiProgram) -> ChildPreparation:
-    """What the engine child needs to call ``program``'s engine: the modules that
-    registered the Python-defined ops it calls, and the op libraries loaded here."""
+    """The modules that registered the ops ``program`` calls, and the op libraries loaded here."""
     import torch
 
     user_defined = set(getattr(torch.library, "_defs", ()))
@@ -85,19 +76,16 @@ def child_preparation(program: AotiProgram) -> ChildPreparation:
             imports[module.__name__] = str(file)
         else:
             unfound.append(op)
-    libraries = tuple(sorted(getattr(torch.ops, "loaded_libraries", ())))
     return ChildPreparation(
         imports=tuple(imports.items()),
-        libraries=libraries,
+        libraries=tuple(sorted(getattr(torch.ops, "loaded_libraries", ()))),
         path=tuple(entry for entry in sys.path if isinstance(entry, str)),
         unfound=tuple(unfound),
     )
 
 
 def _registering_module(op: str) -> ModuleType | None:
-    """The module that registered ``op``: the one that defined it with
-    ``torch.library.custom_op``, or one holding its ``torch.library.Library`` or its
-    custom op object."""
+    """The module that defined ``op``, or one holding its ``Library`` or custom op object."""
     import torch
     from torch._library.custom_ops import OPDEFS, CustomOpDef
 
@@ -109,8 +97,7 @@ def _registering_module(op: str) -> ModuleType | None:
     namespace, _, name = op.partition("::")
     for module in _loaded_modules():
         for value in list(vars(module).values()):
-            # type(), not isinstance: a module's lazy or deprecated object may warn on
-            # __class__
+            # type(), not isinstance: a lazy or deprecated object may warn on __class__
             kind = type(value)
             if issubclass(kind, CustomOpDef) and value._qualname == op:
                 return module

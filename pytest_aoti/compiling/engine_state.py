@@ -1,22 +1,7 @@
-"""Reading an engine's registered buffers back, through torch's private runner.
-
-torch's package loader (``aoti_load_package``) runs a package but exposes no buffer values.
-The package's compiled library can be run by torch's own runner instead
-(``torch._C._aoti.AOTIModelContainerRunnerCpu``/``...Cuda``), which also hands out its
-constants, the buffers among them (``extract_constants_map``). A :class:`StateEngine` is that
-runner: a second instance of the same compiled code, called with the same inputs as the
-engine under test, whose buffers can be read after each call.
-
-The runner itself (:class:`~pytest_aoti.repro_script.LibraryRunner`) and the
-extraction of the library are those of the repro bundle's ``repro.py``, which reads a
-bundle's buffers back the same way with torch alone; this module adds the check's side:
-the call's pytree, one extraction per package, and the reasons.
-
-Everything there is private to torch and may change: where the runner is missing, its
-constructor differs, the device has none or the package keeps its weights outside the
-library, :func:`open_state_engine` returns the reason instead (the buffers are then
-reported "not verified", never silently skipped).
-"""
+"""Reading an engine's registered buffers back (``aoti_load_package`` exposes none): a
+:class:`StateEngine` is a second instance of the package's library in torch's private runner
+(:mod:`~pytest_aoti.compiling.library_runner`), called with the engine's inputs; where it cannot
+work, :func:`open_state_engine` returns the reason, reported as "not verified"."""
 
 from __future__ import annotations
 
@@ -26,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.repro_script import (
+from pytest_aoti.compiling.library_runner import (
     LibraryRunner,
     aoti_runner_class,
     extract_model_library,
@@ -39,8 +24,7 @@ _extract_lock = threading.Lock()
 
 
 class StateEngine:
-    """The package's compiled library in torch's runner: call it like the engine, then read
-    its buffers with :meth:`buffers`."""
+    """The package's library in torch's runner: call it like the engine, then read its buffers."""
 
     def __init__(self, library: LibraryRunner) -> None:
         import torch.utils._pytree as pytree
@@ -59,20 +43,15 @@ class StateEngine:
         return pytree.tree_unflatten(self._library(*flat), self._out_spec)
 
     def buffers(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
-        """Clones of the named buffers (module FQNs) as the engine holds them now; a name the
-        library does not hold is missing from the result."""
+        """Clones of the named buffers (FQNs) it holds now; names it lacks are left out."""
         return self._library.buffers(names)
 
 
 def open_state_engine(
     package_path: Path, device: torch.device, names: Iterable[str]
 ) -> StateEngine | str:
-    """A fresh :class:`StateEngine` of ``package_path`` on ``device`` whose buffers start in
-    their exported state, or why there is none (a sentence for "not verified: ...").
-
-    The package is extracted once, beside it (the session's private folder), into
-    ``<package>.state/``; each call here builds a new runner, with its own buffers.
-    """
+    """A fresh :class:`StateEngine` of ``package_path`` (extracted once, into ``<package>.state/``)
+    with buffers in their exported state, or why there is none (for "not verified: ...")."""
     import torch
 
     runner_class = aoti_runner_class(device.type)

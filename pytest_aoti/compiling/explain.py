@@ -1,13 +1,5 @@
-"""torch's errors explained: what failed, at which line of the user's code, and what to try.
-
-Export, decomposition, compilation and loading each raise torch errors that are long and
-mostly about torch itself. Each step's message is built here in one shape: a first line
-``{step} failed: {reason}``; below it the innermost source line outside torch where it
-happened (the model's own, or its library's), the rest of torch's reason (its suggested
-fixes, constraint details and hints, without its logging boilerplate) and what to try for
-that kind of failure. :mod:`pytest_aoti.compiling.pipeline` runs the torch steps and
-raises its errors with these messages.
-"""
+"""torch's errors explained, in one shape: ``{step} failed: {reason}``, then the innermost source
+line outside torch, the rest of torch's reason without its logging boilerplate, and a hint."""
 
 from __future__ import annotations
 
@@ -62,9 +54,6 @@ _RANGE_HINT = (
 )
 
 
-# --------------------------------------------------------------------------- per step
-
-
 def export_failure(
     error: BaseException,
     module: torch.nn.Module,
@@ -75,17 +64,12 @@ def export_failure(
     strict: bool = False,
     guard_lines: Sequence[str] = (),
 ) -> str:
-    """The message of a failed ``torch.export.export`` of ``module`` on ``args``/``kwargs``.
-
-    ``strict`` is the export mode that failed (torch 2.13 exports non-strict by default):
-    the hint never suggests switching to it. ``guard_lines`` say where the shape guards of
-    a constraint violation came from (:func:`pytest_aoti.compiling.guards.guard_sources`).
-    """
+    """The message of a failed ``torch.export.export``. ``strict``: the mode that failed (the
+    hint never suggests it); ``guard_lines``: where a constraint violation's guards came from."""
     headline, details, hint = _export_advice(error, module, args, kwargs, dynamic_shapes)
-    details = [*details, *guard_lines]
     hint = library_type_hint(str(error)) or for_mode(hint, strict)
     return summarize_torch_error(
-        error, "torch.export.export", headline=headline, details=details, hint=hint
+        error, "torch.export.export", headline=headline, details=[*details, *guard_lines], hint=hint
     )
 
 
@@ -121,8 +105,8 @@ def _export_advice(
     kwargs: Mapping[str, Any],
     dynamic_shapes: Any,
 ) -> tuple[str | None, list[str], str]:
-    """The headline (when better than torch's first line), detail lines and the hint that
-    fit why export failed."""
+    """The headline (if better than torch's), detail lines and hint for why export failed."""
+    # shapes/ imports torch
     from pytest_aoti.shapes.user_spec import sizes_export_specializes, sizes_outside_spec
 
     text = str(error)
@@ -143,8 +127,7 @@ def _export_advice(
 
 def is_data_dependent(error: BaseException) -> bool:
     """Whether torch failed on a branch or size decided by a tensor's values."""
-    names = {type(error).__name__, type(error.__cause__).__name__}
-    if "GuardOnDataDependentSymNode" in names:
+    if "GuardOnDataDependentSymNode" in {type(error).__name__, type(error.__cause__).__name__}:
         return True
     return bool(
         re.search(
@@ -200,20 +183,14 @@ def constraint_hint(fixes: list[str], small: list[str]) -> str:
     return "What to try: " + ". ".join(sentences) + "."
 
 
-# --------------------------------------------------------------------------- fitted hints
-
-# Two things torch's own message leaves to the reader: a model-library type torch.export does
-# not know (a transformers ``DynamicCache`` in the outputs), and which export mode the failure
-# happened in (a hint to try ``strict=False`` means nothing to a non-strict export).
-
+# what torch leaves out: a library type export cannot flatten, and the export mode that failed
 _UNKNOWN_TYPE = re.compile(
     r"Found <class '(?P<cls>[\w.]+)'> in (?P<where>\w+), which is not a known type"
 )
 
 
 def library_type_hint(text: str) -> str | None:
-    """The hint for an input or output of a type torch.export cannot flatten, from torch's
-    error text; None for other errors."""
+    """The hint for an input or output type torch.export cannot flatten; None for other errors."""
     match = _UNKNOWN_TYPE.search(text)
     if match is None:
         return None
@@ -246,8 +223,6 @@ def for_mode(hint: str, strict: bool) -> str:
     return hint.replace("export with strict=False and state", "state")
 
 
-# --------------------------------------------------------------------------- summarizing
-
 _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s,]+)')
 _REASON_LINE = re.compile(
     r"^\s*(Explanation|Hint|Suggested fix)\b:?|:\d+(:\d+)?: (fatal )?error:|^\s*error:",
@@ -278,8 +253,7 @@ class SourceFrame:
     text: str
     """The line's source text (via ``linecache``), stripped; empty when unreadable."""
     callers: tuple[str, ...] = ()
-    """``file:line in function`` of the frames outside torch that led to it, innermost
-    first."""
+    """``file:line in function`` of the frames outside torch that led to it, innermost first."""
 
     def describe(self, indent: str = "  ") -> list[str]:
         """``at file:line in function``, the source line and the callers, indented."""
@@ -293,14 +267,9 @@ class SourceFrame:
 
 
 def source_frame(error: BaseException) -> SourceFrame | None:
-    """The innermost frame outside torch and pytest-aoti where ``error`` arose.
-
-    Taken from the exception's traceback when it passes through the model (non-strict
-    export runs the forward in Python), else from the frames torch quotes in its message
-    ("Original traceback" of run_decompositions, "from user code" of strict export, "The
-    following call raised this error"): innermost, not outermost, so that a failing
-    ``.view`` inside a library layer names that line rather than the model's forward.
-    """
+    """The innermost frame outside torch and pytest-aoti where ``error`` arose: from its
+    traceback, else from the frames torch quotes in its message. Innermost, so a failing
+    ``.view`` in a library layer names that line, not the model's forward."""
     found = [
         (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
         for tb in user_traceback(error)
@@ -317,8 +286,7 @@ def source_frame(error: BaseException) -> SourceFrame | None:
 def quoted_frames(
     text: str, *, keep: Callable[[str], bool] = is_user_file
 ) -> list[tuple[str, int, str]]:
-    """``(file, line, function)`` of every ``File "...", line N, in f`` line of ``text``
-    whose file ``keep`` accepts (by default: the user's code), outermost first."""
+    """``(file, line, function)`` of each frame quoted in ``text`` that ``keep`` takes, in order."""
     frames = []
     for line in text.splitlines():
         match = _FILE_LINE.match(line)
@@ -328,12 +296,8 @@ def quoted_frames(
 
 
 def torch_reason(error: BaseException, max_lines: int = 30) -> list[str]:
-    """torch's message without its logging boilerplate, quoted frames and blank lines.
-
-    Kept: the reason, constraint-violation details, suggested fixes, explanations and
-    hints, links to torch's docs. Beyond ``max_lines``, only lines that state an error
-    or a hint are kept, and a last line says how many were left out.
-    """
+    """torch's message without logging boilerplate, quoted frames and blank lines. Beyond
+    ``max_lines`` only error and hint lines are kept, and a last line counts the rest."""
     text = str(error).strip() or type(error).__name__
     kept: list[str] = []
     in_frames = False
@@ -353,11 +317,7 @@ def torch_reason(error: BaseException, max_lines: int = 30) -> list[str]:
     head = kept[: max_lines - 5]
     tail = [line for line in kept[max_lines - 5 :] if _REASON_LINE.search(line)][:5]
     left_out = len(kept) - len(head) - len(tail)
-    return [
-        *head,
-        *tail,
-        f"... {left_out} more lines of torch's error (chained as __cause__)",
-    ]
+    return [*head, *tail, f"... {left_out} more lines of torch's error (chained as __cause__)"]
 
 
 def summarize_torch_error(
@@ -368,12 +328,7 @@ def summarize_torch_error(
     details: list[str] | None = None,
     hint: str | None = None,
 ) -> str:
-    """``{stage} failed: {reason}`` and below it: the source line, torch's whole reason
-    and the hint.
-
-    The first line is ``headline`` when given (what pytest-aoti worked out, e.g. which
-    input is out of range), else torch's first line.
-    """
+    """``{stage} failed: {reason}`` (or ``headline``), the source line, torch's reason, the hint."""
     reason = torch_reason(error)
     first = headline if headline is not None else reason.pop(0).strip()
     lines = [f"{stage} failed: {first}", *(details or [])]

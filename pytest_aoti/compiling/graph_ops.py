@@ -1,10 +1,5 @@
-"""What a graph node calls, asked of torch's op classes in one place.
-
-torch's op classes (``torch._ops.OpOverload``, ``torch._ops.HigherOrderOperator``) and an
-op's schema are private: the random-op scan, the instrumented graph of node localization and
-its control-flow refusal ask every question about a node's target here, so a torch release
-that moves them is fixed in this module.
-"""
+"""What a graph node calls, asked of torch's private op classes in one place, so a torch release
+that moves them is fixed here."""
 
 from __future__ import annotations
 
@@ -16,8 +11,7 @@ if TYPE_CHECKING:
 
 
 def aten_op(target: Any) -> OpOverload | None:
-    """The operator overload a ``call_function`` node calls (``aten.mul.Tensor``), or None
-    for anything else (a Python function, ``operator.getitem``, a higher-order op)."""
+    """The ``OpOverload`` a ``call_function`` node calls, or None."""
     import torch
 
     return target if isinstance(target, torch._ops.OpOverload) else None
@@ -37,14 +31,12 @@ def is_seeded_random(op: OpOverload) -> bool:
 
 
 def schema_arguments(op: OpOverload) -> Sequence[Any]:
-    """The op's declared arguments, in order: each with ``name``, ``has_default_value()``
-    and ``default_value``."""
+    """The op's declared arguments (``name``, ``has_default_value()``, ``default_value``)."""
     return op._schema.arguments
 
 
 def control_flow_name(target: Any) -> str | None:
-    """``cond``, ``while_loop``, ``map_impl``: the name of a higher-order op (a call into
-    nested graphs), or None for an ordinary op."""
+    """The name of a higher-order op (``cond``, ``while_loop``, ``map_impl``), or None."""
     import torch
 
     if not isinstance(target, torch._ops.HigherOrderOperator):
@@ -55,14 +47,11 @@ def control_flow_name(target: Any) -> str | None:
 def op_name(target: Any) -> str:
     """``aten.mul.Tensor`` for an operator overload, else the callable's name."""
     op = aten_op(target)
-    if op is not None:
-        return str(op)
-    return str(getattr(target, "__name__", target))
+    return str(op) if op is not None else str(getattr(target, "__name__", target))
 
 
 def first_call_of(graph: Any, names: Iterable[str]) -> str | None:
-    """The first op of ``graph`` named in ``names``, by its packet (``topk``) or its
-    overload (``max.dim``); None where the graph calls none of them."""
+    """The first op of ``graph`` named in ``names`` (``topk`` or ``max.dim``), else None."""
     wanted = frozenset(names)
     for node in graph.nodes:
         op = aten_op(node.target) if node.op == "call_function" else None
@@ -75,8 +64,7 @@ def first_call_of(graph: Any, names: Iterable[str]) -> str | None:
 
 
 def written_arguments(node: Any) -> list[Any]:
-    """The arguments a node's op writes in place (``self`` of ``aten.add_``, ``out=``):
-    the graph nodes passed there (a list where the argument is a list of tensors)."""
+    """The graph nodes a node's op writes in place (``self`` of ``aten.add_``, ``out=``)."""
     op = aten_op(node.target)
     if op is None:
         return []
@@ -85,10 +73,7 @@ def written_arguments(node: Any) -> list[Any]:
         alias = argument.alias_info
         if alias is None or not alias.is_write:
             continue
-        if position < len(node.args):
-            value = node.args[position]
-        else:
-            value = node.kwargs.get(argument.name)
+        value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
         written.extend(value if isinstance(value, (list, tuple)) else [value])
     return [value for value in written if value is not None]
 
@@ -98,9 +83,7 @@ _SCALAR_READS = ("item", "_local_scalar_dense")
 
 
 def scalar_output_dtypes(exported: Any) -> list[Any]:
-    """Per user output of ``exported`` in flattening order: for a Python float, the dtype of
-    the tensor it was read from (``.item()``; the least precise where several feed it),
-    else None (a tensor, an int, a float made of sizes alone)."""
+    """Per user output: a float's ``.item()`` source dtype (the least precise), else None."""
     import torch
 
     nodes = {node.name: node for node in exported.graph.nodes}

@@ -1,19 +1,12 @@
-"""Where a shape guard came from: the source line that made torch narrow a dynamic dim.
-
-A dynamic-shape constraint violation ("Constraints violated (seq)!") says which dim's range
-torch had to narrow, not which line of the model made it. torch's shape environment logs
-every guard it adds, and every symbol it creates, on its ``symbolic_shapes`` logger (at
-INFO); the log record is emitted while the model's own frames are still on the stack. So
-:func:`record_guards` listens to that logger during an export (without showing anything
-that was not shown before) and keeps, per guard, the innermost frame outside torch; after
-a violation, :meth:`GuardLog.explain` names the guards that rule out part of the range the
-test declared. Only a failed export is repeated that way (:func:`guard_sources`): listening
-costs every export a stack walk per guard.
-"""
+"""Where a shape guard came from: the source line that made torch narrow a dynamic dim. torch logs
+every guard on its ``symbolic_shapes`` logger while the model's frames are on the stack;
+:func:`record_guards` listens during a repeated failed export (a stack walk per guard is too
+costly for every export) and keeps each guard's innermost frame outside torch."""
 
 from __future__ import annotations
 
 import contextlib
+import linecache
 import logging
 import re
 import traceback
@@ -57,9 +50,8 @@ class GuardLog:
     ``s70 → ("L['input_ids'].size()[1]", "2", "64")``."""
 
     def explain(self, error: BaseException) -> list[str]:
-        """Detail lines naming, for each dim of a constraint violation in ``error``, the
-        guards that narrow its declared range and where they were added; "source
-        unavailable" where torch gave no frame outside itself. Empty for other errors."""
+        """Per dim of a constraint violation in ``error`` (else nothing): the guards that narrow
+        its declared range and where they were added ("source unavailable" without a frame)."""
         lines: list[str] = []
         for match in _SPECIALIZED.finditer(str(error)):
             dim, value = match["dim"], match["value"]
@@ -101,9 +93,8 @@ def guard_sources(
     kwargs: Mapping[str, Any],
     options: Mapping[str, Any],
 ) -> list[str]:
-    """For a constraint violation, the lines of :meth:`GuardLog.explain`, found by exporting
-    once more while recording guards (only a failing export pays for it); else none.
-    The caller hides torch's deprecation warnings (``pipeline.quiet_torch_deprecations``)."""
+    """For a constraint violation, :meth:`GuardLog.explain`'s lines from exporting once more
+    while recording guards; else none. The caller hides torch's deprecation warnings."""
     import torch
 
     text = str(error)
@@ -156,8 +147,6 @@ class _Capture(logging.Filter):
 
 def _user_frame() -> SourceFrame | None:
     """The innermost frame on the stack outside torch, pytest-aoti and Python itself."""
-    import linecache
-
     frames = [f for f in traceback.extract_stack() if not is_library_file(f.filename)]
     frames = [f for f in frames if "/_pytest/" not in f.filename and "/pluggy/" not in f.filename]
     if not frames:

@@ -1,21 +1,8 @@
-"""The CPU code a package holds: what this machine's compiler builds for, found once per machine.
-
-Inductor compiles the C++ of every package (the CPU kernels, and the host wrapper of a CUDA
-package too) with ``-march=native`` and the flags of the vector ISA it picked. A package built
-on a newer CPU may then use instructions an older one lacks and die with SIGILL once loaded,
-even where both report the same coarse ISA ("AVX512"). So the content key records the
-*resolved* target: the ``-march=`` the compiler turns ``native`` into, every ``-m`` feature
-it enables, and Inductor's ISA flags.
-
-Finding these costs seconds (Inductor builds and loads a test program per candidate ISA), so
-the result is kept as a small JSON record in the artifact cache's folder, under
-``machine/cpu-<identity>.json``. The identity is a digest of everything the result depends
-on: the CPU's model and flags (``/proc/cpuinfo``), torch's version, the compiler (its
-resolved path, size and modification time: a new compiler version is a new file) and the
-settings that steer Inductor's choice. Reading it costs a ``stat`` and a small read; a record
-that is missing, unreadable or of another identity is computed again, under a file lock so
-concurrent processes (xdist workers) compute it once, and written atomically.
-"""
+"""What this machine's compiler builds for, found once per machine: Inductor compiles with
+``-march=native``, so a package built on a newer CPU may die with SIGILL on an older one; the
+content key records the resolved ``-march=``, its features and Inductor's ISA flags. Finding them
+costs seconds, so the result is kept in ``machine/cpu-<identity>.json`` under the cache folder
+(keyed by the CPU, torch, the compiler file and Inductor's settings; written once, under a lock)."""
 
 from __future__ import annotations
 
@@ -34,6 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
+
+from pytest_aoti.atomic_files import replace_text
+from pytest_aoti.compiling.vec_isa import find_isa
 
 RECORD_FORMAT = "pytest-aoti-machine-1"
 RECORD_DIR = "machine"
@@ -71,9 +63,8 @@ class MachineTarget:
 
 
 def machine_target(directory: Path | None, *, write: bool = True) -> MachineTarget:
-    """This machine's target: from this process's memory, else from ``directory`` (the
-    artifact cache's folder), else found now and written there (unless ``write`` is false:
-    a read-only cache). ``None``: not kept on disk."""
+    """This machine's target: from memory, else from ``directory`` (None: not kept on disk), else
+    found now and written there unless ``write`` is false."""
     identity = machine_identity()
     digest = identity_digest(identity)
     with _memo_lock:
@@ -108,9 +99,6 @@ def record_path(directory: Path, digest: str) -> Path:
     return directory / RECORD_DIR / f"cpu-{digest}.json"
 
 
-# -- identity: cheap, read on every run ----------------------------------------------------------
-
-
 def machine_identity() -> dict[str, str]:
     """Everything the target depends on, each part as text; no subprocess, no compile."""
     import torch
@@ -136,13 +124,11 @@ def machine_identity() -> dict[str, str]:
 
 
 def identity_digest(identity: Mapping[str, str]) -> str:
-    text = json.dumps(dict(identity), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:24]
 
 
 def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The first processor's vendor, family, model, name and sorted flags (Linux); the
-    platform's processor name elsewhere."""
+    """The first CPU's vendor, family, model, name and sorted flags; the platform's elsewhere."""
     wanted = ("vendor_id", "cpu family", "model", "model name", "flags", "features", "isa")
     fields: dict[str, str] = {}
     try:
@@ -165,8 +151,7 @@ def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 
 def compiler_candidates(cxx: object) -> list[str]:
-    """The compilers Inductor would try, in order (``cpp.cxx`` is a name or a tuple with
-    ``None`` standing for a conda-installed g++)."""
+    """The compilers Inductor would try, in order (``None`` in ``cpp.cxx``: conda's g++)."""
     names = cxx if isinstance(cxx, (list, tuple)) else (cxx,)
     return [str(name) for name in names if name]
 
@@ -186,9 +171,6 @@ def compiler_identity(candidates: Sequence[str]) -> str:
     return "no compiler: " + " ".join(candidates)
 
 
-# -- the record on disk -------------------------------------------------------------------------
-
-
 def _stored_or_found(
     directory: Path | None,
     identity: dict[str, str],
@@ -197,10 +179,7 @@ def _stored_or_found(
     write: bool = True,
 ) -> MachineTarget:
     """The record under ``directory``, else ``known``, else found now; written when missing.
-
-    Failing to keep it (a read-only cache, a lock held too long) costs only the search next
-    time: the key is right either way.
-    """
+    Failing to write costs only the search next time."""
     if directory is None:
         return known or find_target()
     path = record_path(directory, digest)
@@ -213,8 +192,6 @@ def _stored_or_found(
         path.parent.mkdir(mode=0o700, exist_ok=True)
     except OSError:
         return known or find_target()
-    from filelock import FileLock, Timeout
-
     try:
         with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
             stored = read_record(path, identity)  # another process may have written it
@@ -228,8 +205,7 @@ def _stored_or_found(
 
 
 def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None:
-    """The record at ``path`` when it is a small regular file holding a well-formed target
-    of ``identity``; None otherwise (missing, damaged, foreign: it is computed again)."""
+    """The well-formed target of ``identity`` in a small regular file at ``path``, else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -247,8 +223,6 @@ def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None
 
 def write_record(path: Path, identity: Mapping[str, str], target: MachineTarget) -> None:
     """Write the record atomically: a temporary file in the same folder, then a rename."""
-    from pytest_aoti.atomic_files import replace_text
-
     data = {"format": RECORD_FORMAT, "identity": dict(identity), "target": asdict(target)}
     with contextlib.suppress(OSError):
         replace_text(path, json.dumps(data, indent=1, sort_keys=True), sync=True)
@@ -272,33 +246,20 @@ def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None
     ):
         return None
     return MachineTarget(
-        isa=fields["isa"],
-        isa_flags=fields["isa_flags"],
-        arch_flag=fields["arch_flag"],
-        march=fields["march"],
-        features=tuple(fields["features"]),
-        valid_isas=tuple(fields["valid_isas"]),
+        **{
+            **fields,
+            "features": tuple(fields["features"]),
+            "valid_isas": tuple(fields["valid_isas"]),
+        }
     )
-
-
-# -- finding the target: seconds, once per machine ----------------------------------------------
 
 
 def find_target() -> MachineTarget:
     """Ask Inductor and the compiler; builds and loads Inductor's ISA test programs."""
-    from pytest_aoti.compiling.vec_isa import find_isa
-
     isa, isa_flags, valid = find_isa()
     compiler, arch_flags = _inductor_compiler_and_arch()
     march, features = resolve_arch(compiler, arch_flags) if compiler else ("", ())
-    return MachineTarget(
-        isa=isa,
-        isa_flags=isa_flags,
-        arch_flag=" ".join(arch_flags),
-        march=march,
-        features=features,
-        valid_isas=valid,
-    )
+    return MachineTarget(isa, isa_flags, " ".join(arch_flags), march, features, valid)
 
 
 def _inductor_compiler_and_arch() -> tuple[str, list[str]]:
@@ -319,8 +280,7 @@ def _inductor_compiler_and_arch() -> tuple[str, list[str]]:
 
 
 def resolve_arch(compiler: str, arch_flags: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """What ``compiler`` makes of ``arch_flags``: the resolved ``-march=`` and the sorted ISA
-    features it enables, read from the driver's ``-###`` listing (gcc and clang)."""
+    """``compiler``'s resolved ``-march=`` and sorted features for ``arch_flags`` (``-###``)."""
     try:
         listing = subprocess.run(
             [compiler, *arch_flags, "-###", "-E", "-x", "c++", "-"],
@@ -336,13 +296,8 @@ def resolve_arch(compiler: str, arch_flags: Sequence[str]) -> tuple[str, tuple[s
 
 
 def parse_driver_listing(text: str) -> tuple[str, tuple[str, ...]]:
-    """``(march, features)`` from a compiler driver's ``-###`` output.
-
-    gcc passes ``-march=rocketlake -mavx2 -mno-sse4a ...`` to ``cc1``; clang passes
-    ``-target-cpu x86-64-v4 -target-feature +avx2 -target-feature -sse4a``. Disabled
-    features, tuning and cache-size parameters are left out: they do not decide which
-    instructions the code may use.
-    """
+    """``(march, features)`` from gcc's (``-march=x -mavx2``) or clang's (``-target-cpu x
+    -target-feature +avx2``) ``-###`` output; disabled features and tuning are left out."""
     march, features = "", set[str]()
     for line in text.splitlines():
         try:

@@ -1,11 +1,6 @@
-"""The torch calls that turn a module into a loaded AOTInductor engine, one function a step.
-
+"""The torch calls that turn a module into a loaded AOTInductor engine, one function a step:
 export → run_decompositions → aoti_compile_and_package → aoti_load_package. A failing step
-raises a :mod:`pytest_aoti.errors` error that carries its stage, with the message
-:mod:`pytest_aoti.compiling.explain` writes for it (the step and the reason, the user's
-source line, torch's reason and what to try); torch's exception is chained as
-``__cause__``.
-"""
+raises an error with its stage and :mod:`~pytest_aoti.compiling.explain`'s message."""
 
 from __future__ import annotations
 
@@ -35,14 +30,8 @@ if TYPE_CHECKING:
 
 @contextlib.contextmanager
 def quiet_torch_deprecations() -> Iterator[None]:
-    """Hide torch's noise about itself while it exports and compiles.
-
-    Deprecation warnings raised inside torch concern torch's internals, not the user's
-    code, and would turn into errors under ``filterwarnings = error``. torch's structured
-    trace log (``torch.__trace``) logs every compile step at DEBUG for its own TORCH_TRACE
-    handler; where pytest's log handlers end up on that logger, they would fill the
-    "Captured log" section of every failed test with hundreds of empty lines.
-    """
+    """Hide torch's deprecation warnings (errors under ``filterwarnings = error``) and its
+    structured trace log (it fills a failed test's "Captured log" with empty lines)."""
     trace_log = logging.getLogger("torch.__trace")
     if not any(isinstance(f, _TorchTraceOnly) for f in trace_log.filters):
         trace_log.addFilter(_TorchTraceOnly())
@@ -54,9 +43,7 @@ def quiet_torch_deprecations() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _export_noise_dropped() -> Iterator[None]:
-    """Keep what torch.export writes to stderr, but the partial graph it prints (once per
-    wrapper, twice) with a data-dependent error and its log line "Unable to find user code
-    corresponding to {u0}": the failure names the user's line and the reason already."""
+    """Drop the partial graph and "Unable to find user code" from torch.export's stderr."""
     import io
     import sys
 
@@ -86,8 +73,6 @@ class _UnfoundUserCode(logging.Filter):
 
 
 class _TorchTraceOnly(logging.Filter):
-    """Let torch's structured trace records through only when TORCH_TRACE asked for them."""
-
     def filter(self, record: logging.LogRecord) -> bool:
         return bool(os.environ.get("TORCH_TRACE"))
 
@@ -98,15 +83,10 @@ def export_module(
     kwargs: Mapping[str, Any],
     *,
     dynamic_shapes: Any = None,
-    strict: bool | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> ExportedProgram:
-    """``torch.export.export``; a failure raises ``AotiExportError`` from torch's error.
-
-    ``options`` are further keyword arguments of ``torch.export.export`` (``strict``,
-    ``prefer_deferred_runtime_asserts_over_guards``, ...). A ``dynamic_shapes`` entry for a
-    dim an input does not have raises ``AotiUsageError`` before exporting.
-    """
+    """``torch.export.export`` with ``options`` as further keywords; a failure raises
+    ``AotiExportError``, a ``dynamic_shapes`` entry for a missing dim ``AotiUsageError``."""
     import torch
 
     from pytest_aoti.shapes.user_spec import check_dynamic_shapes
@@ -114,8 +94,6 @@ def export_module(
     if dynamic_shapes is not None:
         check_dynamic_shapes(module, args, kwargs, dynamic_shapes)
     export_options: dict[str, Any] = {**(options or {}), "dynamic_shapes": dynamic_shapes}
-    if strict is not None:
-        export_options["strict"] = strict
     try:
         with quiet_torch_deprecations(), _export_noise_dropped():
             return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
@@ -150,9 +128,7 @@ def decompose(exported: ExportedProgram) -> ExportedProgram:
 
 
 def compile_package(
-    decomposed: ExportedProgram,
-    package_path: Path,
-    inductor_configs: Mapping[str, Any] | None,
+    decomposed: ExportedProgram, package_path: Path, inductor_configs: Mapping[str, Any] | None
 ) -> Path:
     """AOT-compile ``decomposed`` into a ``.pt2`` package at ``package_path``."""
     import torch._inductor
@@ -193,17 +169,8 @@ def load_engine(package_path: Path, device: torch.device | None = None) -> Any:
 
 
 def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
-    """Answer the package loader's ISA question from the machine's record, in a process that
-    has not asked Inductor yet.
-
-    ``aoti_load_package`` compares the package's device information with this machine's
-    only to log a warning, and Inductor finds this machine's vector ISA by building and
-    loading a C++ test program per candidate: seconds, in every process that loads a
-    package. The content key already holds that answer, found once per machine
-    (:mod:`pytest_aoti.compiling.machine`); while the package loads, ``pick_vec_isa``
-    returns Inductor's own ISA object of that name. A process that compiles or asked
-    before is left alone: its answer is cached by Inductor.
-    """
+    """Answer the package loader's ISA question from the machine's record: Inductor would
+    build a C++ test program per candidate ISA (seconds per process) only to log a warning."""
     from pytest_aoti.compiling.machine import settled_target
     from pytest_aoti.compiling.vec_isa import answering_isa
 
@@ -212,13 +179,8 @@ def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
 
 
 def check_constant_outputs(program: ExportedProgram) -> None:
-    """Raise ``AotiCompileError`` for a user output that is a Python constant the AOTI
-    compiler cannot return.
-
-    ``return x + 1, 0.5`` exports with the float as a constant output, and Inductor then
-    stops with an opaque ``AssertionError: [TensorBox(StorageBox(...`` (torch 2.13). None,
-    bool and int constants compile (the engine returns ints and bools as 0-dim tensors).
-    """
+    """Raise ``AotiCompileError`` for a constant output Inductor stops on with an opaque
+    ``AssertionError`` (a float: ``return x + 1, 0.5``); None, bool and int compile."""
     import torch.utils._pytree as pytree
     from torch.export.graph_signature import ConstantArgument, OutputKind
 
@@ -256,8 +218,7 @@ def check_constant_outputs(program: ExportedProgram) -> None:
 
 
 def unknown_inductor_options(configs: Mapping[str, Any]) -> str:
-    """A sentence naming the keys of ``configs`` that Inductor does not know, each with the
-    closest valid keys; empty when every key is known."""
+    """A sentence naming the keys Inductor does not know, with close ones; empty if none."""
     import difflib
 
     import torch._inductor

@@ -11,15 +11,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.accumulation import Accumulation, accumulation
+from pytest_aoti.compiling.graph_ops import scalar_output_dtypes
 from pytest_aoti.compiling.pipeline import decompose, load_engine
-from pytest_aoti.errors import user_facing
+from pytest_aoti.errors import AotiInputError, user_facing
 from pytest_aoti.mutation_maps import MutationSignature, named_user_inputs
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.compiling.accumulation import Accumulation
     from pytest_aoti.shapes.read import ProgramShapes
 
 
@@ -31,28 +32,16 @@ _Slot = tuple[str, str]
 
 
 class EnginePool:
-    """The engines of programs whose calls leave no state behind, one per package and device.
-
-    Memory decides the policy. Each ``aoti_load_package`` maps the package's library for
-    good (torch never unloads it: about the package's size, engine deleted or not), and a
-    live engine holds a second copy of the weights, copied out of that library. So:
-
-    - an engine is loaded once while anything holds it (an ``AotiProgram``, a check);
-    - beyond that, the most recently used engines stay loaded for later tests of their
-      program while their packages total at most ``budget`` bytes (the latest one in any
-      case); older ones are dropped, which frees their weights. A suite of large programs
-      thus keeps about one engine, while small programs stay loaded for the session;
-    - an engine loaded a second time stays loaded for the session: its program's tests
-      interleave with others', and every further load would map the package once more.
-      No program costs more than three times its package.
-    """
+    """The engines of programs whose calls leave no state behind, one per package and device. A load
+    maps the library for good and copies the weights, so an engine is loaded once while anything
+    holds it; recent ones stay while their packages total at most ``budget`` bytes (the latest
+    always); one loaded twice stays for the session (no program costs over 3x its package)."""
 
     def __init__(self, budget: int = DEFAULT_ENGINE_BUDGET) -> None:
         self.budget = budget
         self._lock = threading.Lock()
         self._recent: OrderedDict[_Slot, tuple[Any, int]] = OrderedDict()
-        """Engines kept loaded whoever uses them, least recently used first, with the
-        size of their package."""
+        """Engines kept loaded, least recently used first, with their package's size."""
         self._pinned: dict[_Slot, Any] = {}
         """Engines loaded more than once, kept for the session."""
         self._loaded: set[_Slot] = set()
@@ -60,9 +49,7 @@ class EnginePool:
         """Every engine something still holds: never loaded twice while one is."""
 
     def get(self, key: str, device: torch.device, size: int, load: Callable[[], Any]) -> Any:
-        """The engine of package ``key`` (``size`` bytes) on ``device``, loaded by ``load``
-        unless one is alive. One package serves cuda:0 and cuda:1 (same key), but an engine
-        is bound to the device index it was loaded on."""
+        """The engine of package ``key`` on ``device``, loaded by ``load`` unless one is alive."""
         slot = (key, str(device))
         with self._lock:
             engine = self._pinned.get(slot)
@@ -101,21 +88,16 @@ class ProgramKey:
 
     digest: str
     parts: dict[str, str] = field(default_factory=dict)
-    """Digest of each ingredient (graph, weights, configs, device, torch), for the cache's
-    metadata: two keys that differ can be told apart part by part."""
+    """Digest of each part (graph, weights, configs, device, torch), to compare two keys."""
     persistable: bool = True
-    """False when an ingredient has no stable identity across processes (a custom pass
-    without ``uuid()``): such a program is shared within the session but never stored."""
+    """False when an ingredient has no identity across processes (a custom pass without
+    ``uuid()``): shared within the session, never stored."""
 
 
 @dataclass(frozen=True)
 class CompiledArtifact:
-    """A compiled package and what the checks need to know about it.
-
-    One artifact serves every :class:`AotiProgram` with the same key in a session. It is
-    kept for the session, so it holds no tensors: neither the exported nor the decomposed
-    program (whose weights would stay alive with it), nor an engine.
-    """
+    """A compiled package and what the checks need to know about it, shared by every
+    :class:`AotiProgram` of its key. Kept for the session, so it holds no tensors."""
 
     key: ProgramKey
     package_path: Path
@@ -123,27 +105,16 @@ class CompiledArtifact:
     compile_seconds: float
     """Seconds the compile that produced the package took."""
     cache_hit: bool
-    """True when the package came from the on-disk cache instead of a compile."""
     package_bytes: int = 0
     """Size of the package: what one more engine of it costs in memory, about."""
     source: str = "compiled"
-    """Where the package came from: ``compiled``, ``local`` (the on-disk cache) or
-    ``remote`` (the fleet's store, ``--aoti-cache-url``)."""
+    """Where the package came from: ``compiled``, ``local`` or ``remote``."""
 
 
 class AotiProgram:
-    """A module exported, decomposed and AOT-compiled for one device.
-
-    Calling it runs the AOTInductor engine exactly as a deployed model would: inputs the
-    program mutates are written in place. A program that mutates registered buffers gets
-    an engine of its own, so buffer state changed through one ``AotiProgram`` never leaks
-    into another; engines of programs without such state are shared (see
-    :class:`EnginePool`).
-
-    What it holds (the exported program and its weights, the decomposed program where
-    its request compiled the package, its engine) lives as long as the object: a test's
-    programs go with the test.
-    """
+    """A module exported, decomposed and AOT-compiled for one device. Calling it runs the engine as
+    a deployed model would (mutated inputs written in place); a program that mutates buffers gets
+    an engine of its own, others share one (:class:`EnginePool`)."""
 
     def __init__(
         self,
@@ -159,8 +130,7 @@ class AotiProgram:
         """The program returned by ``torch.export.export``."""
         self.device: torch.device = device
         self.first_use = first_use
-        """True for the first ``AotiProgram`` of its key in the session: the one whose
-        request compiled the package or loaded it from the cache."""
+        """True for the first ``AotiProgram`` of its key: the one that compiled or loaded it."""
         self._artifact = artifact
         self._decomposed = decomposed
         self._engines = engines if engines is not None else EnginePool()
@@ -180,8 +150,7 @@ class AotiProgram:
 
     @property
     def key_parts(self) -> dict[str, str]:
-        """Digest of each part of the key: ``graph``, ``weights``, ``configs``, ``device``,
-        ``torch``."""
+        """Digest of each key part: ``graph``, ``weights``, ``configs``, ``device``, ``torch``."""
         return dict(self._artifact.key.parts)
 
     @property
@@ -218,55 +187,38 @@ class AotiProgram:
 
     @property
     def seconds_compiled_here(self) -> float:
-        """Seconds this program's own request spent compiling: 0 on a cache hit and for a
-        program compiled earlier in the session."""
+        """Seconds this program's own request spent compiling (0 on a cache hit or reuse)."""
         return self.compile_seconds if self.first_use and not self.cache_hit else 0.0
 
     @cached_property
     def decomposed(self) -> ExportedProgram:
-        """The program after ``run_decompositions()``: the one compiled where this
-        program's request compiled the package, else computed on demand (after a cache hit,
-        or for a later user of the package)."""
+        """The program after ``run_decompositions()``: the compiled one, else computed on demand."""
         return self._decomposed if self._decomposed is not None else decompose(self.exported)
 
     @cached_property
     def scalar_output_dtypes(self) -> list[Any]:
-        """Per user output, the dtype a Python float output was read from (``.item()``),
-        else None: what such an output is compared with."""
-        from pytest_aoti.compiling.graph_ops import scalar_output_dtypes
-
+        """Per user output, the dtype a Python float was read from (``.item()``), else None."""
         return scalar_output_dtypes(self.exported)
 
     @cached_property
     def accumulation(self) -> Accumulation:
-        """Terms each output, mutated input and mutated buffer accumulates: the float
-        rounding the fp64 rule allows it."""
-        from pytest_aoti.compiling.accumulation import accumulation
-
+        """Terms each output, mutated input and mutated buffer accumulates (for the fp64 rule)."""
         return accumulation(self.exported)
 
     @cached_property
     def shapes(self) -> ProgramShapes:
-        """Shapes, dtypes and devices the program accepts, read from the program itself.
-
-        Messages name a shape symbol by the user's ``Dim`` once :meth:`name_dims` was
-        called, else by torch's symbol (``s77``).
-        """
-        from pytest_aoti.shapes.read import read_program_shapes
+        """Shapes, dtypes and devices the program accepts; symbols are named by the user's
+        ``Dim`` after :meth:`name_dims`, else by torch (``s77``)."""
+        from pytest_aoti.shapes.read import read_program_shapes  # shapes/ imports torch
 
         return read_program_shapes(self.exported)
 
     def name_dims(
         self, dynamic_shapes: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
     ) -> None:
-        """Name the shape symbols after the user's ``Dim`` objects in error messages.
-
-        ``dynamic_shapes``, ``args`` and ``kwargs`` are what the module was exported with
-        (the spec is not kept in the exported program): where the spec puts
-        ``Dim("batch")`` on an axis, that axis's symbol is shown as ``batch`` instead of
-        ``s77``. ``Dim.AUTO`` and other unnamed dims keep torch's symbol.
-        """
-        from pytest_aoti.shapes.user_spec import name_symbols
+        """Name the shape symbols in messages after the user's ``Dim`` objects (``batch`` for
+        ``s77``), given what the module was exported with; unnamed dims keep torch's symbol."""
+        from pytest_aoti.shapes.user_spec import name_symbols  # shapes/ imports torch
 
         named = name_symbols(self.exported, self.shapes, dynamic_shapes, args, kwargs or {})
         self.__dict__["shapes"] = named  # replaces the cached_property's value
@@ -277,9 +229,7 @@ class AotiProgram:
         return load_engine(self.package_path, self.device)
 
     def engine_in_exported_state(self) -> Any:
-        """An engine whose buffers hold their exported values: freshly loaded when the
-        program mutates buffers, else the one engine every user of the package shares
-        (loaded again only where the pool dropped it, see :class:`EnginePool`)."""
+        """A fresh engine when the program mutates buffers, else the shared one."""
         if self.mutated_buffers:
             return self.load_engine()
         return self._engines.get(
@@ -290,8 +240,7 @@ class AotiProgram:
     def validate(self, *args: Any, **kwargs: Any) -> None:
         """Raise :class:`~pytest_aoti.AotiInputError` if an input does not fit the program."""
         __tracebackhide__ = True
-        from pytest_aoti.errors import AotiInputError
-        from pytest_aoti.shapes.validate import validate_inputs
+        from pytest_aoti.shapes.validate import validate_inputs  # shapes/ imports torch
 
         try:
             named = named_user_inputs(self.exported, args, kwargs)

@@ -1,17 +1,15 @@
-"""Random operations in an exported program, read from the exported graph.
-
-An engine and eager PyTorch draw different random numbers, and so does the float64
-re-run: no comparison of a random output means anything. The graph read here is the
-exported one (never the decomposed one), so the answer is the same on a cache hit, where
-decomposition is skipped. There a dropout is still ``aten.dropout(x, p, train)``: random
-only when ``train`` is true (an eval-mode dropout becomes a ``clone`` once decomposed).
-"""
+"""Random operations in an exported program, read from the exported graph (so the answer is the
+same on a cache hit). An engine, eager and the float64 re-run draw different numbers: no
+comparison of a random output means anything."""
 
 from __future__ import annotations
 
+import linecache
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.explain import quoted_frames
 from pytest_aoti.compiling.graph_ops import aten_op, is_seeded_random, schema_arguments
 
 if TYPE_CHECKING:
@@ -41,16 +39,15 @@ def random_ops(exported: ExportedProgram) -> list[RandomOp]:
 
 def random_outputs(exported: ExportedProgram) -> list[bool]:
     """Per user output of ``exported`` (flattened, in order): whether a random op feeds it."""
-    from torch.export.graph_signature import OutputKind
+    from torch.export.graph_signature import OutputKind  # torch loads on first use
 
     tainted = _tainted(exported)
     output = next(node for node in exported.graph.nodes if node.op == "output")
-    values = output.args[0]
-    flags = []
-    for spec, value in zip(exported.graph_signature.output_specs, values):
-        if spec.kind == OutputKind.USER_OUTPUT:
-            flags.append(getattr(value, "name", None) in tainted)
-    return flags
+    return [
+        getattr(value, "name", None) in tainted
+        for spec, value in zip(exported.graph_signature.output_specs, output.args[0])
+        if spec.kind == OutputKind.USER_OUTPUT
+    ]
 
 
 def _random_nodes(exported: ExportedProgram) -> list[Node]:
@@ -64,9 +61,7 @@ def _random_nodes(exported: ExportedProgram) -> list[Node]:
 
 
 def _is_random(node: Node) -> bool:
-    """A call of an op torch tags ``nondeterministic_seeded`` that draws here: not one
-    whose ``train`` / ``training`` switch is off (an eval-mode dropout, ``rrelu``) or whose
-    ``dropout_p`` is 0 (``scaled_dot_product_attention`` without dropout)."""
+    """A call of a ``nondeterministic_seeded`` op that draws (not with train or dropout_p off)."""
     op = aten_op(node.target) if node.op == "call_function" else None
     if op is None or not is_seeded_random(op):
         return False
@@ -87,8 +82,7 @@ def _is_random(node: Node) -> bool:
 
 
 def _tainted(exported: ExportedProgram) -> set[str]:
-    """Names of the top graph's nodes that a random op feeds (itself included); a call
-    into a nested graph that holds a random op counts as one."""
+    """Names of the top graph's nodes a random op (or a nested graph with one) feeds."""
     nested = {
         name
         for name, module in exported.graph_module.named_modules()
@@ -119,13 +113,7 @@ def _random_op(node: Node) -> RandomOp:
 
 
 def user_line(stack_trace: str) -> str:
-    """The innermost frame of a node's ``stack_trace`` outside torch and pytest-aoti, as
-    ``file.py:12 in forward: the source line``; empty when there is none."""
-    import linecache
-    import os
-
-    from pytest_aoti.compiling.explain import quoted_frames
-
+    """The innermost user frame of ``stack_trace``: ``file.py:12 in forward: line``, or empty."""
     frames = quoted_frames(stack_trace)
     if not frames:
         return ""

@@ -1,9 +1,5 @@
-"""Inductor's CPU vector ISA (``torch._inductor.cpu_vec_isa``, a private module): which ISA
-this machine compiles for, and answering the package loader's question from a record.
-
-Every use of that module is here, so a torch release that changes it is fixed in one place;
-where its names are missing, the callers fall back to letting Inductor search as it does.
-"""
+"""Inductor's private CPU vector ISA module, used only here: which ISA this machine compiles for,
+and answering the package loader's question from a record."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ from typing import Any
 
 
 def find_isa() -> tuple[str, str, tuple[str, ...]]:
-    """This machine's ISA as Inductor picks it, its build flags, and every valid ISA (builds
-    and loads a C++ test program per candidate: seconds, once per process)."""
+    """This machine's ISA as Inductor picks it, its flags and every valid ISA (seconds)."""
     from torch._inductor import cpu_vec_isa
 
     isa = cpu_vec_isa.pick_vec_isa()
@@ -23,9 +18,7 @@ def find_isa() -> tuple[str, str, tuple[str, ...]]:
 
 
 def answering_isa(name: str) -> contextlib.AbstractContextManager[object]:
-    """While open, Inductor's ``pick_vec_isa`` returns its own ISA object named ``name``
-    without probing; a no-op where this process asked Inductor already (its answer is
-    cached), where no ISA has that name, or where this torch's internals differ."""
+    """While open, ``pick_vec_isa`` returns the ISA named ``name`` without probing, if it can."""
     from torch._inductor import cpu_vec_isa
 
     try:
@@ -35,9 +28,7 @@ def answering_isa(name: str) -> contextlib.AbstractContextManager[object]:
     except AttributeError:  # another torch's internals: let it search as it does
         return contextlib.nullcontext()
     isa = next((item for item in known if str(item) == name), None)
-    if isa is None:
-        return contextlib.nullcontext()
-    return _answering_pick_vec_isa(cpu_vec_isa, isa)
+    return contextlib.nullcontext() if isa is None else _answering_pick_vec_isa(cpu_vec_isa, isa)
 
 
 @contextlib.contextmanager

@@ -7,25 +7,45 @@ exported program, so a failure shrinks toward the smallest shape that still fail
 
 from __future__ import annotations
 
+import unittest
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, Phase, Triage
-from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import FindingKind
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from pytest_aoti.api import (
+    AotiCheckError,
+    CheckContext,
+    CheckPlan,
+    CrashScreen,
+    ExportedRefusals,
+    Finding,
+    FindingKind,
+    InputBuilder,
+    InputRun,
+    InputSet,
+    Outcome,
+    Phase,
+    Refusal,
+    Triage,
+    assignments,
+    boundary_assignments,
+    plain_finding,
+    refusal_lines,
+    shapes_from_assignment,
+)
+from pytest_aoti.generated.feature import GeneratedOptions
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.checks.crash_screen import CrashScreen
-    from pytest_aoti.checks.parity import InputRun
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.findings import Finding
-    from pytest_aoti.shapes.read import ProgramShapes
-    from pytest_aoti.strategies import InputBuilder
-    from pytest_aoti.tolerance import LeafStats, Tolerance
+    from pytest_aoti.api import AotiProgram, LeafStats, ProgramShapes, Tolerance
 
 
 class GeneratedCheck:
@@ -40,7 +60,7 @@ class GeneratedCheck:
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return (
             plan.dynamic_shapes is not None
-            and bool(plan.options.examples)
+            and bool(plan.options.of(GeneratedOptions).examples)
             and not context.random_ops
         )
 
@@ -54,8 +74,8 @@ class GeneratedCheck:
             mutates=plan.mutates,
             tolerance=plan.tolerance,
             generation=Generation(
-                examples=plan.options.examples,
-                max_dim=plan.options.max_dim,
+                examples=plan.options.of(GeneratedOptions).examples,
+                max_dim=plan.options.of(GeneratedOptions).max_dim,
                 database=context.hypothesis_database,
                 label=context.label,
             ),
@@ -67,8 +87,6 @@ class GeneratedCheck:
 
 def _crash_screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
     """The crash screen of the generated input sets (None: switched off)."""
-    from pytest_aoti.checks.crash_screen import CrashScreen
-
     return CrashScreen.where_on(plan, context)
 
 
@@ -118,15 +136,10 @@ def check_generated(
     :class:`~pytest_aoti.AotiCheckError` naming the smallest failing shape found.
     """
     __tracebackhide__ = True
-    from pytest_aoti.shapes.boundaries import boundary_assignments
-    from pytest_aoti.strategies import InputBuilder
-
     builder = InputBuilder(program, like=inputs[0], like_kwargs=inputs[1])
     if not builder.shapes.symbols:
         return 0, []
     checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage, screen)
-
-    from pytest_aoti.checks.refused import Refusal
 
     boundary_failure: _Failure | None = None
     for values in boundary_assignments(builder.shapes, generation.max_dim):
@@ -182,9 +195,8 @@ class _ShapeChecker:
         self.tolerance = tolerance
         self.count = 0
         self.stats: list[tuple[str, LeafStats]] = []
-        from pytest_aoti.checks.refused import UncompiledProgram
 
-        self._refusals = UncompiledProgram.where_it_refuses(program.exported)
+        self._refusals = ExportedRefusals.where_it_refuses(program.exported)
 
     def _input_run(
         self,
@@ -197,8 +209,6 @@ class _ShapeChecker:
         """The check of one generated input set (``inputs``: already built for ``values``
         and ``seed``); attributed to a stage (and localized) only once the search has found
         its smallest failing shape."""
-        from pytest_aoti.checks.parity import InputRun
-
         args, kwargs = inputs if inputs is not None else self.builder.build(values, seed)
         return InputRun(
             self.program,
@@ -212,8 +222,6 @@ class _ShapeChecker:
         )
 
     def run(self, values: dict[str, int], seed: int) -> None:
-        from pytest_aoti.checks.refused import Refusal
-
         if self._refusals is not None:
             # the exported program first: the engine would raise the same, on stderr too
             try:
@@ -263,11 +271,6 @@ def _search(
 ) -> _Failure | None:
     if generation.examples <= 0:
         return None
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    from pytest_aoti.strategies import assignments
 
     last: list[_Failure] = []
 
@@ -292,9 +295,6 @@ def _search(
 
     inner = generated_shapes.hypothesis.inner_test  # type: ignore[attr-defined]
     inner._hypothesis_internal_add_digest = f"{generation.label}|{checker.program.key}".encode()
-    import unittest
-
-    import pytest
 
     try:
         generated_shapes()
@@ -316,8 +316,6 @@ def _rerun_hint(search: Any) -> str:
     No ``@seed`` is applied: a seeded search would not save the failing shape in the
     example database. The seed Hypothesis drew (or ``--hypothesis-seed``'s) replays it.
     """
-    import hypothesis
-
     seed = hypothesis.core.global_force_seed
     if seed is None:
         seed = getattr(search, "_hypothesis_internal_use_generated_seed", None)
@@ -328,8 +326,6 @@ def _rerun_hint(search: Any) -> str:
 
 def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
     """``x=(3, 8), y=(3,)``: the concrete shape of every tensor input."""
-    from pytest_aoti.shapes.boundaries import shapes_from_assignment
-
     concrete = shapes_from_assignment(shapes, values)
     return ", ".join(f"{name}={tuple(shape)}" for name, shape in concrete.items())
 
@@ -339,11 +335,6 @@ def _report(
 ) -> Finding:
     """The finding of a generated shape: the shape and its dims first, then what differed
     there (the inner finding's stage, node and figures are kept)."""
-    from dataclasses import replace
-
-    from pytest_aoti.findings import plain_finding
-    from pytest_aoti.shapes.boundaries import shapes_from_assignment
-
     concrete = shapes_from_assignment(shapes, failure.values)
     dims = []
     for spec in shapes.inputs:
@@ -355,7 +346,6 @@ def _report(
                     f"{spec.name}.shape[{axis}] = {size}  "
                     f"({shapes.display(expr)}, exported range {allowed})"
                 )
-    from pytest_aoti.checks.refused import Refusal, refusal_lines
 
     rerun = failure.rerun
     if rerun is None:
@@ -378,7 +368,6 @@ def _report(
     }
     if isinstance(error, Refusal):
         details, notes = refusal_lines(error)
-        from pytest_aoti.findings import Finding
 
         return Finding(
             kind=FindingKind.SHAPE,

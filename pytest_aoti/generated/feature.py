@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_aoti.options.feature import Feature
-from pytest_aoti.options.fields import per_check
-from pytest_aoti.options.values import (
+from pytest_aoti.api import (
+    Feature,
     check_count,
     check_non_negative,
     parse_non_negative_int,
     parse_positive_int,
+    per_check,
 )
 
 DEFAULT_EXAMPLES = 20
@@ -48,5 +48,4 @@ GENERATED = Feature(
     "Generated shapes: Hypothesis draws input shapes inside the exported ranges and each "
     "is compared with eager on the one engine",
     options=GeneratedOptions,
-    plugin="pytest_aoti.generated.plugin",
 )

@@ -7,12 +7,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_aoti.api import add_options
+from pytest_aoti.generated.feature import GENERATED
+from pytest_aoti.generated.idle_hypothesis import leave_out_idle_summary
+
 if TYPE_CHECKING:
-    from pytest_aoti.checks.base import Check
+    from pytest_aoti.api import Check, Feature
 
 
-def pytest_aoti_checks() -> list[Check]:
-    from pytest_aoti.generated.check import GeneratedCheck
+@pytest.hookimpl(tryfirst=True)
+def pytest_aoti_checks(config: pytest.Config) -> list[Check]:
+    from pytest_aoti.generated.check import GeneratedCheck  # imports torch and Hypothesis
 
     return [GeneratedCheck()]
 
@@ -20,6 +25,13 @@ def pytest_aoti_checks() -> list[Check]:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # before the terminal summary, which pytest's reporter runs after every sessionfinish
-    from pytest_aoti.generated.idle_hypothesis import leave_out_idle_summary
-
     leave_out_idle_summary(session.config)
+
+
+@pytest.hookimpl  # also read outside a run, by a plain plugin manager
+def pytest_aoti_feature() -> Feature:
+    return GENERATED
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser, GENERATED)

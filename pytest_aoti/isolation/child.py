@@ -1,39 +1,19 @@
-"""The child process that calls AOTInductor engines before (or instead of) the test process.
-
-Started once per test process (per xdist worker) as ``python child.py --serve`` by
-:mod:`pytest_aoti.isolation.process`, never imported by the plugin: an engine may abort,
-read or write out of bounds (a deployment probe's input it was not compiled for, a kernel
-that overruns its buffer), and on CUDA an illegal access poisons the whole process. Here a
-crash costs this process only, and torch's import is paid once for every program the
-process runs.
-
-It reads one JSON line per program on stdin, ``{"request": REQUEST, "outdir": OUTDIR}``, and
-answers one JSON line on its own stdout once that program's jobs are done:
-``{"done": true, "rss": BYTES}``; end of input ends it. Anything torch or an engine prints
-goes to stderr, so it never garbles an answer.
-
-``REQUEST`` is a ``torch.save``'d dict: ``package`` (the ``.pt2`` path), ``device_index``
-(None or the CUDA index the engine runs on), ``fresh`` (load an engine per job: the
-program mutates registered buffers), ``inputs`` (one flat list of the tensor inputs per
-variant, in the program's order: the engine drops other leaves) and ``jobs``
-(``[variant index, checked]`` pairs, unchecked ones first); optionally ``repeat`` (calls
-per job on the same inputs, which carry what a call wrote in place to the next: default
-1), ``discard`` (save no outputs: only whether the calls returned), ``libraries`` (custom
-op libraries to load, ``torch.ops.load_library``) and ``imports`` (``[module name, file]``
-of the Python modules that registered the program's custom ops, imported once per
-process). For job ``k`` it writes
-``OUTDIR/started-k`` before the call and ``OUTDIR/job-k.pt`` after it, so the parent knows
-which job a crash or a hang happened in.
-
-Checked jobs run on a second engine of the same package, called first with
-``AOTI_RUNTIME_CHECK_INPUTS=1`` set: the generated wrapper reads the variable once, in a
-function-level ``static`` of the package's library, on an engine's first call, and each
-load unpacks its own copy of that library, so every engine of this process keeps the
-setting it was first called with. Self-contained: it imports nothing of pytest-aoti.
-"""
+"""The child process that calls AOTInductor engines, so an engine crash (or a poisoning CUDA error)
+costs this process only. Started as ``python child.py --serve`` by :mod:`.process`; imports nothing
+of pytest-aoti. Protocol: one JSON line per program on stdin, ``{"request": REQUEST, "outdir":
+OUTDIR}``; one answer line ``{"done": true, "rss": BYTES}`` when its jobs are done; end of input
+ends it; prints go to stderr. ``REQUEST`` is a ``torch.save``'d dict: ``package``,
+``device_index``, ``fresh`` (an engine per job), ``inputs`` (flat tensor inputs per variant),
+``jobs`` (``[variant, checked]``, unchecked first); optionally ``repeat`` (calls per job, default
+1), ``discard`` (save no outputs), ``libraries`` and ``imports`` (``[module, file]``) for custom
+ops. Job ``k`` writes ``OUTDIR/started-k`` before and ``OUTDIR/job-k.pt`` after its call. Checked
+jobs use a second engine first called with ``AOTI_RUNTIME_CHECK_INPUTS=1``: the wrapper reads it
+once per loaded library copy, so each engine keeps its first setting."""
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import os
 import sys
@@ -61,8 +41,6 @@ def _set_checks(checked: bool) -> None:
 
 def probe(request_path: str, outdir: str) -> None:
     """Run one program's jobs (see the module's docstring)."""
-    import copy
-
     import torch
     import torch.utils._pytree as pytree
 
@@ -82,8 +60,7 @@ def probe(request_path: str, outdir: str) -> None:
 
     def engine(checked: bool) -> Any:
         if request.get("fresh") or checked not in engines:
-            # the loader itself, without torch._inductor's imports (seconds): the same
-            # runner aoti_load_package returns, called with the flat tensor inputs
+            # aoti_load_package's runner without torch._inductor's imports (seconds)
             engines[checked] = torch._C._aoti.AOTIModelPackageLoader(
                 request["package"], "model", False, 1, -1 if device_index is None else device_index
             )
@@ -107,14 +84,11 @@ def probe(request_path: str, outdir: str) -> None:
                 result["inputs"] = flat
         except Exception as error:  # the engine refused the input: that is the answer
             if _poisons_process(error):
-                # a CUDA error sticks to the process: every later job would fail the same
-                # way and read as refused. End here; the parent records a crash and starts
-                # a fresh child for the jobs left.
+                # a CUDA error sticks: end here; the parent records a crash, a fresh child goes on
                 sys.stderr.write(f"{type(error).__name__}: {str(error).strip()[:300]}\n")
                 sys.stderr.flush()
                 os._exit(70)
-            text = str(error).strip()
-            lines = [line for line in text.splitlines() if line.strip()]
+            lines = [line for line in str(error).strip().splitlines() if line.strip()]
             useful = [line for line in lines if "unmatched" in line or "Error:" in line]
             result["error"] = (useful or lines or [type(error).__name__])[0].strip()[:300]
         _save(result, out / f"job-{position}.pt")
@@ -126,10 +100,7 @@ _PREPARED: set[str] = set()
 
 
 def _prepare(request: dict[str, Any]) -> None:
-    """Load the custom op libraries and import the modules that register the program's
-    custom ops, once per process: the engine calls them through torch's dispatcher."""
-    import importlib.util
-
+    """Load the program's custom op libraries and modules, once per process."""
     import torch
 
     for library in request.get("libraries") or ():
@@ -149,14 +120,11 @@ def _prepare(request: dict[str, Any]) -> None:
 
 
 def _poisons_process(error: BaseException) -> bool:
-    """Whether ``error`` leaves the process unusable for later engine calls (a CUDA error:
-    an illegal access or a device-side assert sticks to the CUDA context)."""
-    text = str(error)
-    return type(error).__name__ == "AcceleratorError" or "CUDA error" in text
+    """Whether ``error`` (a CUDA error, sticky to the context) leaves the process unusable."""
+    return type(error).__name__ == "AcceleratorError" or "CUDA error" in str(error)
 
 
 def _resident_bytes() -> int:
-    """This process's resident memory (0 where it cannot be read)."""
     try:
         pages = int(Path("/proc/self/statm").read_text().split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE")

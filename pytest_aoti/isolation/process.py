@@ -1,17 +1,11 @@
-"""The test process's one long-lived child that calls AOTInductor engines (:mod:`.child`).
-
-One child per test process (per xdist worker) runs the jobs of every program in turn (the
-deployment probes' variants, the crash screen's input sets), so torch's import is paid once
-per session, not per program. A crash or a hang ends that child only: :func:`run_jobs`
-records the job it died in as such, and a new child goes on with the rest, until the time
-given is spent. The child is also replaced after :data:`PACKAGES_PER_CHILD` programs or
-above :data:`MEMORY_CAP` (each load leaves about its package's size resident), and shut
-down with the session (:func:`shutdown`).
-"""
+"""The test process's one long-lived engine child (:mod:`.child`), running every program's jobs
+so torch's import is paid once. A crash or hang ends that child only; a new one goes on with the
+rest. It is also replaced after :data:`PACKAGES_PER_CHILD` programs or above :data:`MEMORY_CAP`."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
@@ -48,12 +42,10 @@ def run_jobs(
     path: Sequence[str] = (),
     late: str = "not run: the time for these calls ran out",
 ) -> dict[Job, dict[str, Any]]:
-    """Run ``jobs`` of ``request`` (the child's request, without its jobs) in child
-    processes, within ``timeout`` seconds in all; a crash or a hang ends a child, and the
-    next one goes on after the job it died in. Returns the result per job; a job that
-    crashed or hung has ``{"crashed": why, "signal": number or None}``, a job that the time
-    left no room for ``{"crashed": late}``."""
-    import torch
+    """Run ``jobs`` of ``request`` in child processes within ``timeout`` seconds in all; the
+    result per job. A crashed or hung job has ``{"crashed": why, "signal": number or None}``, one
+    the time left no room for ``{"crashed": late}``."""
+    import torch  # torch loads on first use
 
     results: dict[Job, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
@@ -79,8 +71,7 @@ def run_jobs(
                 break
             if why is None:
                 why = "the child process stopped without a result"
-            crashed = remaining[done]
-            results[crashed] = {"crashed": why, "signal": child.last_signal}
+            results[remaining[done]] = {"crashed": why, "signal": child.last_signal}
             remaining = remaining[done + 1 :]
             if time.monotonic() >= deadline:
                 for job in remaining:
@@ -90,8 +81,7 @@ def run_jobs(
 
 
 class EngineChild:
-    """The long-lived child (:mod:`.child`): started on first use, replaced after a crash, a hang,
-    :data:`PACKAGES_PER_CHILD` programs or above :data:`MEMORY_CAP`."""
+    """The long-lived child: started on first use, replaced after a crash, a hang or a limit."""
 
     def __init__(self, script: Path) -> None:
         self.script = script
@@ -108,17 +98,15 @@ class EngineChild:
     def run(
         self, request: Path, outdir: Path, timeout: float, path: Sequence[str] = ()
     ) -> str | None:
-        """Have the child run ``request``'s jobs, with ``path`` first on its ``sys.path``;
-        None when it answered, else why not (the child is then gone, and the next call
-        starts another)."""
+        """Have the child run ``request``'s jobs (``path`` first on its ``sys.path``); None when
+        it answered, else why not (the child is then gone)."""
         self.last_signal = None
         process = self._process
         if process is None or process.poll() is not None:
             process = self._start()
         assert process.stdin is not None and process.stdout is not None
         if self._stderr is not None:
-            # the child's stderr holds every earlier program's lines: a failure quotes
-            # only what this program wrote
+            # stderr holds earlier programs' lines: quote only this program's
             self._stderr_start = os.fstat(self._stderr.fileno()).st_size
         try:
             asked = {"request": str(request), "outdir": str(outdir), "path": list(path)}
@@ -185,10 +173,8 @@ class EngineChild:
         process, self._process = self._process, None
         if process is not None:
             if process.stdin is not None:
-                try:
+                with contextlib.suppress(OSError):
                     process.stdin.close()
-                except OSError:
-                    pass
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -202,8 +188,7 @@ class EngineChild:
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
-    """One line from ``stream`` within ``timeout`` seconds; None on a timeout; what was read
-    (possibly empty) when the stream ends."""
+    """A line from ``stream`` within ``timeout`` seconds (None on a timeout; partial at its end)."""
     deadline = time.monotonic() + timeout
     fd = stream.fileno()
     data = b""

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from _pytest.main import wrap_session
 
 from pytest_aoti.models.feature import parse_model_spec
 from pytest_aoti.models.model_spec import ModelSpec, make_importable, resolve_factory
 from pytest_aoti.models.prefixes import resolver_of
 
 if TYPE_CHECKING:
-    from pytest_aoti.tester import AotiTester
+    from pytest_aoti.api import AotiTester
 
-PLUGIN_NAME = "aoti-models"
+PLUGIN_NAME = "aoti-model-specs"
 MODULE_ID = "aoti-model"
 _SPEC_ARG = "aoti_model_spec"
 
@@ -34,6 +35,7 @@ _SPEC_ARG = "aoti_model_spec"
 def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
     """The spec's factory called (seeded) for this device, then the full default check."""
     __tracebackhide__ = True
+    # factories imports torch: this module loads at startup, where specs resolve
     from pytest_aoti.models.factories import call_factory
 
     case = call_factory(aoti_model_spec.factory, aoti.device, aoti_model_spec.label)
@@ -114,6 +116,7 @@ def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:
 
 def list_specs(config: pytest.Config, session: pytest.Session) -> int:
     """``--aoti-models-list``: every spec's test, its module class and inputs' shapes."""
+    # torch loads on first use: this module loads at startup, where specs resolve
     import torch
 
     from pytest_aoti.models.factories import call_factory, describe_inputs
@@ -141,8 +144,6 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
 
 def list_main(config: pytest.Config) -> int:
     """Run :func:`list_specs` in a configured session, with no xdist workers."""
-    from _pytest.main import wrap_session
-
     option = config.option
     if hasattr(option, "numprocesses"):
         option.numprocesses, option.dist, option.tx = 0, "no", []

@@ -5,12 +5,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pytest_aoti.errors import AotiUsageError, user_facing
+import torch
+from torch.utils import _pytree as pytree
 
-if TYPE_CHECKING:
-    import torch
+from pytest_aoti.api import CALL_ARGUMENTS, AotiUsageError, keyword_options, user_facing
 
 _RETURN_FORMS = (
     "(module, args), (module, args, kwargs) or a mapping with 'module', 'args', "
@@ -33,9 +33,6 @@ class ModelCase:
 def check_keywords() -> frozenset[str]:
     """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: what the
     call checks and every option row's keyword (``**options``)."""
-    from pytest_aoti.options.table import keyword_options
-    from pytest_aoti.run.resolve import CALL_ARGUMENTS
-
     return frozenset((*CALL_ARGUMENTS, *keyword_options()))
 
 
@@ -44,8 +41,6 @@ def call_factory(factory: Callable[..., Any], device: torch.device, spec: str) -
     """``torch.manual_seed(0)``, then the factory (given ``device=`` if it takes it); a
     wrong return shape raises ``AotiUsageError`` with the caller's frame only."""
     __tracebackhide__ = True
-    import torch
-
     torch.manual_seed(0)
     try:
         signature: inspect.Signature | None = inspect.signature(factory)
@@ -105,8 +100,6 @@ def read_case(returned: Any, spec: str) -> ModelCase:
 
 
 def _module(module: Any, spec: str) -> Any:
-    import torch
-
     if not isinstance(module, torch.nn.Module):
         raise AotiUsageError(
             f"{spec} returned {_describe(module)} as its module; expected a torch.nn.Module "
@@ -116,8 +109,6 @@ def _module(module: Any, spec: str) -> Any:
 
 
 def _args(args: Any, spec: str) -> tuple[Any, ...]:
-    import torch
-
     if isinstance(args, torch.Tensor):
         return (args,)  # a lone example input, as users write it
     if isinstance(args, list):
@@ -149,9 +140,6 @@ def _describe(value: Any) -> str:
 def describe_inputs(case: ModelCase) -> str:
     """``input_ids=(batch=2, seq=16) int64, ...`` for ``--aoti-models-list``: each input's
     shape, its dynamic dims named as the factory's ``dynamic_shapes`` names them."""
-    import torch
-    from torch.utils import _pytree as pytree
-
     named = _by_name(case)
     spec = case.check.get("dynamic_shapes")
     specs: Mapping[str, Any] = {}

@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from pytest_aoti.options.feature import Feature
-from pytest_aoti.options.fields import session_field
-from pytest_aoti.options.option import Option
-from pytest_aoti.options.values import parse_switch
+from pytest_aoti.api import Feature, Option, parse_switch, session_field
 
 HF_PREFIX = "hf:"
 TIMM_PREFIX = "timm:"
@@ -80,5 +77,4 @@ MODELS = Feature(
     "Model specs: AOTI tests of factories, hf:, timm: and torchvision: models collected "
     "with no test file",
     settings=ModelSettings,
-    plugin="pytest_aoti.models.plugin",
 )

@@ -7,10 +7,15 @@ mask, decoder ids, pixel values, audio features or a waveform, with a dynamic ba
 for tokens, a dynamic sequence. Overrides: ``hf:gpt2?attn_implementation=eager&n_layer=1``
 (model-loading arguments to the model class, config fields to the config, each value
 converted to the type of the config's default); a local config: ``hf:path/to/config.json``.
+
+No torch or transformers at import time: this module loads at startup, where specs
+resolve; transformers (an optional dependency) loads when an ``hf:`` spec is resolved, torch
+when its model is built.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 from collections.abc import Mapping
@@ -18,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pytest_aoti.errors import install_hint
+from pytest_aoti.api import install_hint
 from pytest_aoti.models.feature import HF_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, closest, usage_error
 
@@ -168,8 +173,6 @@ def _config(spec: str, target: str, rootpath: Path, transformers: Any) -> Any:
 def _apply_overrides(spec: str, config: Any, overrides: Mapping[str, str]) -> None:
     for name, text in overrides.items():
         if not hasattr(config, name):
-            import difflib
-
             fields = [*config.to_dict(), *LOADING_ARGS]
             close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -8,6 +8,7 @@ was expected; calling the factory waits for its test.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import re
@@ -68,8 +69,6 @@ def usage_error(spec: str, message: str) -> pytest.UsageError:
 def closest(name: str, known: Iterable[str]) -> str:
     """``"; the closest: llama, llama4"``: the names of ``known`` nearest ``name``, as every
     spec kind words a name it does not know; empty where none is near."""
-    import difflib
-
     close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
     return f"; the closest: {', '.join(close)}" if close else ""
 

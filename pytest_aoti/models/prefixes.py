@@ -11,33 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_aoti.models.feature import HF_PREFIX, TIMM_PREFIX, TORCHVISION_PREFIX
+from pytest_aoti.models.hf import resolve_hf
 from pytest_aoti.models.model_spec import ModelSpec
+from pytest_aoti.models.timm import resolve_timm
+from pytest_aoti.models.torchvision import resolve_torchvision
 
 Resolver = Callable[[str, Path], ModelSpec]
 
 
-def _hf(text: str, rootpath: Path) -> ModelSpec:
-    from pytest_aoti.models.hf import resolve_hf
-
-    return resolve_hf(text, rootpath)
-
-
-def _timm(text: str, rootpath: Path) -> ModelSpec:
-    from pytest_aoti.models.timm import resolve_timm
-
-    return resolve_timm(text, rootpath)
-
-
-def _torchvision(text: str, rootpath: Path) -> ModelSpec:
-    from pytest_aoti.models.torchvision import resolve_torchvision
-
-    return resolve_torchvision(text, rootpath)
-
-
 RESOLVERS: dict[str, Resolver] = {
-    HF_PREFIX: _hf,
-    TIMM_PREFIX: _timm,
-    TORCHVISION_PREFIX: _torchvision,
+    HF_PREFIX: resolve_hf,
+    TIMM_PREFIX: resolve_timm,
+    TORCHVISION_PREFIX: resolve_torchvision,
 }
 
 

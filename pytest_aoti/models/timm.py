@@ -15,6 +15,9 @@ one image batch with a dynamic batch dim, sized by the first rule that applies
 Overrides are ``create_model`` keyword arguments (``timm:vit_tiny_patch16_224?img_size=96``),
 each value a number, true/false, a JSON list or text; a name the model does not take fails
 its test with the name.
+
+No torch or timm at import time: this module loads at startup, where specs resolve; timm
+(an optional dependency, which imports torch) loads when a ``timm:`` spec is resolved.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.errors import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError, install_hint
 from pytest_aoti.models.feature import TIMM_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (

@@ -9,6 +9,10 @@ when it is not there); the model is built inside its test:
 both with a dynamic batch dim; a list of images (detection: no batch dim); two frames
 (optical flow). A model of fixed size keeps it (:data:`FIXED_SIDES`), ViTs are built with
 ``image_size=64``; ``--aoti-models-list`` prints the rule that applied.
+
+No torch or torchvision at import time: this module loads at startup, where specs resolve;
+torchvision (an optional dependency, which imports torch) loads when a ``torchvision:``
+spec is resolved.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.errors import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError, install_hint
 from pytest_aoti.models.feature import TORCHVISION_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (

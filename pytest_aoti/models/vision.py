@@ -2,8 +2,8 @@
 list (with the closest names when it is not there), overrides read as keyword arguments,
 and an image batch with a dynamic batch dim.
 
-Nothing here imports torch or the library: the callers pass the list of names, and the
-inputs are made inside the test.
+No torch at import time, and never the library: the callers pass the list of names; torch
+loads where the inputs are made, inside the test.
 """
 
 from __future__ import annotations

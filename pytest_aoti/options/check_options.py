@@ -1,33 +1,21 @@
-"""The core per-check options, as one frozen typed object: :class:`CoreOptions`.
-
-Each field is one per-check option, and its metadata is its row
-(:func:`~pytest_aoti.options.fields.per_check`). A feature's per-check options are a class
-of its own (``<feature>/feature.py``); :class:`pytest_aoti.features.CheckOptions` composes
-this class and theirs, and a check reads ``plan.options.threads``. A new core per-check
-option is a field here plus the check that reads it.
-
-Pure logic without torch.
-"""
+"""Per-check options as frozen typed objects: the core's (:class:`CoreOptions`, one field
+per option, its metadata its row) and one check's (:class:`CheckOptions`: the core's, and
+each feature plugin's read through ``of``). Pure logic without torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from pytest_aoti.options.fields import per_check
-from pytest_aoti.options.values import (
-    PRECISION_MODES,
-    RANDOM_MODES,
-    check_bytes,
-    check_count,
-    check_switch,
-    parse_switch,
-)
+from pytest_aoti.options.parsers import RANDOM_MODES, check_switch, parse_switch
 
 
 @dataclass(frozen=True)
 class CoreOptions:
-    """The per-check options of the core checks (random programs, precision, threads,
-    memory, the crash screen, training mode)."""
+    """The per-check options of the core checks."""
 
     random: str = per_check(
         "fail",
@@ -37,30 +25,6 @@ class CoreOptions:
         parse=RANDOM_MODES.parse,
         check=RANDOM_MODES.check,
         marker=True,
-        keyword=True,
-    )
-    precision: str = per_check(
-        "report",
-        "Where an output differs from eager beyond its tolerance and the float64 reference "
-        "sides with the engine (eager rounds to float16 or bfloat16 where the engine keeps "
-        "float32): report it in the record and the summary, or fail the check. "
-        "Default: report.",
-        parse=PRECISION_MODES.parse,
-        check=PRECISION_MODES.check,
-        marker=True,
-        keyword=True,
-    )
-    threads: int = per_check(
-        1,
-        "Threads one engine serves at once in the thread-safety check (1: no such check).",
-        check=check_count,
-        keyword=True,
-    )
-    max_extra_bytes: int | None = per_check(
-        None,
-        "Device memory one engine call of the example may allocate beyond what was "
-        "allocated before it (CUDA only; None: not checked).",
-        check=check_bytes,
         keyword=True,
     )
     crash_screen: bool = per_check(
@@ -81,3 +45,42 @@ class CoreOptions:
         check=check_switch,
         keyword=True,
     )
+
+
+_Options = TypeVar("_Options")
+
+
+@dataclass(frozen=True)
+class CheckOptions(CoreOptions):
+    """Every per-check option's value for one check: the core's as fields
+    (``plan.options.random``), each feature plugin's through :meth:`of`
+    (``plan.options.of(ValuesOptions).values_draws``, typed)."""
+
+    features: Mapping[type, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def of(self, options: type[_Options]) -> _Options:
+        """The options of class ``options`` (its defaults where the run has no such feature)."""
+        found = self.features.get(options)
+        return found if found is not None else options()
+
+    def with_features(self, features: Mapping[type, Any]) -> CheckOptions:
+        return replace(self, features=MappingProxyType(dict(features)))
+
+    def with_values(self, values: Mapping[str, Any]) -> CheckOptions:
+        """These options with ``values`` by keyword applied (already checked)."""
+        core = {item.name for item in fields(CoreOptions)}
+        features = dict(self.features)
+        for cls, current in self.features.items():
+            own = {item.name for item in fields(cls)}
+            given = {name: value for name, value in values.items() if name in own}
+            if given:
+                features[cls] = replace(current, **given)
+        chosen = replace(self, **{name: v for name, v in values.items() if name in core})
+        return chosen.with_features(features)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option's value by keyword, the core's and each feature's."""
+        found = {item.name: getattr(self, item.name) for item in fields(CoreOptions)}
+        for options in self.features.values():
+            found.update({item.name: getattr(options, item.name) for item in fields(options)})
+        return found

@@ -1,10 +1,5 @@
-"""What a check falls back to: the options, the hooks and the marker, layered.
-
-:class:`CheckDefaults` is every per-check option (it inherits the fields of
-:class:`~pytest_aoti.features.CheckOptions`) plus the values layered with the
-hooks: tolerances, ``strict``, inductor configs and export options. The resolver
-(:mod:`pytest_aoti.options.resolve`) builds it for each test.
-"""
+"""What a check falls back to: the options, the hooks and the marker, layered (built per test by
+:mod:`pytest_aoti.options.resolve`)."""
 
 from __future__ import annotations
 
@@ -12,22 +7,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.features import CheckOptions
+from pytest_aoti.options.catalog import current
+from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
     from pytest_aoti.tolerance import Tolerance, ToleranceHook
 
+LAYERED = ("rtol", "atol", "strict", "inductor_configs")
+"""Keywords layered with the hooks, not check options: the tolerance (over its hook), ``strict``
+(over the export-options hook), the inductor configs (merged with the ini file's and the hook's)."""
+
 
 @dataclass(frozen=True)
-class CheckDefaults(CheckOptions):
-    """Defaults a check falls back to: the options (command line, ini file), the hooks and
-    the marker.
+class CheckDefaults:
+    """Defaults a check falls back to: the options, the hooks and the marker."""
 
-    Every per-check option is a field (``defaults.examples``, ``defaults.threads``, ...),
-    inherited from :class:`~pytest_aoti.features.CheckOptions`; tolerances,
-    ``strict``, inductor configs and export options are layered with the hooks.
-    """
-
+    options: CheckOptions = field(default_factory=lambda: _defaults())
+    """Every per-check option's value (``defaults.options.random``), feature plugins' through ``of``."""
     rtol: float | None = None
     """Set by the marker; final (above the tolerance hook and ``--aoti-rtol``)."""
     atol: float | None = None
@@ -39,35 +35,45 @@ class CheckDefaults(CheckOptions):
     tolerance_hook: ToleranceHook | None = field(default=None, compare=False)
     """The ``pytest_aoti_tolerance`` hook, asked per compared leaf."""
     export_options: Mapping[str, Any] = field(default_factory=dict)
-    """``torch.export.export`` keyword arguments from the ``pytest_aoti_export_options``
-    hook and the ``--aoti-export`` variant, below the marker's and the call's ``strict``."""
+    """``torch.export.export`` keywords from the export-options hook and ``--aoti-export``'s
+    variant, below the marker's and the call's ``strict``."""
+
+    def __getattr__(self, name: str) -> Any:
+        # an option by its keyword (``defaults.examples``), the core's or a feature's
+        options = self.__dict__.get("options")
+        if options is not None:
+            values = options.as_dict()
+            if name in values:
+                return values[name]
+        raise AttributeError(name)
 
     def overridden(self, **values: Any) -> CheckDefaults:
-        """A copy with every non-None value of ``values`` applied (configs are merged).
-        The values are checked already (:mod:`pytest_aoti.options.resolve`)."""
+        """A copy with every non-None (already checked) value applied; configs are merged."""
         values = {name: value for name, value in values.items() if value is not None}
-        for name in ("inductor_configs", "export_options"):
-            if name in values:
-                values[name] = {**getattr(self, name), **values[name]}
-        return replace(self, **values)
+        layered = {name: values.pop(name) for name in list(values) if name in LAYERED}
+        if "inductor_configs" in layered:
+            layered["inductor_configs"] = {**self.inductor_configs, **layered["inductor_configs"]}
+        return replace(self, options=self.options.with_values(values), **layered)
 
-    def tolerance(self, rtol: float | None, atol: float | None) -> Tolerance:
-        """The layered tolerance of a check whose call passed ``rtol`` / ``atol``."""
-        from pytest_aoti.tolerance import Tolerance
+    def tolerance(self) -> Tolerance:
+        """The layered tolerance of a check."""
+        from pytest_aoti.tolerance import Tolerance  # imports torch
 
         return Tolerance(
-            rtol=self.rtol if rtol is None else rtol,
-            atol=self.atol if atol is None else atol,
+            rtol=self.rtol,
+            atol=self.atol,
             hook=self.tolerance_hook,
             base_rtol=self.base_rtol,
             base_atol=self.base_atol,
         )
 
-    def export_kwargs(self, strict: bool | None) -> dict[str, Any]:
-        """Export options: the hook's and the variant's, then the marker's and the call's
-        ``strict``."""
+    def export_kwargs(self) -> dict[str, Any]:
+        """Export options: the hook's and the variant's, then the marker's and the call's strict."""
         options = dict(self.export_options)
-        chosen = strict if strict is not None else self.strict
-        if chosen is not None:
-            options["strict"] = chosen
+        if self.strict is not None:
+            options["strict"] = self.strict
         return options
+
+
+def _defaults() -> CheckOptions:
+    return current().check_options({})

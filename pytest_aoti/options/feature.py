@@ -1,37 +1,23 @@
-"""What a feature of the plugin declares: :class:`Feature`.
-
-A feature (generated shapes, deployment probes, triage, model specs) is one folder. Its
-``feature`` module declares, as data, what the rest of the plugin needs before anything
-runs: its per-check options (one frozen dataclass of :func:`~pytest_aoti.options.fields.per_check`
-fields), its session options (one of :func:`~pytest_aoti.options.fields.session_field`
-fields), the fields it adds to every JSON record, and the plugin module that holds its
-hooks. :mod:`pytest_aoti.features` lists the features once; the options, the records and
-the plugin's registration loop over that list.
-
-Pure data without torch.
-"""
+"""What a feature plugin declares, as data, through its ``pytest_aoti_feature`` hook. No torch."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.options.fields import per_check_rows, session_rows
+
+if TYPE_CHECKING:
+    from pytest_aoti.options.option import Option
 
 
 @dataclass(frozen=True)
 class Feature:
-    """One feature of the plugin, declared.
-
-    - ``options``: a frozen dataclass of its per-check options (``plan.options.NAME``);
-    - ``settings``: a frozen dataclass of its session options (``settings.NAME``);
-    - ``record_fields``: the fields it adds to every check's JSON record, with the value a
-      record holds where the feature did not run (so every record has the same keys);
-    - ``properties``: its JUnit properties, from a record's fields (its own among them),
-      in place of the plain values of its record fields;
-    - ``plugin``: the module of its hooks (``pytest_aoti_checks`` for its checks,
-      ``pytest_aoti_terminal_summary`` for its section, pytest's own hooks), registered
-      with pytest when the plugin loads; None for a feature that is options only.
-    """
+    """One feature of the plugin, declared: ``options`` / ``settings``, frozen dataclasses of its
+    per-check (``plan.options.NAME``) and session options (``settings.NAME``); ``record_fields``,
+    added to every JSON record (value: where it did not run); ``properties``, its JUnit properties
+    from a record's fields, in place of their plain values."""
 
     name: str
     summary: str
@@ -40,4 +26,15 @@ class Feature:
     settings: type | None = None
     record_fields: Mapping[str, Any] = field(default_factory=dict)
     properties: Callable[[Mapping[str, Any]], list[tuple[str, Any]]] | None = None
-    plugin: str | None = None
+
+    def rows(self) -> tuple[Option, ...]:
+        """Its options' rows: the per-check ones, then the session ones."""
+        return (
+            *(per_check_rows(self.options) if self.options else ()),
+            *(session_rows(self.settings) if self.settings else ()),
+        )
+
+    @property
+    def plugin_name(self) -> str:
+        """The name of the plugin that declares it (``-p no:aoti-NAME`` blocks it)."""
+        return f"aoti-{self.name}"

@@ -1,13 +1,5 @@
-"""Options as fields of frozen dataclasses: a field's metadata is its row.
-
-A per-check option is a field made by :func:`per_check` (every check reads it on
-``plan.options``); a session option is a field made by :func:`session_field` (read once
-per run, on the session's settings). The core per-check options are fields of
-:class:`~pytest_aoti.options.check_options.CoreOptions`; each feature declares its own
-classes in its ``feature`` module, and :mod:`pytest_aoti.features` composes them all.
-
-Pure logic without torch.
-"""
+"""Options as fields of frozen dataclasses, a field's metadata its row: :func:`per_check` fields
+are read on ``plan.options``, :func:`session_field` fields on the session's settings. No torch."""
 
 from __future__ import annotations
 
@@ -34,29 +26,15 @@ def per_check(
     keyword: bool = False,
     flag: bool = False,
 ) -> Any:
-    """A per-check option's field and its row.
-
-    - ``parse``: command-line and ini text to value; with it, the option is
-      ``--aoti-NAME`` (dashes for underscores) and ini key ``aoti_NAME``; ``flag``: a
-      switch without a value on the command line, ``parse`` reads its ini twin;
-    - ``marker`` / ``keyword``: also a keyword of ``@pytest.mark.aoti`` / ``aoti.check``;
-    - ``check``: a marker's or call's value as the check reads it, given the option's
-      name; raises :class:`~pytest_aoti.options.values.ValueProblem`.
-    """
-    facets = {
-        "parse": parse,
-        "help": help,
-        "check": check,
-        "marker": marker,
-        "keyword": keyword,
-        "flag": flag,
-    }
+    """A per-check option's field and its row. ``parse``: text to value (the option is then
+    ``--aoti-NAME`` and ini ``aoti_NAME``); ``flag``: a switch; ``marker`` / ``keyword``: also a
+    keyword of ``@pytest.mark.aoti`` / ``aoti.check``; ``check``: a marker's or call's value."""
+    facets = dict(parse=parse, help=help, check=check, marker=marker, keyword=keyword, flag=flag)
     return field(default=default, metadata={ROW: facets})
 
 
 def session_field(option: Option) -> Any:
-    """A session option's field: ``option``'s default, and ``option`` as its row (its
-    :attr:`~pytest_aoti.options.option.Option.attribute` is the field's name)."""
+    """A session option's field: ``option``'s default, with ``option`` as its row."""
     return field(default=option.default, metadata={SESSION_ROW: option})
 
 
@@ -76,8 +54,7 @@ def per_check_rows(options: type) -> tuple[Option, ...]:
 
 
 def session_rows(settings: type) -> tuple[Option, ...]:
-    """The rows of the session options of dataclass ``settings``, in field order; a row
-    whose attribute is not its field's name is a mistake of the declaration."""
+    """The session rows of dataclass ``settings``, in field order."""
     made = []
     for item in fields(settings):
         option = item.metadata.get(SESSION_ROW)

@@ -1,12 +1,5 @@
-"""The keywords each place of a test accepts, and the usage error for one it does not.
-
-``@pytest.mark.aoti`` takes the marker options; ``aoti.check`` takes ``kwargs``, the
-keywords that say what the call checks and every ``aoti.check`` option; ``aoti.compile``
-takes its own few. An unknown keyword is refused before anything is exported, with the
-closest accepted ones and the full list.
-
-Pure logic without torch.
-"""
+"""The keywords ``@pytest.mark.aoti``, ``aoti.check`` and ``aoti.compile`` accept, and the usage
+error, raised before any export, for one they do not. No torch."""
 
 from __future__ import annotations
 
@@ -16,6 +9,7 @@ from dataclasses import dataclass
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options import table
+from pytest_aoti.options.catalog import current
 
 
 def _none() -> tuple[str, ...]:
@@ -49,17 +43,23 @@ PLACES = (MARKER, CHECK, COMPILE)
 
 
 def refuse_unknown(place: Place, unknown: Iterable[str]) -> None:
-    """Raise :class:`~pytest_aoti.errors.AotiUsageError` for the keywords ``unknown``
-    passed at ``place``, if any."""
+    """Raise :class:`~pytest_aoti.errors.AotiUsageError` for ``unknown`` keywords at ``place``."""
     __tracebackhide__ = True
     names = sorted(set(unknown))
-    if names:
-        raise AotiUsageError(unknown_message(place, names))
+    if not names:
+        return
+    blocked = current().blocked
+    for name in names:
+        if name in blocked:
+            raise AotiUsageError(
+                f"{place.title}: {name} is an option of the {blocked[name]} plugin, which "
+                f"this run blocks: drop the option, or -p no:{blocked[name]} from the command line"
+            )
+    raise AotiUsageError(unknown_message(place, names))
 
 
 def unknown_message(place: Place, unknown: list[str]) -> str:
-    """``TITLE got unknown option(s) NAMES; allowed: ALL. Did you mean ...?``, and where
-    else a name is a keyword."""
+    """``TITLE got unknown option(s) ...; allowed: ...``, close matches, where else it fits."""
     accepted = place.accepted()
     close = {name: difflib.get_close_matches(name, accepted, n=3, cutoff=0.7) for name in unknown}
     hints = [" or ".join(found) for found in close.values() if found]

@@ -1,8 +1,4 @@
-"""One option's row: where it can be set, how it is parsed and checked, its default.
-
-Pure data without torch. The rows of the core options are in
-:mod:`pytest_aoti.options.table`; a feature declares its own (``<feature>/feature.py``).
-"""
+"""One option's row: where it can be set, how it is parsed and checked, its default. No torch."""
 
 from __future__ import annotations
 
@@ -13,19 +9,10 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Option:
-    """One option: where it can be set, how it is parsed and checked, its default.
-
-    - ``parse`` set: a command-line option ``--<name>`` (unless ``cli`` is False) and an ini
-      key; otherwise a marker or ``aoti.check`` keyword only;
-    - ``marker``: also a keyword of ``@pytest.mark.aoti`` (listed in its help line);
-    - ``keyword``: also a keyword of ``aoti.check``;
-    - ``many``: repeatable (``--aoti-model=A --aoti-model=B``, a tuple), its ini key a line
-      list; ``ini``: another ini key, or None for a command-line-only option; ``flag``: a
-      switch without a value (``parse`` reads its ini twin, if any).
-
-    The marker and ``aoti.check`` keyword is :attr:`keyword_name`: the name without
-    ``aoti-``, with underscores; for a per-check option also its ``CheckOptions`` field.
-    """
+    """One option. With ``parse``: a command-line option ``--<name>`` (unless ``cli`` is False)
+    and an ini key, else a keyword only; ``marker`` / ``keyword``: also a keyword of
+    ``@pytest.mark.aoti`` / ``aoti.check`` (:attr:`keyword_name`); ``many``: repeatable (a tuple;
+    an ini line list); ``ini``: another ini key, or None for none; ``flag``: a switch."""
 
     name: str
     parse: Callable[[str], Any] | None
@@ -33,11 +20,9 @@ class Option:
     default: Any
     help: str
     field: str = ""
-    """The :class:`~pytest_aoti.options.settings.AotiSettings` field; by default the name
-    without ``aoti-``."""
+    """The ``AotiSettings`` field; by default the name without ``aoti-``."""
     check: Callable[[str, Any], Any] | None = None
-    """A marker's or ``aoti.check``'s value, given the keyword, as the check reads it;
-    raises :class:`~pytest_aoti.options.values.ValueProblem` with what is wrong."""
+    """A marker's or call's value, given the keyword, as the check reads it; raises ValueProblem."""
     path: str = ""
     """``dir`` or ``file``: a path made absolute against the rootdir and checked writable
     at startup; ``location``: made absolute only (its user copes with it being unusable)."""
@@ -49,9 +34,10 @@ class Option:
     ini: str | None = ""
     """The ini key; by default the ``dest``; None for a command-line-only flag."""
     flag: bool = False
+    secret: bool = False
+    """A value that may carry a credential (a store's URL): a bad one is never echoed."""
     per_check: bool = False
-    """A field of ``CheckOptions``: its command-line and ini value is
-    ``AotiSettings.checks``'s, and every check reads it (``plan.options.NAME``)."""
+    """A field of ``CheckOptions`` (in ``AotiSettings.checks``; checks read ``plan.options.NAME``)."""
 
     @property
     def dest(self) -> str:
@@ -59,8 +45,7 @@ class Option:
 
     @property
     def attribute(self) -> str:
-        """The ``AotiSettings`` field of a session option (``AotiSettings.checks``' field of a
-        per-check one)."""
+        """The ``AotiSettings`` field of the option (of ``AotiSettings.checks`` if per-check)."""
         return self.field or self.dest.removeprefix("aoti_")
 
     @property

@@ -1,28 +1,19 @@
-"""The one resolver of options: row default, command line or ini file, hooks, marker, call.
-
-Every value a test gives (a marker's or a call's keyword) is checked here, once, against
-its row: an unknown name (:mod:`~pytest_aoti.options.keywords`) or a bad value is an
-``AotiUsageError`` before anything is exported. :func:`layered_defaults` layers a test's
-defaults (up to its markers); :func:`call_options` adds a call's keywords and returns what
-the check reads.
-"""
+"""The one resolver of options: row default, command line or ini file, hooks, marker, call. Each
+marker or call value is checked against its row here, once, before anything is exported."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti import features
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options import defaults, keywords, table
-from pytest_aoti.options.values import ValueProblem
+from pytest_aoti.options.parsers import ValueProblem
 
 if TYPE_CHECKING:
-    from pytest_aoti.features import CheckOptions
     from pytest_aoti.options.defaults import CheckDefaults
     from pytest_aoti.options.settings import AotiSettings
-    from pytest_aoti.tolerance import Tolerance, ToleranceHook
+    from pytest_aoti.tolerance import ToleranceHook
 
 
 class Marker(Protocol):
@@ -36,8 +27,7 @@ class Marker(Protocol):
 
 
 def checked(values: Mapping[str, Any], *, marker: bool) -> dict[str, Any]:
-    """``values`` of a marker (``marker=True``) or an ``aoti.check`` call, each checked
-    against its row and as the checks read it; None stays None (not set)."""
+    """A marker's or call's ``values``, each checked against its row; None stays None."""
     __tracebackhide__ = True
     by_name = {option.keyword_name: option for option in table.rows()}
     allowed = table.marker_options() if marker else table.keyword_options()
@@ -63,13 +53,11 @@ def layered_defaults(
     export_options: Mapping[str, Any],
     tolerance_hook: ToleranceHook | None,
 ) -> CheckDefaults:
-    """What a test's checks start from, lowest first: each option's default, the command
-    line or ini file (``settings``), the hooks' answers (``inductor_configs`` merged over
-    the ini file's, ``export_options``, ``tolerance_hook``), then the test's markers from
-    the farthest to the closest (inductor configs are merged)."""
+    """What a test's checks start from, lowest first: defaults, ``settings``, the hooks' answers
+    (``inductor_configs`` merged over the ini file's), then the markers from farthest to closest."""
     __tracebackhide__ = True
     layered = defaults.CheckDefaults(
-        **_fields(settings.checks),
+        options=settings.checks,
         base_rtol=settings.rtol,
         base_atol=settings.atol,
         inductor_configs={**(settings.inductor_configs or {}), **inductor_configs},
@@ -86,31 +74,7 @@ def layered_defaults(
     return layered
 
 
-@dataclass(frozen=True)
-class CallOptions:
-    """A call's options resolved over its test's defaults: what compiling and the checks
-    read."""
-
-    options: CheckOptions
-    tolerance: Tolerance
-    inductor_configs: dict[str, Any]
-    """The ini file's, the hook's, the marker's and the call's, merged."""
-    export_kwargs: dict[str, Any]
-    """``torch.export.export`` options: the hook's and the variant's, then ``strict``."""
-
-
-def call_options(base: CheckDefaults, values: Mapping[str, Any]) -> CallOptions:
-    """The options of one call: ``values`` (its keywords, None for not given) checked and
-    laid over ``base``."""
+def call_defaults(base: CheckDefaults, values: Mapping[str, Any]) -> CheckDefaults:
+    """One call's defaults: its keywords ``values``, checked, laid over ``base``."""
     __tracebackhide__ = True
-    layered = base.overridden(**checked(values, marker=False))
-    return CallOptions(
-        options=features.options_from(layered),
-        tolerance=layered.tolerance(None, None),
-        inductor_configs=dict(layered.inductor_configs),
-        export_kwargs=layered.export_kwargs(None),
-    )
-
-
-def _fields(options: CheckOptions) -> dict[str, Any]:
-    return {item.name: getattr(options, item.name) for item in features.option_fields()}
+    return base.overridden(**checked(values, marker=False))

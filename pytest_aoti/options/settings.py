@@ -1,32 +1,29 @@
-"""The validated options of one pytest run: :class:`AotiSettings`, read from the rows.
-
-Pure logic without torch: a bad command-line or ini value is a usage error at startup.
-"""
+"""The validated options of one pytest run (:class:`AotiSettings`). No torch: a bad value is a
+usage error at startup."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from pytest_aoti import features
-from pytest_aoti.features import CheckOptions, FeatureSettings
+from pytest_aoti.options.catalog import Catalog, current
+from pytest_aoti.options.check_options import CheckOptions
+from pytest_aoti.options.core_rows import DEFAULT_CACHE_MAX_SIZE
 from pytest_aoti.options.option import Option
-from pytest_aoti.options.table import DEFAULT_CACHE_MAX_SIZE, rows
-from pytest_aoti.options.values import writable_dir_problem
+from pytest_aoti.options.parsers import writable_dir_problem
+
+_Settings = TypeVar("_Settings")
 
 
 @dataclass(frozen=True)
-class AotiSettings(FeatureSettings):
-    """Validated values of every option: command line first, then ini file, then default.
-
-    Session settings are fields (the features' own are inherited from
-    :class:`~pytest_aoti.features.FeatureSettings`); the command-line and ini values of
-    per-check options (``--aoti-examples``, ...) are :attr:`checks`."""
+class AotiSettings:
+    """Every option's validated value: the core's as fields, each feature's via :meth:`of`."""
 
     devices: tuple[str, ...] = ("auto",)
     export_modes: tuple[str, ...] = ("default",)
@@ -41,21 +38,25 @@ class AotiSettings(FeatureSettings):
     cache_dir: Path | None = None
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE
     cache_clear: bool = False
-    cache_url: str | None = None
-    cache_remote: str = "readwrite"
-    cache_storage_options: dict[str, Any] | None = None
-    cache_trusted_keys: tuple[str, ...] = ()
-    cache_not_before: float | None = None
     checks: CheckOptions = dataclass_field(default_factory=CheckOptions)
-    """The command-line and ini values of the per-check options (their defaults where
-    neither sets them)."""
+    """The command-line and ini values of the per-check options (else their defaults)."""
+    features: Mapping[type, Any] = dataclass_field(default_factory=dict)
+    """Each feature plugin's session settings, by its settings class."""
+
+    def of(self, settings: type[_Settings]) -> _Settings:
+        """The settings of the feature whose settings class is ``settings``, or its defaults."""
+        found = self.features.get(settings)
+        return found if found is not None else settings()
 
 
-def read_settings(config: pytest.Config) -> AotiSettings:
-    """Read the options; a bad ini value raises ``pytest.UsageError`` naming the ini key."""
+def read_settings(config: pytest.Config, catalog: Catalog | None = None) -> AotiSettings:
+    """Read the options of ``catalog`` (default: the run's); a bad ini value is a usage error."""
+    catalog = catalog or current()
+    core = {item.name for item in fields(AotiSettings)}
     values: dict[str, Any] = {}
+    feature_values: dict[str, Any] = {}
     checks: dict[str, Any] = {}
-    for option in rows():
+    for option in catalog.rows():
         if option.parse is None:
             continue
         value = _value(config, option)
@@ -71,14 +72,18 @@ def read_settings(config: pytest.Config) -> AotiSettings:
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
         if option.per_check:
             checks[option.keyword_name] = value
-        else:
+        elif option.attribute in core:
             values[option.attribute] = value
+        else:
+            feature_values[option.attribute] = value
     if values.get("cache_clear") and values.get("cache_mode") != "readwrite":
         raise pytest.UsageError(
             f"--aoti-cache-clear empties the cache, which --aoti-cache={values['cache_mode']} "
             "never writes: drop --aoti-cache-clear, or clear it with --aoti-cache=readwrite"
         )
-    return AotiSettings(**values, checks=features.options_from(checks))
+    return AotiSettings(
+        **values, checks=catalog.check_options(checks), features=catalog.settings_of(feature_values)
+    )
 
 
 def _path(config: pytest.Config, text: str) -> Path:
@@ -108,7 +113,5 @@ def _value(config: pytest.Config, option: Option) -> Any:
     try:
         return option.parse(str(text).strip())
     except argparse.ArgumentTypeError as error:
-        # a store's URL or options may carry a credential: their values are not echoed
-        secret = option.name in ("aoti-cache-url", "aoti-cache-storage-options")
-        shown = "" if secret else f" = {text!r}"
+        shown = "" if option.secret else f" = {text!r}"
         raise pytest.UsageError(f"ini option {option.ini_key}{shown}: {error}") from None

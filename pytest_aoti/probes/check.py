@@ -42,17 +42,27 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import (
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.api import (
+    AotiCheckError,
     CheckContext,
     CheckPlan,
+    Finding,
+    FindingKind,
+    Float64Reference,
     Outcome,
     Phase,
+    ProgramAttachments,
     RecordPart,
-    Sidecars,
     Triage,
+    clone_tree,
+    compare_trees,
+    eager_module,
+    named_user_inputs,
 )
-from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import FindingKind
+from pytest_aoti.probes.feature import PROBE_KINDS, ProbeOptions
 from pytest_aoti.probes.outcomes import (
     EDGE_KIND,
     HAZARDS,
@@ -64,11 +74,7 @@ from pytest_aoti.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
 from pytest_aoti.probes.variants import Variant, check_skip, choose_variants
 
 if TYPE_CHECKING:
-    import torch
-
-    from pytest_aoti.checks.float64 import Float64Reference
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.tolerance import Tolerance
+    from pytest_aoti.api import AotiProgram, Tolerance
 
 
 PROBE_FORMAT = 2
@@ -76,7 +82,7 @@ PROBE_FORMAT = 2
 fp64 rule)."""
 
 
-ProbeCache = Sidecars
+ProbeCache = ProgramAttachments
 """Where outcomes are kept with the package: the registry's sidecar data."""
 
 
@@ -97,25 +103,23 @@ class ProbesCheck:
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         # a random program's values cannot match eager on any variant
-        wanted = plan.options.probes != "off" or plan.options.values == "edge"
+        edge, _ = edge_values(plan, context)
+        wanted = plan.options.of(ProbeOptions).probes != "off" or edge == "fail"
         return wanted and not context.random_ops
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
-        options = plan.options
+        options = plan.options.of(ProbeOptions)
+        edge, edge_skip = edge_values(plan, context)
         report, variants = run_probes(
             context.program,
             plan.module,
             *plan.input_sets[0],
             tolerance=plan.tolerance,
-            skip=probe_skip(
-                options.probes, options.probes_skip, options.values, options.values_skip
-            ),
-            cache=context.sidecars,
+            skip=probe_skip(options.probes, options.probes_skip, edge, edge_skip),
+            cache=context.attachments,
         )
-        failing = report.failing(
-            options.serving_checks, probes=options.probes, values=options.values
-        )
+        failing = report.failing(options.serving_checks, probes=options.probes, edge=edge)
         if failing:
             raise probe_failure(report, variants, plan.module, context.triage, failing)
         record = RecordPart(
@@ -126,14 +130,22 @@ class ProbesCheck:
         return Outcome(figures={"probes": report}, record=record)
 
 
+def edge_values(plan: CheckPlan, context: CheckContext) -> tuple[str, frozenset[str]]:
+    """``(mode, inputs left out)`` of the edge values, as the values plugin answers the
+    ``pytest_aoti_edge_values`` hook; ``("off", ...)`` where nothing answers."""
+    item = context.item
+    if item is None:
+        return "off", frozenset()
+    answer = item.config.hook.pytest_aoti_edge_values(plan=plan)
+    return answer if answer is not None else ("off", frozenset())
+
+
 def probe_skip(
-    probes: str, probes_skip: Any, values: str, values_skip: frozenset[str] | None
+    probes: str, probes_skip: Any, edge: str, edge_skip: frozenset[str] | None
 ) -> dict[str, frozenset[str]]:
     """The variant kinds left out, by input name (``"*"``: every input): ``probes_skip``;
-    every kind but edge values under ``probes="off"`` (``values="edge"`` runs those alone);
-    edge values under ``values="off"`` and for the inputs of ``values_skip``."""
-    from pytest_aoti.probes.feature import PROBE_KINDS
-
+    every kind but edge values under ``probes="off"`` (edge values that fail run alone);
+    edge values under ``edge="off"`` and for the inputs of ``edge_skip``."""
     skip = dict(check_skip(probes_skip))
 
     def add(name: str, kinds: Iterable[str]) -> None:
@@ -141,9 +153,9 @@ def probe_skip(
 
     if probes == "off":
         add("*", set(PROBE_KINDS) - {EDGE_KIND})
-    if values == "off":
+    if edge == "off":
         add("*", {EDGE_KIND})
-    for name in values_skip or ():
+    for name in edge_skip or ():
         add(name, {EDGE_KIND})
     return skip
 
@@ -177,7 +189,7 @@ def run_probes(
     except Exception as error:  # inputs the probes cannot vary: say so, fail nothing
         return ProbeReport((), error=f"{type(error).__name__}: {error}"), []
     if cache is not None:
-        kept = (cache.sidecar(program.key, "probes") or {}).get(key)
+        kept = (cache.attached(program.key, "probes") or {}).get(key)
         if isinstance(kept, dict) and isinstance(kept.get("outcomes"), list):
             try:
                 outcomes = tuple(ProbeOutcome.from_json(item) for item in kept["outcomes"])
@@ -196,10 +208,10 @@ def run_probes(
         skipped=tuple(skipped_list),
     )
     if cache is not None and not any(_transient(item) for item in report.outcomes):
-        stored = dict(cache.sidecar(program.key, "probes") or {})
+        stored = dict(cache.attached(program.key, "probes") or {})
         stored[key] = {"outcomes": report.to_json(), "skipped": list(report.skipped)}
         try:
-            cache.keep_sidecar(program.key, "probes", stored)
+            cache.attach(program.key, "probes", stored)
         except Exception:  # keeping outcomes is an economy: never fail a check for it
             pass
     return report, variants
@@ -218,7 +230,6 @@ def _spec_digest(
     tolerance: Tolerance,
 ) -> str:
     """What the outcomes of a program depend on besides its package."""
-    import torch
 
     def shape_of(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -239,8 +250,6 @@ def _spec_digest(
 
 
 def _leaves(tree: Any) -> list[Any]:
-    import torch.utils._pytree as pytree
-
     return list(pytree.tree_leaves(tree))
 
 
@@ -280,10 +289,6 @@ def _eager_and_guards(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
 ) -> tuple[list[_Judged], list[str]]:
     """Eager's result of each variant, and whether the exported program accepts it."""
-    from pytest_aoti.checks.float64 import Float64Reference
-    from pytest_aoti.checks.side_by_side import eager_module
-    from pytest_aoti.trees import clone_tree
-
     guarded = program.exported.module()
     if program.mutated_buffers:
         guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
@@ -314,10 +319,6 @@ def _eager_and_guards(
 
 def _call(module: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, Any]:
     """Outputs and inputs after one call on clones (the variant itself stays as it is)."""
-    import torch
-
-    from pytest_aoti.trees import clone_tree
-
     call_args, call_kwargs = _clone_keeping_aliases((args, dict(kwargs)))
     with torch.no_grad():
         outputs = module(*call_args, **call_kwargs)
@@ -380,11 +381,6 @@ def _mismatch(
     """None when the engine's outputs and inputs after the call match eager's (with the
     fp64 rule where ``reference`` is given); else the figures of the first leaf that
     differs (None where shapes differ) and what differed."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.compare import compare_trees
-    from pytest_aoti.mutation_maps import named_user_inputs
 
     def on_cpu(tree: Any) -> Any:
         return pytree.tree_map(
@@ -442,8 +438,6 @@ def probe_failure(
 ) -> AotiCheckError:
     """The ``fail`` policy's error: every ``failing`` variant (by default every ``wrong``
     one), the first one's input set in the repro bundle (its replay, made by ``triage``)."""
-    from pytest_aoti.findings import Finding
-
     wrong = report.wrong if failing is None else failing
     first = wrong[0]
     edge = all(item.kind == EDGE_KIND for item in wrong)

@@ -10,10 +10,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.options.feature import Feature
-from pytest_aoti.options.fields import per_check, session_field
-from pytest_aoti.options.option import Option
-from pytest_aoti.options.values import ValueProblem, Words, parse_switch
+from pytest_aoti.api import (
+    Feature,
+    FindingKind,
+    Option,
+    ValueProblem,
+    Words,
+    parse_switch,
+    per_check,
+    session_field,
+)
 
 PROBE_POLICIES = Words("off", "report", "fail")
 """What deployment probes do after a passing check."""
@@ -23,16 +29,23 @@ HAZARD_VIEWS = Words("summary", "all")
 
 
 PROBE_LAYOUT_KINDS = (
-    "channels_last",
-    "channels_last_3d",
-    "permuted",
-    "strided_slice",
-    "storage_offset",
+    FindingKind.CHANNELS_LAST,
+    FindingKind.CHANNELS_LAST_3D,
+    FindingKind.PERMUTED,
+    FindingKind.STRIDED_SLICE,
+    FindingKind.STORAGE_OFFSET,
 )
-PROBE_KINDS = (*PROBE_LAYOUT_KINDS, "size", "dtype", "device", "scalar", "aliased", "values")
-"""The kinds of deployment-probe variants; ``probes_skip`` names these. ``values``: edge
-values (NaN, infinities, magnitudes near the dtype's overflow and of 1e10 and more), which
-the values options govern (see :mod:`pytest_aoti.values.feature`)."""
+PROBE_KINDS = (
+    *PROBE_LAYOUT_KINDS,
+    FindingKind.SIZE,
+    FindingKind.DTYPE,
+    FindingKind.DEVICE,
+    FindingKind.SCALAR,
+    FindingKind.ALIASED,
+    FindingKind.VALUES,
+)
+"""The kinds of deployment-probe variants (members of :class:`FindingKind`);
+``probes_skip`` names these."""
 
 
 def probes_skip_problem(name: str, value: Any) -> str:
@@ -140,5 +153,4 @@ PROBES = Feature(
     settings=ProbeSettings,
     record_fields={"probes": [], "probes_cached": False},
     properties=probe_properties,
-    plugin="pytest_aoti.probes.plugin",
 )

@@ -22,17 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_aoti.api import CheckRecord, FindingKind
 from pytest_aoti.probes.feature import PROBE_LAYOUT_KINDS
 from pytest_aoti.probes.last_hazards import keep, outcomes_digest, read_last
-from pytest_aoti.reports.records import CheckRecord
+from pytest_aoti.probes.outcomes import hazard_group
 
-_KIND_WORDS = {
+_KIND_WORDS: dict[str, str] = {
     **{kind: "layouts" for kind in PROBE_LAYOUT_KINDS},
-    "size": "sizes",
-    "dtype": "dtypes",
-    "device": "devices",
-    "scalar": "scalars",
-    "aliased": "aliasing",
+    FindingKind.SIZE: "sizes",
+    FindingKind.DTYPE: "dtypes",
+    FindingKind.DEVICE: "devices",
+    FindingKind.SCALAR: "scalars",
+    FindingKind.ALIASED: "aliasing",
 }
 _WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "other")
 
@@ -85,8 +86,6 @@ class Probed:
 def group_of(probe: Mapping[str, Any]) -> str:
     """A probe's group (``none``, ``input_checks``, ``silent``, ``values``), from its
     outcome and kind."""
-    from pytest_aoti.probes.outcomes import hazard_group
-
     checks = probe.get("refused_with_checks")
     refused = None if checks is None else bool(checks)
     return hazard_group(str(probe.get("outcome")), refused, str(probe.get("kind") or ""))

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti.api import replace_text
+
 FILE_NAME = "hazards-last-run.json"
 _FORMAT = 1
 MAX_PROGRAMS = 5000
@@ -82,7 +84,6 @@ def keep(root: Path | None, shown: Mapping[str, str]) -> None:
             return float(entry.get("seen", 0)) if isinstance(entry, dict) else 0.0
 
         programs = dict(sorted(programs.items(), key=seen)[-MAX_PROGRAMS:])
-    from pytest_aoti.atomic_files import replace_text
 
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pytest_aoti.api import FindingKind
+
 OUTCOMES = ("ok", "refused", "wrong", "unguarded")
 HAZARDS = ("wrong", "unguarded")
-EDGE_KIND = "values"
+EDGE_KIND = FindingKind.VALUES
 """The variant kind of edge values."""
 GROUPS = ("none", "input_checks", "silent", "values")
 """What a variant's outcome asks of a user: ``none`` (the engine is right or refuses it),
@@ -41,14 +43,14 @@ def fails(
     *,
     kind: str = "",
     probes: str = "fail",
-    values: str = "domain",
+    edge: str = "report",
 ) -> bool:
     """Whether the check fails on a variant: a ``wrong`` one (the exported program accepts
-    it), under ``probes="fail"`` (edge values: under ``values="edge"``), unless the serving
+    it), under ``probes="fail"`` (edge values: under ``edge="fail"``), unless the serving
     process is declared to set ``AOTI_RUNTIME_CHECK_INPUTS=1`` and the checked engine
     refuses it. ``unguarded`` ones (the exported program refuses them, a new scalar value
     among them) never fail."""
-    policy_fails = values == "edge" if kind == EDGE_KIND else probes == "fail"
+    policy_fails = edge == "fail" if kind == EDGE_KIND else probes == "fail"
     if outcome != "wrong" or not policy_fails:
         return False
     return not (serving_checks and refused_with_checks is True)
@@ -65,7 +67,7 @@ class ProbeOutcome:
     outcome: str
     """One of :data:`OUTCOMES`."""
     kind: str = ""
-    """One of :data:`~pytest_aoti.options.values.PROBE_KINDS`."""
+    """One of :data:`~pytest_aoti.probes.feature.PROBE_KINDS` (a ``FindingKind``)."""
     max_abs: float | None = None
     max_rel: float | None = None
     refused_with_checks: bool | None = None
@@ -81,6 +83,7 @@ class ProbeOutcome:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["kind"] = str(self.kind)  # plain text: xdist's channel carries builtin types only
         for name in ("max_abs", "max_rel"):  # JSON holds no inf or NaN
             value = data[name]
             if isinstance(value, float) and not math.isfinite(value):
@@ -127,7 +130,7 @@ class ProbeReport:
         return [outcome for outcome in self.outcomes if outcome.outcome == "unguarded"]
 
     def failing(
-        self, serving_checks: bool = False, *, probes: str = "fail", values: str = "domain"
+        self, serving_checks: bool = False, *, probes: str = "fail", edge: str = "report"
     ) -> list[ProbeOutcome]:
         """The variants the check fails on under these policies (see :func:`fails`)."""
         return [
@@ -139,7 +142,7 @@ class ProbeReport:
                 serving_checks,
                 kind=item.kind,
                 probes=probes,
-                values=values,
+                edge=edge,
             )
         ]
 

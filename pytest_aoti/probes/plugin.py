@@ -7,24 +7,31 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_aoti.api import add_options, session_of
+from pytest_aoti.probes import hookspecs
+from pytest_aoti.probes.feature import PROBES, ProbeOptions, ProbeSettings
+from pytest_aoti.probes.hazards import write_hazards
+
 if TYPE_CHECKING:
-    from pytest_aoti.checks.base import Check
-    from pytest_aoti.reports.records import CheckRecord
+    from pytest_aoti.api import Check, CheckRecord, Feature
 
 
-def pytest_aoti_checks() -> list[Check]:
-    from pytest_aoti.probes.check import ProbesCheck
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_aoti_checks(config: pytest.Config) -> list[Check]:
+    from pytest_aoti.probes.check import ProbesCheck  # imports torch
 
     return [ProbesCheck()]
 
 
+@pytest.hookimpl(tryfirst=True)  # the plugin's own sections before other plugins'
 def pytest_aoti_terminal_summary(
     terminalreporter: Any, config: pytest.Config, records: Sequence[CheckRecord]
 ) -> None:
     """The deployment hazards the probes found, grouped by remedy."""
-    from pytest_aoti.probes.hazards import write_hazards
-    from pytest_aoti.session import session_of
-
     session = session_of(config)
     settings = session.settings
     # what the hazards were is kept only where the run may write its cache
@@ -36,7 +43,16 @@ def pytest_aoti_terminal_summary(
     write_hazards(
         terminalreporter,
         records,
-        view="all" if config.get_verbosity() > 0 else settings.hazards,
-        serving_checks=settings.checks.serving_checks,
+        view="all" if config.get_verbosity() > 0 else settings.of(ProbeSettings).hazards,
+        serving_checks=settings.checks.of(ProbeOptions).serving_checks,
         memory=session.stores.cache_root() if probed else None,  # beside the packages
     )
+
+
+@pytest.hookimpl  # also read outside a run, by a plain plugin manager
+def pytest_aoti_feature() -> Feature:
+    return PROBES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser, PROBES)

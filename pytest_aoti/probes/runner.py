@@ -10,8 +10,13 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.api import child_preparation, ordered_kwargs, run_jobs
+
 if TYPE_CHECKING:
-    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.api import AotiProgram
     from pytest_aoti.probes.variants import Variant
 
 CHILD_TIMEOUT = 120.0
@@ -25,9 +30,6 @@ def run_child(
     processes; a crash or a hang ends a child, and the next one goes on after the job it
     died in. Returns the result per ``(variant index, checked)``; a job that crashed or
     hung has ``{"crashed": why}``."""
-    from pytest_aoti.compiling.custom_ops import child_preparation
-    from pytest_aoti.isolation.process import run_jobs
-
     jobs = [(index, False) for index in range(len(variants))]
     jobs += [(index, True) for index in range(len(variants))]
     device = program.device
@@ -49,17 +51,11 @@ def run_child(
 
 def _flat_tensors(program: AotiProgram, variant: Variant) -> list[Any]:
     """The tensor leaves of a variant in the program's input order: what the engine takes."""
-    import torch
-
     return [leaf for leaf in _ordered_leaves(program, variant)[0] if isinstance(leaf, torch.Tensor)]
 
 
 def _ordered_leaves(program: AotiProgram, variant: Variant) -> tuple[list[Any], Any]:
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.checks.aliasing import _ordered_kwargs
-
-    ordered = _ordered_kwargs(program.exported, variant.kwargs)
+    ordered = ordered_kwargs(program.exported, variant.kwargs)
     return pytree.tree_flatten((tuple(variant.args), ordered))
 
 
@@ -67,9 +63,6 @@ def with_tensors(
     program: AotiProgram, variant: Variant, tensors: list[Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The variant's ``(args, kwargs)`` with its tensors replaced by ``tensors``."""
-    import torch
-    import torch.utils._pytree as pytree
-
     leaves, spec = _ordered_leaves(program, variant)
     given = iter(tensors)
     replaced = [next(given) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]

@@ -15,13 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AotiUsageError
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.api import (
+    AotiUsageError,
+    FindingKind,
+    aliased_inputs,
+    clone_tree,
+    ordered_kwargs,
+    read_signature_names,
+)
 from pytest_aoti.probes.feature import PROBE_KINDS, probes_skip_problem
 
 if TYPE_CHECKING:
-    import torch
-
-    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.api import AotiProgram
 
 
 def check_skip(value: Any) -> dict[str, frozenset[str]]:
@@ -55,7 +63,7 @@ class Variant:
 
     input: str
     variant: str
-    kind: str
+    kind: FindingKind
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     outside_contract: bool = False
@@ -79,15 +87,9 @@ def choose_variants(
     the exported dims, dtypes of floating inputs, devices where the program has one,
     values of Python scalars, aliasing where an input is mutated. Inputs are copies;
     the caller's tensors are never touched."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    from pytest_aoti.checks.aliasing import _ordered_kwargs, aliased_inputs
-    from pytest_aoti.trees import clone_tree
-
     exported = program.exported
     names = _user_input_names(exported)
-    leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), _ordered_kwargs(exported, kwargs))))
+    leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), ordered_kwargs(exported, kwargs))))
     if len(leaves) != len(names):
         return []
     maker = _VariantMaker(names, leaves, spec, skip)
@@ -96,9 +98,9 @@ def choose_variants(
         if isinstance(leaf, torch.Tensor):
             if leaf.layout == torch.strided and leaf.numel() >= 2:
                 maker.tensor_variants(index, name, leaf, dims.get(name, ()))
-        elif isinstance(leaf, (int, float)) and not maker.skipped(name, "scalar"):
+        elif isinstance(leaf, (int, float)) and not maker.skipped(name, FindingKind.SCALAR):
             new = (not leaf) if isinstance(leaf, bool) else leaf + 1
-            maker.make({index: new}, name, f"value={new!r}", "scalar")
+            maker.make({index: new}, name, f"value={new!r}", FindingKind.SCALAR)
     # aliased *example* inputs are the aliasing check's: never both report an input set
     if program.mutated_inputs and not aliased_inputs(exported, args, kwargs):
         maker.aliasing_variants(program.mutated_inputs)
@@ -115,21 +117,17 @@ class _VariantMaker:
         spec: Any,
         skip: Mapping[str, frozenset[str]],
     ) -> None:
-        import torch.utils._pytree as pytree
-
         self.names, self.leaves, self.spec, self.skip = names, leaves, spec, skip
         example_args, example_kwargs = pytree.tree_unflatten(leaves, spec)
         self.example = (tuple(example_args), dict(example_kwargs))
         self.variants: list[Variant] = []
 
-    def skipped(self, name: str, kind: str) -> bool:
+    def skipped(self, name: str, kind: FindingKind) -> bool:
         return kind in self.skip.get(name, frozenset()) or kind in self.skip.get("*", frozenset())
 
     def make(
-        self, changes: Mapping[int, Any], name: str, variant: str, kind: str, **extra: Any
+        self, changes: Mapping[int, Any], name: str, variant: str, kind: FindingKind, **extra: Any
     ) -> None:
-        import torch.utils._pytree as pytree
-
         fresh = [changes.get(index, leaf) for index, leaf in enumerate(self.leaves)]
         new_args, new_kwargs = pytree.tree_unflatten(fresh, self.spec)
         self.variants.append(
@@ -141,24 +139,26 @@ class _VariantMaker:
         for kind, tensor in _layouts(leaf):
             if not self.skipped(name, kind):
                 self.make({index: tensor}, name, kind, kind)
-        if not self.skipped(name, "size"):
+        if not self.skipped(name, FindingKind.SIZE):
             for label, tensor, risky in _sizes(leaf, dims):
-                self.make({index: tensor}, name, label, "size", risky=risky)
-        if not self.skipped(name, "dtype"):
+                self.make({index: tensor}, name, label, FindingKind.SIZE, risky=risky)
+        if not self.skipped(name, FindingKind.DTYPE):
             for dtype, risky in _dtypes(leaf):
                 label = f"dtype={str(dtype).removeprefix('torch.')}"
                 changes = {index: leaf.to(dtype)}
-                self.make(changes, name, label, "dtype", outside_contract=True, risky=risky)
-        if not self.skipped(name, "values"):
+                self.make(
+                    changes, name, label, FindingKind.DTYPE, outside_contract=True, risky=risky
+                )
+        if not self.skipped(name, FindingKind.VALUES):
             for label, tensor in edge_values(leaf):
-                self.make({index: tensor}, name, label, "values")
-        if not self.skipped(name, "device"):
+                self.make({index: tensor}, name, label, FindingKind.VALUES)
+        if not self.skipped(name, FindingKind.DEVICE):
             for device in _devices(leaf):
                 self.make(
                     {index: leaf.to(device)},
                     name,
                     f"device={device}",
-                    "device",
+                    FindingKind.DEVICE,
                     outside_contract=True,
                     risky=True,
                     eager_inputs=self.example,
@@ -167,8 +167,6 @@ class _VariantMaker:
     def aliasing_variants(self, mutated: Iterable[str]) -> None:
         """Each mutated input sharing storage with one other input of its shape and dtype:
         the same tensor, and overlapping views."""
-        import torch
-
         tensors = {
             name: (index, leaf)
             for index, (name, leaf) in enumerate(zip(self.names, self.leaves))
@@ -179,44 +177,48 @@ class _VariantMaker:
             for other, (o_index, o_leaf) in tensors.items():
                 if (
                     other == target
-                    or self.skipped(target, "aliased")
-                    or self.skipped(other, "aliased")
+                    or self.skipped(target, FindingKind.ALIASED)
+                    or self.skipped(other, FindingKind.ALIASED)
                 ):
                     continue
                 if o_leaf.shape != t_leaf.shape or o_leaf.dtype != t_leaf.dtype:
                     continue
                 label = f"{target}, {other}"
                 shared = t_leaf.clone()
-                self.make({t_index: shared, o_index: shared}, label, "same tensor", "aliased")
+                self.make(
+                    {t_index: shared, o_index: shared}, label, "same tensor", FindingKind.ALIASED
+                )
                 rows = t_leaf.shape[0]
                 if rows >= 2:
                     shift = max(1, rows // 2)
                     base = torch.cat([t_leaf, o_leaf[rows - shift :]])
                     views = {t_index: base[:rows], o_index: base[shift : shift + rows]}
-                    self.make(views, label, "overlapping views", "aliased")
+                    self.make(views, label, "overlapping views", FindingKind.ALIASED)
                 break  # one partner per mutated input is enough
 
 
-def _layouts(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+def _layouts(leaf: torch.Tensor) -> list[tuple[FindingKind, torch.Tensor]]:
     """Same shape and values in other memory layouts; none that equals the example's."""
-    import torch
-
-    found: list[tuple[str, torch.Tensor]] = []
+    found: list[tuple[FindingKind, torch.Tensor]] = []
     if leaf.dim() == 4:
-        found.append(("channels_last", leaf.contiguous(memory_format=torch.channels_last)))
+        found.append(
+            (FindingKind.CHANNELS_LAST, leaf.contiguous(memory_format=torch.channels_last))
+        )
     if leaf.dim() == 5:
-        found.append(("channels_last_3d", leaf.contiguous(memory_format=torch.channels_last_3d)))
+        found.append(
+            (FindingKind.CHANNELS_LAST_3D, leaf.contiguous(memory_format=torch.channels_last_3d))
+        )
     if leaf.dim() >= 2:
         order = list(reversed(range(leaf.dim())))
-        found.append(("permuted", leaf.permute(order).contiguous().permute(order)))
+        found.append((FindingKind.PERMUTED, leaf.permute(order).contiguous().permute(order)))
     bigger = torch.zeros(
         (*leaf.shape[:-1], 2 * leaf.shape[-1]), dtype=leaf.dtype, device=leaf.device
     )
     bigger[..., ::2] = leaf
-    found.append(("strided_slice", bigger[..., ::2]))
+    found.append((FindingKind.STRIDED_SLICE, bigger[..., ::2]))
     flat = torch.zeros(leaf.numel() + 1, dtype=leaf.dtype, device=leaf.device)
     flat[1:] = leaf.reshape(-1)
-    found.append(("storage_offset", flat[1:].view(leaf.shape)))
+    found.append((FindingKind.STORAGE_OFFSET, flat[1:].view(leaf.shape)))
     return [
         (kind, tensor)
         for kind, tensor in found
@@ -229,8 +231,6 @@ def _sizes(
 ) -> list[tuple[str, torch.Tensor, bool]]:
     """Another size of each static dim (one more; one less for dim 0), and sizes just
     outside a dynamic dim's range. ``dims`` holds None for a static dim, else its range."""
-    import torch
-
     found: list[tuple[str, torch.Tensor, bool]] = []
 
     def resized(dim: int, size: int) -> torch.Tensor:
@@ -265,8 +265,6 @@ def edge_values(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     in every other element (so a reduction sees both kinds); magnitudes from just under
     the dtype's ``exp`` overflow to just under ``cosh``'s (88.2 to 89.4 for float32), and of
     1e10 to 1e12 where the dtype holds them, each with its example element's sign."""
-    import torch
-
     if not leaf.is_floating_point() or leaf.numel() == 0:
         return []
     info = torch.finfo(leaf.dtype)
@@ -294,8 +292,6 @@ def edge_values(leaf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
 
 def _dtypes(leaf: torch.Tensor) -> list[tuple[torch.dtype, bool]]:
     """A wider and a narrower floating dtype (the narrower one may read out of bounds)."""
-    import torch
-
     if not leaf.is_floating_point():
         return []
     if leaf.dtype == torch.float32:
@@ -309,8 +305,6 @@ def _dtypes(leaf: torch.Tensor) -> list[tuple[torch.dtype, bool]]:
 
 def _devices(leaf: torch.Tensor) -> list[str]:
     """A CPU input to a CUDA engine; another CUDA index where there is one."""
-    import torch
-
     if leaf.device.type != "cuda":
         return []
     found = ["cpu"]
@@ -321,8 +315,6 @@ def _devices(leaf: torch.Tensor) -> list[str]:
 
 
 def _user_input_names(exported: Any) -> tuple[str, ...]:
-    from pytest_aoti.mutation_maps import read_signature_names
-
     return read_signature_names(exported)
 
 

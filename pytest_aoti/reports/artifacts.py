@@ -1,12 +1,11 @@
 """Where a test's files go: repro bundles (``--aoti-keep-failed``) and engine traces
-(``--aoti-profile``), one folder or file per test, numbered when a test writes several.
-
-The naming rule is the repro bundle's, imported when a test first needs a path (it brings
-the compiling modules, which a run without AOTI tests never loads)."""
+(``--aoti-profile``), one per test, numbered when a test writes several."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from pytest_aoti.folder_names import bundle_dir_name
 
 
 class ArtifactPaths:
@@ -22,8 +21,6 @@ class ArtifactPaths:
         """Where the next repro bundle of ``test`` (a node id) goes, or None."""
         if self._bundles_root is None:
             return None
-        from pytest_aoti.folder_names import bundle_dir_name
-
         name = bundle_dir_name(test)
         count = self._bundles[name] = self._bundles.get(name, 0) + 1
         if count > 1:  # a test that goes on after a failed check
@@ -34,8 +31,6 @@ class ArtifactPaths:
         """Where the next Chrome trace of ``test`` (a node id) goes, or None."""
         if self._profiles_root is None:
             return None
-        from pytest_aoti.folder_names import bundle_dir_name
-
         name = bundle_dir_name(test)
         count = self._profiles[name] = self._profiles.get(name, 0) + 1
         return self._profiles_root / (f"{name}.json" if count == 1 else f"{name}-{count}.json")

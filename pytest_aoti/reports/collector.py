@@ -1,19 +1,16 @@
-"""Everything the reports of one session are made of, and the one payload an xdist worker
-sends the controller (merged by :meth:`ReportCollector.merge`).
-
-The compiling modules are imported where figures are added up, not at plugin load."""
+"""Everything the reports of one session are made of, and the one payload an xdist worker sends
+the controller."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
-
-if TYPE_CHECKING:
-    from pytest_aoti.cache.registry import CompileStats
 
 PAYLOAD_KEY = "aoti"
 """The key of a worker's payload in xdist's ``workeroutput``."""
@@ -21,8 +18,7 @@ PAYLOAD_KEY = "aoti"
 
 @dataclass
 class ReportCollector:
-    """The records, figures and problems of a session; on the xdist controller, the
-    workers' too."""
+    """The records, figures and problems of a session (and of its xdist workers)."""
 
     records: list[CheckRecord] = field(default_factory=list)
     compiles: list[CompileRecord] = field(default_factory=list)
@@ -40,8 +36,8 @@ class ReportCollector:
     """Long compiles on xdist workers (this process's were shown as they happened)."""
     worker_stats: CompileStats | None = None
     """The workers' compile figures, added up; None until a worker sent some."""
-    worker_remote: list[dict[str, Any]] = field(default_factory=list)
-    """The remote store figures (``RemoteStats.to_json()``) of each worker that had one."""
+    worker_figures: list[dict[str, Any]] = field(default_factory=list)
+    """The plugins' figures (``pytest_aoti_figures``) of each worker that had some."""
 
     def cache_problem(self, message: str) -> None:
         if message not in self.cache_problems:
@@ -53,32 +49,25 @@ class ReportCollector:
 
     def totals(self, own: CompileStats | None) -> CompileStats:
         """This process's compile figures with the workers'."""
-        from pytest_aoti.cache.registry import CompileStats
-
         total = CompileStats()
         for stats in (own, self.worker_stats):
             if stats is not None:
                 total.merge(stats)
         return total
 
-    def remote_figures(self, own: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-        """``{"remote": ...}`` of this process (``own``, where it has a remote store) and of
-        each xdist worker that had one."""
-        mine = [] if own is None else [dict(own)]
-        return [{"remote": figures} for figures in [*mine, *self.worker_remote]]
+    def figures(self, own: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The plugins' figures of this process (``own``) and of each worker that has any."""
+        return [dict(item) for item in [own, *self.worker_figures] if item]
 
     def payload(
         self,
         stats: CompileStats | None,
         events: Sequence[CompileEvent],
-        remote: Mapping[str, Any] | None = None,
+        figures: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """What a worker sends: plain data that execnet can carry. ``remote``: its remote
-        store figures, where it has a store (``--aoti-cache-url``)."""
-        from pytest_aoti.cache.registry import CompileStats
-
-        extra = {"remote": dict(remote)} if remote is not None else {}
-        return {
+        """What a worker sends, with its plugins' ``figures``: through JSON, so that what
+        execnet carries is plain data (a plugin's str enum or path included)."""
+        payload = {
             "records": [record.to_json() for record in self.records],
             "compiles": [record.to_json() for record in self.compiles],
             "inferred": [list(pair) for pair in self.inferred],
@@ -88,8 +77,9 @@ class ReportCollector:
             "skipped_devices": dict(self.skipped_devices),
             "events": [event.to_json() for event in events],
             "stats": (stats or CompileStats()).payload(),
-            **extra,
+            "figures": dict(figures or {}),
         }
+        return json.loads(json.dumps(payload, default=str))  # type: ignore[no-any-return]
 
     def merge(self, payload: Mapping[str, Any]) -> None:
         """Add a worker's :meth:`payload`."""
@@ -106,11 +96,9 @@ class ReportCollector:
         for name, reason in payload.get("skipped_devices", {}).items():
             self.skipped_devices.setdefault(str(name), str(reason))
         self.worker_events += [CompileEvent.from_json(data) for data in payload.get("events", [])]
-        remote = payload.get("remote")
-        if isinstance(remote, Mapping):
-            self.worker_remote.append(dict(remote))
-        from pytest_aoti.cache.registry import CompileStats
-
+        figures = payload.get("figures")
+        if isinstance(figures, Mapping) and figures:
+            self.worker_figures.append(dict(figures))
         if self.worker_stats is None:
             self.worker_stats = CompileStats()
         self.worker_stats.merge(CompileStats.from_payload(payload.get("stats", {})))

@@ -1,11 +1,6 @@
-"""Why one test compiled many programs of one module, and what it cost.
-
-A test that checks a model under 20 seeds, or at 20 static shapes, compiles 20 programs
-(minutes on CPU) where one would do: seeded once, the weights are the same and the
-program is shared; with ``dynamic_shapes``, one program takes every shape. The key's parts
-(see :class:`~pytest_aoti.cache.key.ProgramKey`) tell which: the same graph with other
-weights, or another graph.
-"""
+"""Why one test compiled many programs of one module, and what it cost: a test that runs 20 seeds
+or 20 static shapes compiles 20 programs where seeding once or ``dynamic_shapes`` would share
+one. The key's parts tell which."""
 
 from __future__ import annotations
 
@@ -13,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pytest
+
+from pytest_aoti.cache.history import only_weights_differ
 
 MANY_PROGRAMS = 3
 """More programs of one module class compiled by one test than this get a hint."""
@@ -34,8 +31,7 @@ COMPILED_HERE = pytest.StashKey[list[CompiledHere]]()
 
 
 def cost_hints(test: str, compiled: Sequence[CompiledHere]) -> list[str]:
-    """One line per module class of which ``test`` compiled more than
-    :data:`MANY_PROGRAMS` programs: how many, why (other weights, other shapes), the cost."""
+    """Per module class ``test`` compiled many (:data:`MANY_PROGRAMS`+) of: count, why, cost."""
     by_module: dict[str, list[CompiledHere]] = {}
     for program in compiled:
         by_module.setdefault(program.module, []).append(program)
@@ -44,7 +40,7 @@ def cost_hints(test: str, compiled: Sequence[CompiledHere]) -> list[str]:
         if len(programs) <= MANY_PROGRAMS:
             continue
         first = programs[0].parts
-        weights = sum(1 for p in programs[1:] if _only_weights_differ(first, p.parts))
+        weights = sum(1 for p in programs[1:] if only_weights_differ(first, p.parts))
         graphs = len({p.parts.get("graph") for p in programs})
         seconds = sum(p.seconds for p in programs)
         reasons = []
@@ -63,10 +59,3 @@ def cost_hints(test: str, compiled: Sequence[CompiledHere]) -> list[str]:
             + "; ".join(reasons or ["each with other inductor configs or options"])
         )
     return lines
-
-
-def _only_weights_differ(first: Mapping[str, str], other: Mapping[str, str]) -> bool:
-    rest = (set(first) | set(other)) - {"weights"}
-    return all(first.get(k) == other.get(k) for k in rest) and first.get("weights") != other.get(
-        "weights"
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_aoti.findings import FindingKind
 from pytest_aoti.reports.junit import check_properties, compile_properties
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
@@ -43,16 +44,12 @@ class ItemEvents:
     """Records what one test's tester did: a record per check and per compile."""
 
     def __init__(self, session: EventsHost, item: pytest.Item, device: torch.device) -> None:
-        self._session = session
-        self._item = item
-        self._device = device
-        self._checks = 0
+        self._session, self._item, self._device = session, item, device
+        self._checks = self._programs = 0
         self._notes: list[str] = []
-        self._programs = 0
 
     def _used(self, program: AotiProgram) -> None:
-        """Number each program the test uses, so that its key is compared with the key of
-        the same use last run (see :mod:`pytest_aoti.cache.history`)."""
+        """Number each program the test uses, to compare its key with last run's."""
         self._programs += 1
         self._session.observe_key(self._item, self._programs, program)
 
@@ -85,7 +82,7 @@ class ItemEvents:
             outcome="failed",
             finding=finding.to_json()
             if finding is not None
-            else {"kind": stage, "message": first, "stage": stage},
+            else {"kind": FindingKind(stage).value, "message": first, "stage": stage},
             check_seconds=seconds,
         )
         if finding is not None:
@@ -93,9 +90,7 @@ class ItemEvents:
         self._add(record)
 
     def note(self, message: str) -> None:
-        """A check noted ``message`` without failing: it joins this check's record and,
-        once, the terminal summary (a warning would fail suites that turn warnings into
-        errors)."""
+        """Into this check's record and, once, the summary (a warning may be an error)."""
         self._notes.append(message)
         self._session.collector.note(message)
 
@@ -144,7 +139,6 @@ class ItemEvents:
             self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
 
     def profile_path(self) -> Path | None:
-        """Where this test's next engine trace goes (``--aoti-profile``), or None."""
         return self._session.profile_path(self._item)
 
     def built(self, program: AotiProgram, module: str) -> None:

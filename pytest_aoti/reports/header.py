@@ -1,5 +1,5 @@
-"""The header lines: torch's build and the C++ compiler (read without importing torch),
-and the devices a run resolved to."""
+"""The header lines: torch's build, the C++ compiler (read without importing torch) and the
+devices."""
 
 from __future__ import annotations
 
@@ -38,10 +38,8 @@ def torch_build() -> str:
 
 
 def compiler_version() -> str:
-    """The C++ compiler AOTInductor uses on CPU (``CXX`` or ``c++``), first line of its
-    ``--version``."""
-    name = os.environ.get("CXX") or "c++"
-    path = shutil.which(name) or shutil.which("g++")
+    """First line of ``--version`` of the C++ compiler (``CXX`` or ``c++``)."""
+    path = shutil.which(os.environ.get("CXX") or "c++") or shutil.which("g++")
     if path is None:
         return "none found (AOTInductor on CPU needs one)"
     try:
@@ -50,13 +48,11 @@ def compiler_version() -> str:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return path
-    first = output.splitlines()[0] if output else path
-    return first
+    return output.splitlines()[0] if output else path
 
 
 def header_lines(devices: Sequence[str], cache: str) -> list[str]:
-    """``aoti: device=cpu, cache=...`` and the torch build line (with the C++ compiler
-    where a device compiles on the CPU)."""
+    """The ``aoti: device=..., cache=...`` and torch build lines (C++ compiler for CPU)."""
     lines = [
         f"aoti: device={','.join(devices)}, cache={cache}",
         f"aoti: torch {torch_version()} ({torch_build()} build)",
@@ -68,7 +64,7 @@ def header_lines(devices: Sequence[str], cache: str) -> list[str]:
 
 def describe_devices(names: Sequence[str]) -> str:
     """``cpu``, ``cuda:0 (NVIDIA H200, capability 9.0, TF32 matmul off, cuDNN TF32 on)``."""
-    import torch
+    import torch  # torch loads on first use
 
     described = []
     for name in names:

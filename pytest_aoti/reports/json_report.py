@@ -1,8 +1,5 @@
-"""The JSON report (``--aoti-report=PATH``): one document per run, written atomically.
-
-Its layout is versioned by :data:`REPORT_VERSION`; the reports page (docs/reports.md) lists
-what each version changed.
-"""
+"""The JSON report (``--aoti-report=PATH``), written atomically; docs/reports.md lists each
+:data:`REPORT_VERSION`'s changes."""
 
 from __future__ import annotations
 
@@ -21,12 +18,7 @@ if TYPE_CHECKING:
     from pytest_aoti.reports.collector import ReportCollector
 
 REPORT_VERSION = 2
-"""2: ``finding.stage`` is the stage that failed (``decompose`` for run_decompositions),
-null where none applies; ``compiles`` lists ``aoti.compile`` calls; checks carry
-``check_index`` and ``fp64_rescued``; ``engine_over_eager`` is null where a call is too
-short to time. Additive since: ``totals.remote`` (the remote store's figures, with
-``--aoti-cache-url``), ``source`` of checks and compiles (``compiled``, ``local`` or
-``remote``), ``merged_from`` (a report made by ``python -m pytest_aoti merge-reports``)."""
+"""The report format's version; docs/reports.md lists what each changed and what was added since."""
 
 
 def write_json_report(
@@ -50,26 +42,18 @@ def write_run_report(
     collector: ReportCollector,
     *,
     stats: CompileStats | None,
-    remote: Mapping[str, Any] | None,
-    cache_url: str | None,
+    totals: Mapping[str, Any],
     devices: Sequence[str],
     interrupted: bool,
 ) -> None:
-    """The report of this run: the collector's records, with this process's compile
-    figures ``stats`` and remote store figures ``remote`` added to the workers'.
-    ``devices`` are listed where no record names one."""
-    from pytest_aoti.reports.fleet import remote_totals
-
+    """This run's report: records, this process's and workers' figures, plugins' totals."""
     used = {record.device for record in collector.records}
     used |= {record.device for record in collector.compiles}
     write_json_report(
         path,
         collector.records,
         devices=sorted(used) or list(devices),
-        totals={
-            **collector.totals(stats).to_json(),
-            **remote_totals(cache_url, collector.remote_figures(remote)),
-        },
+        totals={**collector.totals(stats).to_json(), **totals},
         interrupted=interrupted,
         compiles=collector.compiles,
     )
@@ -86,8 +70,7 @@ def report_document(
     torch: str | None = None,
     build: str | None = None,
 ) -> dict[str, Any]:
-    """The report's document; ``created``, ``torch`` and ``build`` default to now and this
-    machine's torch (a merge of shards' reports passes theirs)."""
+    """The report's document; ``created``, ``torch`` and ``build`` default to this run's."""
     return {
         "version": REPORT_VERSION,
         "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -105,9 +88,5 @@ def write_report_document(path: Path, document: Mapping[str, Any]) -> None:
     """Write a report document atomically: to a temporary name, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(document, indent=2, default=_json_default) + "\n")
+    partial.write_text(json.dumps(document, indent=2, default=str) + "\n")
     os.replace(partial, path)
-
-
-def _json_default(value: Any) -> Any:
-    return str(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_aoti import features
+from pytest_aoti.options.catalog import current
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
 PLAIN_VALUES = (bool, int, float, str)
@@ -23,8 +23,7 @@ def compile_properties(record: CompileRecord) -> list[tuple[str, Any]]:
 
 
 def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
-    """The properties of one ``aoti.check`` call: its figures, and a failure's finding.
-    A failure with no stage (a wrong expectation) has no ``aoti_failure_stage``."""
+    """The properties of one ``aoti.check`` call: its figures and a failure's finding."""
     props: list[tuple[str, Any]] = [
         ("aoti_device", record.device),
         ("aoti_program", record.program),
@@ -41,25 +40,20 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
         "aoti_engine_seconds": record.engine_seconds,
         "aoti_eager_seconds": record.eager_seconds,
         "aoti_generated_examples": record.shapes_tried or None,
-        "aoti_extra_bytes": record.extra_bytes,
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
-    # a check's own fields (see CheckRecord.update): the plain values among them; the
-    # features render theirs
-    owned = features.record_fields()
+    # a check's own fields (CheckRecord.update) as plain values; features render theirs
+    owned = current().record_fields()
     props += [
         (f"aoti_{name}", value)
         for name, value in record.other_fields.items()
         if isinstance(value, PLAIN_VALUES) and name not in owned
     ]
-    props += features.record_properties(record.other_fields)
+    props += current().record_properties(record.other_fields)
     finding = record.finding
     if finding is not None:
         figures = finding.get("figures") or {}
-        props += [
-            ("aoti_failure", finding["message"]),
-            ("aoti_failure_kind", finding["kind"]),
-        ]
+        props += [("aoti_failure", finding["message"]), ("aoti_failure_kind", finding["kind"])]
         if record.stage is not None:
             props.append(("aoti_failure_stage", record.stage))
         for name in ("max_abs", "max_rel", "mismatched", "numel"):

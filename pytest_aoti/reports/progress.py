@@ -1,8 +1,4 @@
-"""Compile progress: a line when a compile has lasted a while, another when it ends.
-
-:class:`CompileProgress` is the :class:`~pytest_aoti.cache.registry.CompileWatcher`
-the session hands to the program registry; compiling itself knows nothing of terminals.
-"""
+"""Compile progress: a line when a compile has lasted a while, another when it ends."""
 
 from __future__ import annotations
 
@@ -42,24 +38,14 @@ class CompileEvent:
 
 
 class CompileProgress:
-    """Announces compiles that take a while, without garbling pytest's progress output.
+    """The registry's ``CompileWatcher``: a timer thread writes "compiling ..." after
+    :data:`PROGRESS_AFTER_SECONDS`, and an end line follows (``write``: a whole line outside
+    capturing; without a terminal, an xdist worker's, events are only recorded)."""
 
-    A timer thread writes "compiling ..." once a compile has lasted
-    :data:`PROGRESS_AFTER_SECONDS`; the end line follows when it finishes. ``write`` must
-    write a whole line to the terminal, on a line of its own (outside output capturing);
-    where there is no terminal (an xdist worker), events are only recorded, for the summary.
-    """
-
-    def __init__(
-        self,
-        write: Callable[[str], None] | None,
-        *,
-        worker: str = "",
-        after_seconds: float = PROGRESS_AFTER_SECONDS,
-    ) -> None:
+    def __init__(self, write: Callable[[str], None] | None, *, worker: str = "") -> None:
         self._write = write
         self._worker = worker
-        self._after = after_seconds
+        self._after = PROGRESS_AFTER_SECONDS
         self._lock = threading.Lock()
         self.events: list[CompileEvent] = []
 
@@ -77,8 +63,7 @@ class CompileProgress:
         timer.daemon = True
         started = time.perf_counter()
         timer.start()
-        failed = True
-        interrupted = False
+        failed, interrupted = True, False
         try:
             yield
             failed = False
@@ -101,15 +86,12 @@ class CompileProgress:
 
     def _emit(self, line: str) -> None:
         if self._write is not None:
-            try:
+            with contextlib.suppress(Exception):  # a progress line must never fail a compile
                 self._write(line)
-            except Exception:  # a progress line must never fail a compile
-                pass
 
 
 def write_own_line(reporter: Any, line: str) -> None:
-    """Write ``line`` on a line of its own: after a newline where pytest's progress (the
-    dots of ``-q``, or ``test_x.py ..``) left the cursor mid-line."""
+    """Write ``line`` on a line of its own (after a newline where pytest left one open)."""
     reporter.ensure_newline()  # pytest's own: only where it wrote a file's name last
     writer = getattr(reporter, "_tw", None)
     if writer is not None and int(getattr(writer, "width_of_current_line", 0)):

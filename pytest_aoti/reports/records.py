@@ -1,9 +1,5 @@
-"""What the reports are made of: one record per ``aoti.check`` and per ``aoti.compile``.
-
-The session collects these records (from this process and, under xdist, from the
-workers); every view a user reads (the terminal table, the JSON report, JUnit properties)
-is rendered from them by the other modules of :mod:`pytest_aoti.reports`.
-"""
+"""What the reports are made of: one record per ``aoti.check`` and per ``aoti.compile``,
+collected by the session (xdist: from the workers too); every view is rendered from them."""
 
 from __future__ import annotations
 
@@ -12,45 +8,35 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_aoti import features
-
 TOO_SHORT_TO_TIME_SECONDS = 1e-3
-"""A median call shorter than this is not timed: on a busy machine a call of a fraction of
-a millisecond waits on the scheduler (or a descheduled OpenMP thread) for longer than it
-runs, so the ratio of two such calls swings by orders of magnitude (0.38 ms against
-111 ms measured for a tiny BERT). Its ratio is shown as ``n/a`` (no extra calls are made
-to make it look measured)."""
+"""A median call shorter than this is not timed (its ratio shows ``n/a``): such a call
+waits on the scheduler longer than it runs, so ratios swing by orders of magnitude."""
 
 BUSY_LOAD = 1.0
 """Load average per CPU at or above which the machine was saturated while a check was
-timed: its ratio is shown as ``busy``, not as a figure (74 measured for a tiny conv whose
-engine is faster than eager on an idle machine)."""
+timed: its ratio shows ``busy``, not a figure."""
 
 
 @dataclass
 class CheckRecord:
     """What one ``aoti.check`` call did and measured."""
 
-    test: str
-    """The pytest node id."""
+    test: str  # the pytest node id
     device: str
     program: str
     """The program's content key."""
     cache_hit: bool
     compile_seconds: float
-    """Seconds this check spent compiling: 0 on a cache hit or a program compiled earlier
-    in the session."""
+    """Seconds this check spent compiling (0 on a cache hit or an earlier compile)."""
     original_compile_seconds: float
     """Seconds the compile that produced the package took, whenever that was."""
     outcome: str = "passed"
-    """``passed`` or ``failed``."""
     max_abs: float | None = None
     max_rel: float | None = None
     tolerance_used: float | None = None
     """The worst leaf's error as a fraction of what its tolerance allowed (1 = at the limit)."""
     fp64_rescued: bool = False
-    """A leaf was beyond its tolerance and passed by the fp64 rule (``tolerance_used`` above
-    1 is then no failure)."""
+    """A leaf beyond its tolerance passed by the fp64 rule."""
     shapes_tried: int = 0
     """Input sets checked: the example, samples, boundary and generated shapes."""
     calls: int = 1
@@ -59,40 +45,24 @@ class CheckRecord:
     eager_seconds: float | None = None
     """Median wall time of one eager call, after the first."""
     timing_load: float | None = None
-    """The machine's 1-minute load average per CPU when the calls were timed (None where
-    the platform does not say)."""
-    profile: str | None = None
-    """The Chrome trace written for this check (``--aoti-profile``)."""
+    """The 1-minute load average per CPU when the calls were timed (None: unknown)."""
+    profile: str | None = None  # the Chrome trace written for this check (--aoti-profile)
     finding: dict[str, Any] | None = None
     """For a failure: the finding (kind, stage, node, figures)."""
-    check_seconds: float = 0.0
-    """Wall time of the whole check, compile included."""
-    worker: str = ""
-    """The xdist worker that ran the check (``gw0``); empty without xdist."""
-    extra_bytes: int | None = None
-    """With ``max_extra_bytes``: the most device memory one engine call allocated."""
-    extra_bytes_unmeasured: bool = False
-    """``max_extra_bytes`` was asked for on a device whose memory is not measured (CPU)."""
+    check_seconds: float = 0.0  # wall time of the whole check, compile included
+    worker: str = ""  # the xdist worker that ran the check (gw0); empty without xdist
     source: str = ""
     """Where the program's package came from: ``compiled``, ``local`` or ``remote``."""
     check_index: int = 1
-    """Which ``aoti.check`` of its test this is: 2 for the second (shown as ``#2``)."""
+    """Which ``aoti.check`` of its test this is (shown as ``#2`` for the second)."""
     notes: list[str] = field(default_factory=list)
-    """What the check noted without failing: buffer state the program mutates, warnings
-    torch raised from its own frames while exporting and compiling, skipped input sets."""
-    precision: list[dict[str, Any]] = field(default_factory=list)
-    """Where eager rounds to its dtype and the engine does not (the float64 reference sides
-    with the engine): ``location``, ``context``, ``dtype``, ``elements``, ``max_abs``."""
+    """What the check noted without failing (mutated buffer state, torch's warnings...)."""
     buffers: list[dict[str, Any]] = field(default_factory=list)
-    """The registered buffers the program mutates, read back from the engine and compared
-    with eager's after every call: ``name``, ``verified``, ``calls_compared``, ``max_abs``,
-    ``max_rel``, and ``reason`` where not verified."""
-    other_fields: dict[str, Any] = field(
-        default_factory=lambda: copy.deepcopy(dict(features.record_fields()))
-    )
-    """Fields a check adds that this record does not declare: JSON fields of their own.
-    Every feature's fields (:func:`pytest_aoti.features.record_fields`) are here from the
-    start, with their values where the feature did not run: every record has their keys."""
+    """The mutated registered buffers as compared with eager's: ``name``, ``verified``,
+    ``calls_compared``, ``max_abs``, ``max_rel``, ``reason``."""
+    other_fields: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(_feature_fields()))
+    """Undeclared fields a check adds; every feature's ``record_fields`` are here from the
+    start, so every record has their keys."""
 
     def update(self, fields: Mapping[str, Any]) -> None:
         """Set the fields a check reported (its figures), declared here or not."""
@@ -104,9 +74,8 @@ class CheckRecord:
 
     @property
     def speed_ratio(self) -> float | None:
-        """Engine time over eager time per call: below 1, the engine is faster; None where
-        a side was not timed, one call is too short to time
-        (:data:`TOO_SHORT_TO_TIME_SECONDS`) or the machine was saturated (:attr:`busy`)."""
+        """Engine time over eager time per call (below 1: the engine is faster); None where
+        a side was not timed, a call is :attr:`too_short` or the machine :attr:`busy`."""
         if self.engine_seconds is None or self.eager_seconds is None:
             return None
         if self.too_short or self.busy:
@@ -137,8 +106,7 @@ class CheckRecord:
 
     @property
     def stage(self) -> str | None:
-        """Where a failure arose (``export``, ``decompose``, ``compile``), None where no
-        stage applies or the check passed."""
+        """Where a failure arose (``export``, ``decompose``, ``compile``), else None."""
         if self.finding is None:
             return None
         stage = self.finding.get("stage")
@@ -152,17 +120,15 @@ class CheckRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckRecord:
-        names = _DECLARED
-        record = cls(**{key: value for key, value in data.items() if key in names})
+        record = cls(**{key: value for key, value in data.items() if key in _DECLARED})
         record.other_fields.update(
-            (key, value) for key, value in data.items() if key not in names and key not in _DERIVED
+            (k, v) for k, v in data.items() if k not in _DECLARED and k not in _DERIVED
         )
         return record
 
 
 _DECLARED = frozenset(CheckRecord.__dataclass_fields__) - {"other_fields"}
-_DERIVED = frozenset({"engine_over_eager"})
-"""JSON fields computed from others, never read back."""
+_DERIVED = frozenset({"engine_over_eager"})  # computed from other fields, never read back
 
 
 @dataclass
@@ -174,11 +140,9 @@ class CompileRecord:
     program: str
     cache_hit: bool
     compile_seconds: float
-    """Seconds this call spent compiling (0 on a cache hit or a program compiled earlier)."""
     original_compile_seconds: float
     worker: str = ""
     source: str = ""
-    """Where the package came from: ``compiled``, ``local`` or ``remote``."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,3 +151,9 @@ class CompileRecord:
     def from_json(cls, data: Mapping[str, Any]) -> CompileRecord:
         names = set(cls.__dataclass_fields__)
         return cls(**{key: value for key, value in data.items() if key in names})
+
+
+def _feature_fields() -> dict[str, Any]:
+    from pytest_aoti.options.catalog import current
+
+    return current().record_fields()

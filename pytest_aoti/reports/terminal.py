@@ -1,6 +1,5 @@
-"""The terminal summary: inferred specs, the durations table, workers' compiles, the
-features' sections (deployment hazards), cache problems, notes and the one-line compile
-figures."""
+"""The terminal summary: inferred specs, durations, workers' compiles, the plugins' sections,
+cache problems, notes and the compile figures."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from pytest_aoti.reports.records import CheckRecord
 
 
 def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
-    """The slowest AOTI checks, like ``--durations``: ``limit`` rows, 0 for all. The
-    ``engine/eager`` column is there only where a row of the table has a figure: a column
-    of ``n/a`` and ``busy`` says nothing."""
+    """The slowest AOTI checks, like ``--durations`` (``limit`` rows, 0 for all)."""
     ordered = sorted(records, key=lambda record: record.check_seconds, reverse=True)
     if limit:
         ordered = ordered[:limit]
@@ -44,7 +41,7 @@ def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
                 f"{record.label} ({record.device})",
             )
         )
-    if not timed:
+    if not timed:  # a column of n/a and busy says nothing
         rows = [(*row[:4], *row[5:]) for row in rows]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     return [
@@ -74,9 +71,7 @@ _VARYING = re.compile(r"\b[0-9a-f]{8,}\b|(?:/[^\s:;,'\"]+)+|\d+(?:\.\d+)?")
 
 
 def problem_lines(problems: Sequence[str]) -> list[str]:
-    """Cache problems, one line per problem: reports that differ only in keys, paths and
-    numbers (a cache folder removed during the run fails every entry alike) are the first
-    of them with a count."""
+    """One line per cache problem; those differing only in keys, paths and numbers are counted."""
     groups: dict[str, list[str]] = {}
     for problem in problems:
         groups.setdefault(_VARYING.sub("#", problem), []).append(problem)
@@ -105,13 +100,12 @@ def write_summary(
     *,
     durations: int,
     report: Path | None,
-    remote: Sequence[str] = (),
+    closing: Sequence[str] = (),
     sections: Callable[[], object] = lambda: None,
 ) -> None:
-    """Everything pytest-aoti adds to pytest's terminal summary; ``remote``: the remote
-    store's lines (:func:`pytest_aoti.reports.fleet.remote_summary_lines`); ``sections``
-    writes the features' and other plugins' sections (``pytest_aoti_terminal_summary``),
-    after the figures of the checks and before the cache problems and notes."""
+    """Everything pytest-aoti adds to the terminal summary. ``sections`` writes the plugins'
+    sections (after the checks' figures, before cache problems and notes); ``closing``: the
+    plugins' lines after the compile figures."""
     if collector.inferred:
         reporter.write_sep("-", "aoti: inferred dynamic_shapes")
         for nodeid, text in sorted(collector.inferred):
@@ -128,13 +122,6 @@ def write_summary(
         reporter.write_sep("-", "aoti: compiles on xdist workers")
         for row in worker_lines(collector.worker_events):
             reporter.write_line(row)
-    unmeasured = [record for record in records if record.extra_bytes_unmeasured]
-    if unmeasured:
-        devices = ", ".join(sorted({record.device for record in unmeasured}))
-        reporter.write_line(
-            f"aoti: max_extra_bytes was not measured in {len(unmeasured)} check(s) on "
-            f"{devices}: device memory is measured on CUDA only"
-        )
     sections()
     if collector.cache_problems:
         reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
@@ -153,7 +140,7 @@ def write_summary(
     line = summary_line(totals)
     if line:
         reporter.write_line(line)
-    for line in remote:
+    for line in closing:
         reporter.write_line(line)
     if report is not None and (records or collector.compiles):
         reporter.write_line(f"aoti: report written to {report}")

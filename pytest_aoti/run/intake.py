@@ -1,11 +1,6 @@
-"""The module a call hands in, judged before anything is exported.
-
-A mistake here would otherwise surface far from its cause: a class instead of an instance as
-a hint for functions, a ScriptModule as an eager failure, a ``torch.compile``'d module as a
-check of the compiled module against itself, a BatchNorm left in training mode as a torch
-bug in the engine's buffers. Each is a usage error that names what to do, at the user's
-line, before any compile; a ``torch.compile``'d module is unwrapped, with a note.
-"""
+"""The module a call hands in, judged before anything is exported: each mistake is a usage
+error at the user's line; a ``torch.compile``'d module is unwrapped, with a note.
+No torch at import time: ``import pytest_aoti`` loads this module (through the tester)."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ if TYPE_CHECKING:
 
 def module_handed_in(module: Any) -> tuple[torch.nn.Module, tuple[str, ...]]:
     """``module`` as the check takes it, and what it notes: a class, a ScriptModule or
-    anything but a Module is a usage error; a ``torch.compile``'d module
-    (``OptimizedModule``) is its original module (``_orig_mod``), with a note."""
+    anything but a Module is a usage error; a ``torch.compile``'d one is its ``_orig_mod``."""
     __tracebackhide__ = True
     import torch
 
@@ -48,9 +42,8 @@ def module_handed_in(module: Any) -> tuple[torch.nn.Module, tuple[str, ...]]:
 
 
 def _compiled_original(module: torch.nn.Module) -> torch.nn.Module | None:
-    """The module ``torch.compile`` wrapped, for an ``OptimizedModule``; None otherwise.
-    Where dynamo was never imported, no module can be one."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    """The module ``torch.compile`` wrapped, for an ``OptimizedModule``; None otherwise."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # never imported: none is one
     optimized = getattr(eval_frame, "OptimizedModule", None)
     if optimized is None or not isinstance(module, optimized):
         return None
@@ -61,9 +54,8 @@ def _compiled_original(module: torch.nn.Module) -> torch.nn.Module | None:
 
 
 def check_inference_mode(module: torch.nn.Module) -> None:
-    """A module in training mode whose layers change their buffers on every call because
-    they train (BatchNorm, InstanceNorm with ``track_running_stats``): the check would
-    compare a training step, which is rarely what a test of a deployed model means."""
+    """Refuse a module whose BatchNorm-like layers train, updating their buffers on every
+    call: the check would compare a training step, rarely what a test means."""
     __tracebackhide__ = True
     from torch.nn.modules.batchnorm import _NormBase
 

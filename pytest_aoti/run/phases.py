@@ -1,18 +1,11 @@
-"""Running a plan: the checks of :data:`~pytest_aoti.run.catalog.CHECKS`, phase by phase,
-then within each phase the checks other plugins add (the ``pytest_aoti_checks`` hook).
-
-The runner calls :meth:`PlanRun.run` with ``"eager"`` before anything is exported,
-:meth:`PlanRun.exported` once the program is exported (before its compile), then
-:meth:`PlanRun.compiled` and :meth:`PlanRun.result` for the checks of the engine. Within a
-phase the checks run in order and the first that fails ends the check; what each passed
-check measured is gathered into the :class:`~pytest_aoti.CheckResult`. What the run finds
-(the random ops, the calls per input set, the figures so far) goes on the context; the plan
-is never changed.
-"""
+"""Running a plan: the checks of :data:`~pytest_aoti.run.catalog.CHECKS` phase by phase, each
+phase's added checks after them; what the run finds goes on the context, never the plan.
+No torch at import time: the catalog of checks (which imports torch) loads at the first run."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +19,10 @@ from pytest_aoti.checks.base import (
     RecordPart,
     Triage,
 )
+from pytest_aoti.compiling.random_ops import random_ops
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.reports.junit import PLAIN_VALUES
+from pytest_aoti.run.added import PluginChecks
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -39,38 +34,43 @@ if TYPE_CHECKING:
 class PlanRun:
     """The checks of one plan and what they measured."""
 
-    def __init__(self, plan: CheckPlan, context: CheckContext, added: Sequence[Check] = ()) -> None:
+    def __init__(
+        self, plan: CheckPlan, context: CheckContext, checks: PluginChecks | None = None
+    ) -> None:
         self.plan = plan
         self.context = context
-        self.added = tuple(added)
-        """Checks other plugins added: each runs after the built-in checks of its phase."""
+        self.checks = checks or PluginChecks()
+        self._added = {id(check) for check in self.checks.added}  # named in their findings
         self._stats: list[tuple[str, LeafStats]] = []
         self._input_sets = 0
         self._figures: dict[str, Any] = {}
-        self._reported_by: dict[str, str] = {}
-        """Which check reported each figure, to name both where two report one name."""
+        self._reported_by: dict[str, str] = {}  # figure -> check, to name both on a clash
         self._ran: list[str] = []
         self._record = RecordPart()
         context.figures = self._figures
+        context.stats = self._stats
+        from pytest_aoti.run import catalog  # imports torch
+
+        self._owners = {  # figure -> the built-in check that declares it
+            name: check.name
+            for check in [*catalog.CHECKS, *self.checks.first, *self.checks.last]
+            for name in getattr(check, "figures", ())
+        }
 
     def run(self, phase: Phase) -> None:
-        """Every check of ``phase`` that applies to the plan: the built-in ones in the
-        catalog's order, then the added ones in the order the hook returned them."""
+        """Every check of ``phase`` that applies: the catalog's, then the hook's (the default
+        plugins', the others', a ``trylast`` default plugin's)."""
         __tracebackhide__ = True
-        from pytest_aoti.run import catalog  # read at run time: a test may extend it
+        from pytest_aoti.run import catalog  # imports torch; read at run time: a test may extend it
 
-        built_in = [(check, False) for check in catalog.CHECKS]
-        for check, added in [*built_in, *((check, True) for check in self.added)]:
+        for check in [*catalog.CHECKS, *self.checks.in_order()]:
             if check.phase == phase and check.applies(self.plan, self.context):
-                self._gather(check, phase, self._run(check, added=added), added=added)
+                added = id(check) in self._added
+                self._gather(check, phase, self._run(check, added), added)
 
     def run_on_full_copy(self, phase: Phase) -> None:
-        """:meth:`run` on a plan whose module is a full copy of the plan's (weights and
-        all): for the ``"eager"`` checks of a module whose export failed, which may write
-        its weights in ways no program shows. Where the module cannot be copied, nothing."""
+        """:meth:`run` on a full copy of the module, if it can be copied (export failed)."""
         __tracebackhide__ = True
-        import copy
-
         try:
             module = copy.deepcopy(self.plan.module)
         except Exception:  # an uncopyable module: the export's error stands alone
@@ -82,9 +82,8 @@ class PlanRun:
         finally:
             self.plan = plan
 
-    def _run(self, check: Check, *, added: bool) -> Outcome:
-        """A check's run; an added check's failure names it in the finding (the record's
-        ``finding.check``), its message staying the failure's first line."""
+    def _run(self, check: Check, added: bool) -> Outcome:
+        """A check's run; an added check's failure names it in ``finding.check``."""
         __tracebackhide__ = True
         try:
             return check.run(self.plan, self.context)
@@ -93,14 +92,14 @@ class PlanRun:
                 raise
             raise error.amended(replace(error.finding, check=check.name)) from None
 
-    def _gather(self, check: Check, phase: Phase, outcome: Outcome, *, added: bool) -> None:
+    def _gather(self, check: Check, phase: Phase, outcome: Outcome, added: bool) -> None:
         if phase == "engine":  # the result lists the checks of the compiled program
             self._ran.append(check.name)
         self._stats += outcome.stats
         self._input_sets += outcome.input_sets
         for name in outcome.figures:
             if added:  # a built-in check's figures are its own by declaration
-                earlier = self._reported_by.get(name) or built_in_figure_owner(name)
+                earlier = self._reported_by.get(name) or self._owners.get(name)
                 if earlier is not None and earlier != check.name:
                     raise AotiUsageError(
                         f"check {check.name!r} reports figure {name!r}, which check "
@@ -113,8 +112,7 @@ class PlanRun:
             self._record += self._added_figures(check.name, outcome.figures)
 
     def _added_figures(self, check: str, figures: Mapping[str, Any]) -> RecordPart:
-        """An added check's figures in the record: ``check_figures[<check>]`` in JSON (never
-        a field of the record's own) and ``aoti_<check>_<figure>`` in JUnit."""
+        """Undeclared figures: JSON ``check_figures[<check>]``, JUnit ``aoti_<check>_<figure>``."""
         by_check = {**self._record.fields.get("check_figures", {}), check: dict(figures)}
         properties = tuple(
             (f"aoti_{check}_{name}", value)
@@ -124,32 +122,24 @@ class PlanRun:
         return RecordPart({"check_figures": by_check}, properties=properties)
 
     def exported(self, exported: ExportedProgram) -> None:
-        """The program is exported: read its random ops (once: the same on a cache hit)
-        onto the context, then run the checks of the ``"exported"`` phase."""
+        """Read the exported program's random ops, then run the ``"exported"`` checks."""
         __tracebackhide__ = True
-        from pytest_aoti.compiling.random_ops import random_ops
-
         self.context.exported = exported
         self.context.random_ops = tuple(random_ops(exported))
         self.run("exported")
 
     def compiled(self, program: AotiProgram, triage: Triage | None) -> None:
-        """The program is compiled: the engine phase checks it, with ``triage`` to explain
-        a failure, for the plan's calls per input set (default: see below)."""
+        """The program is compiled: set up the engine phase, with ``triage`` for failures."""
         self.context.compiled = program
         self.context.triage = triage
-        # a program with buffer state is wrong only from its second call on when the
-        # engine drops that state (as torch_bugs.BUFFER_STATE_NOT_CARRIED): two calls by default
+        # lost buffer state shows from the second call on (torch_bugs.BUFFER_STATE_NOT_CARRIED)
         calls = self.plan.calls
         self.context.calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
 
-    def result(self) -> CheckResult:
-        """Run the checks of the ``"engine"`` phase; what every check measured."""
+    def run_engine_checks(self) -> CheckResult:
+        """Run the ``"engine"`` checks; what every check measured."""
         __tracebackhide__ = True
-        from pytest_aoti.checks.precision import precision_part
-
         self.run("engine")
-        self._record += precision_part(self._stats, self.plan.options.precision)
         return CheckResult(
             program=self.context.program,
             stats=tuple(self._stats),
@@ -159,13 +149,3 @@ class PlanRun:
             checks=tuple(self._ran),
             record=self._record,
         )
-
-
-def built_in_figure_owner(name: str) -> str | None:
-    """The built-in check that reports figure ``name`` (each declares its ``figures``)."""
-    from pytest_aoti.run import catalog
-
-    for check in catalog.CHECKS:
-        if name in getattr(check, "figures", ()):
-            return check.name
-    return None

@@ -1,24 +1,18 @@
-"""Resolving an ``aoti.check`` or ``aoti.compile`` call before anything is exported.
-
-:func:`resolve_call` checks everything the call says: the module and its inputs (no
-tensor on the ``meta`` device), ``samples``, ``mutates=`` (a mapping of input name to
-value), ``mutated_buffers=`` (a set, list or tuple of names), ``calls=``,
-``dynamic_shapes``, every option keyword (through :mod:`pytest_aoti.options.resolve`) and
-the merged inductor configs; a mistake is an ``AotiUsageError`` at the user's line that
-costs no compile. It then moves the module and the input sets to the device, once, and
-returns the call's one :class:`~pytest_aoti.checks.base.CheckPlan`, which compiling and
-every check read.
-"""
+"""Resolving an ``aoti.check`` or ``aoti.compile`` call before anything is exported: every
+mistake is an ``AotiUsageError`` that costs no compile; the result is the one frozen plan.
+No torch at import time: ``import pytest_aoti`` loads this module (through the tester)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckPlan
+from pytest_aoti.compiling.configs import check_inductor_configs
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options.resolve import call_options
+from pytest_aoti.options.resolve import call_defaults
 from pytest_aoti.run.intake import check_inference_mode, module_handed_in
 
 if TYPE_CHECKING:
@@ -28,8 +22,7 @@ if TYPE_CHECKING:
 
 
 CALL_ARGUMENTS = ("mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes")
-"""The keywords of ``aoti.check`` that say what the call checks, besides module, args and
-kwargs; its other keywords are options (rows with ``keyword=True``)."""
+"""The keywords of ``aoti.check`` besides module, args, kwargs and the options."""
 
 
 def resolve_call(
@@ -46,10 +39,8 @@ def resolve_call(
     calls: Any = None,
     options: Mapping[str, Any] | None = None,
 ) -> CheckPlan:
-    """Check what a call says and move it to ``device`` (see the module's docstring)."""
+    """Check everything a call says, then move its module and input sets to ``device``."""
     __tracebackhide__ = True
-    from pytest_aoti.compiling.configs import check_inductor_configs
-
     module, notes = module_handed_in(module)
     check_module_and_inputs(module, args, kwargs)
     kwargs = dict(kwargs or {})
@@ -61,17 +52,19 @@ def resolve_call(
         raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
     if isinstance(dynamic_shapes, str):
         check_dynamic_shapes_mode(dynamic_shapes, checked)
-    resolved = call_options(defaults, options or {})
-    check_inductor_configs(resolved.inductor_configs)
+    resolved = call_defaults(defaults, options or {})
+    check_inductor_configs(dict(resolved.inductor_configs))
     if not resolved.options.training:
         check_inference_mode(module)
     return CheckPlan(
         module=module_on_device(module, device),
-        input_sets=[inputs_on_device(set_args, kwargs, device) for set_args in (args, *checked)],
+        input_sets=tuple(
+            inputs_on_device(set_args, kwargs, device) for set_args in (args, *checked)
+        ),
         options=resolved.options,
-        tolerance=resolved.tolerance,
-        inductor_configs=resolved.inductor_configs,
-        export_kwargs=resolved.export_kwargs,
+        tolerance=resolved.tolerance(),
+        inductor_configs=MappingProxyType(dict(resolved.inductor_configs)),
+        export_kwargs=MappingProxyType(resolved.export_kwargs()),
         dynamic_shapes=dynamic_shapes,
         mutates=mutates,
         mutated_buffers=mutated_buffers,
@@ -130,7 +123,6 @@ def _same_device(actual: torch.device, wanted: torch.device) -> bool:
 
 def check_module_and_inputs(module: Any, args: Any, kwargs: Any) -> None:
     __tracebackhide__ = True
-
     if not isinstance(args, tuple):
         raise AotiUsageError(
             f"args must be a tuple of positional inputs, got {type(args).__name__}; "
@@ -174,8 +166,7 @@ def check_not_meta(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
 
 
 def _unsupported_kind(tensor: torch.Tensor) -> str:
-    """``sparse``, ``nested``, ``quantized`` or a subclass's name; empty for a plain dense
-    tensor (an ``nn.Parameter`` passed as an input is one)."""
+    """``sparse``, ``nested``, ``quantized`` or a subclass's name; empty for a dense tensor."""
     import torch
 
     if tensor.is_nested:

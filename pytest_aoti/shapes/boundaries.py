@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pytest_aoti.shapes.read import InputSpec, ProgramShapes, SymbolRange, parse_size
+from pytest_aoti.shapes.read import ProgramShapes, SymbolRange, parse_size
 
 
 def cap_range(r: SymbolRange, max_dim: int) -> tuple[int, int]:
@@ -14,15 +14,9 @@ def cap_range(r: SymbolRange, max_dim: int) -> tuple[int, int]:
 
 
 def boundary_assignments(shapes: ProgramShapes, max_dim: int) -> list[dict[str, int]]:
-    """Symbol assignments at the edges of the exported ranges.
-
-    A declared maximum is used as it is, however far above ``max_dim`` (the sizes where
-    engines go wrong include the largest); only an unbounded one is capped at ``max_dim``.
-    All symbols at their minimum, all at their maximum, then each symbol at its minimum
-    with the others at their maximum and at its maximum with the others at their
-    minimum; duplicates and assignments that put some input dim outside its range are
-    dropped.
-    """
+    """Symbol assignments at the edges of the exported ranges: all at their minimum, all at their
+    maximum, then each at one end with the others at the other. A declared maximum is used however
+    large, an unbounded one capped at ``max_dim``; duplicates and ones out of an input's range go."""
     ranges = {
         name: (r.min, r.max) if r.max is not None else cap_range(r, max_dim)
         for name, r in shapes.symbols.items()
@@ -43,7 +37,7 @@ def boundary_assignments(shapes: ProgramShapes, max_dim: int) -> list[dict[str, 
 def assignment_fits(shapes: ProgramShapes, values: Mapping[str, int]) -> bool:
     """Whether every input dim, evaluated at ``values``, lies within its allowed range."""
     for spec in shapes.inputs:
-        for axis, size in enumerate(_evaluate(spec, values)):
+        for axis, size in enumerate(_evaluated(spec.shape, values)):
             low, high = shapes.dim_range(spec.name, axis)
             if size < low or (high is not None and size > high):
                 return False
@@ -54,14 +48,13 @@ def shapes_from_assignment(
     shapes: ProgramShapes, values: Mapping[str, int]
 ) -> dict[str, tuple[int, ...]]:
     """Concrete shape of every tensor input for one symbol assignment."""
-    return {spec.name: _evaluate(spec, values) for spec in shapes.inputs}
+    return {spec.name: _evaluated(spec.shape, values) for spec in shapes.inputs}
 
 
 def strides_from_assignment(
     shapes: ProgramShapes, values: Mapping[str, int]
 ) -> dict[str, tuple[int, ...] | None]:
-    """The exported strides of every tensor input for one symbol assignment (None where
-    they are not known or hold a symbol the assignment lacks)."""
+    """Each tensor input's exported strides under one assignment (None where unknown)."""
     found: dict[str, tuple[int, ...] | None] = {}
     for spec in shapes.inputs:
         try:
@@ -69,10 +62,6 @@ def strides_from_assignment(
         except (KeyError, TypeError, ValueError):  # an unbacked or unknown symbol
             found[spec.name] = None
     return found
-
-
-def _evaluate(spec: InputSpec, values: Mapping[str, int]) -> tuple[int, ...]:
-    return _evaluated(spec.shape, values)
 
 
 def _evaluated(sizes: tuple[int | str, ...], values: Mapping[str, int]) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""Python source for a ``dynamic_shapes`` spec, to paste into a test."""
+"""Python source for a ``dynamic_shapes`` spec, to paste into a test (imports torch lazily)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from typing import Any
 
 
 def format_dynamic_shapes(spec: Any) -> str:
-    """Python source for ``spec``: one ``name = Dim(...)`` line per named dim, then
-    ``dynamic_shapes = ...``. It runs wherever ``Dim`` (``torch.export.Dim``) is in scope.
-    """
+    """Python source for ``spec``: ``name = Dim(...)`` lines, then ``dynamic_shapes = ...``."""
     roots: dict[str, Any] = {}
     for dim in _walk_dims(spec):
         root = getattr(dim, "root", dim)
@@ -60,9 +58,7 @@ def _format_spec(spec: Any, top: bool = False) -> str:
         return _join(items, "{", "}", top)
     if isinstance(spec, tuple):
         items = [_format_spec(value) for value in spec]
-        if len(items) == 1 and not top:
-            return f"({items[0]},)"
-        return _join(items, "(", ")", top)
+        return f"({items[0]},)" if len(items) == 1 and not top else _join(items, "(", ")", top)
     if isinstance(spec, list):
         return _join([_format_spec(value) for value in spec], "[", "]", top)
     return repr(spec)  # None or a static int

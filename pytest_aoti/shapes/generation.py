@@ -1,16 +1,6 @@
-"""Hypothesis strategies for inputs an exported program accepts.
-
-Use them in your own ``@given`` tests::
-
-    @given(inputs_for(program, like=(x, y)))
-    def test_matches_eager(inputs):
-        args, kwargs = inputs
-        ...
-
-Shapes are drawn one integer per shape symbol, so Hypothesis shrinks a failure toward
-the smallest shape the program allows. Tensor values come from a drawn seed rather than
-element by element: tensors may be large, and a seed shrinks as well as anything.
-"""
+"""Hypothesis strategies for inputs an exported program accepts (public in
+:mod:`pytest_aoti.strategies`): one integer per shape symbol, so a failure shrinks toward the
+smallest shape, and tensor values from a drawn seed (shrinks too; cheap for large tensors)."""
 
 from __future__ import annotations
 
@@ -19,7 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils._pytree as pytree
 from hypothesis import strategies as st
+from torch.export import ExportedProgram
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
@@ -30,19 +22,16 @@ from pytest_aoti.shapes.boundaries import (
     strides_from_assignment,
 )
 from pytest_aoti.shapes.read import ProgramShapes, read_program_shapes
+from pytest_aoti.trees import distinct_shape, empty_with_layout, has_own_elements, laid_out_like
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
-    from torch.export import ExportedProgram
 
 
 def shapes_for(program: Any, *, max_dim: int = 64) -> SearchStrategy[dict[str, tuple[int, ...]]]:
-    """Shapes of the tensor inputs ``program`` accepts: input name -> shape.
-
-    ``program`` is an ``ExportedProgram`` or has one as ``.exported``. Each shape symbol
-    is drawn within its exported range, with unbounded or larger maxima capped at
-    ``max_dim``; shrinking goes toward every symbol's minimum.
-    """
+    """Shapes of the tensor inputs ``program`` (an ``ExportedProgram`` or one with ``.exported``)
+    accepts: input name -> shape. Each symbol is drawn within its exported range, maxima capped
+    at ``max_dim``; shrinking goes toward the minima."""
     shapes = read_program_shapes(_exported(program))
     return assignments(shapes, max_dim).map(lambda values: shapes_from_assignment(shapes, values))
 
@@ -54,29 +43,19 @@ def inputs_for(
     like_kwargs: dict[str, Any] | None = None,
     max_dim: int = 64,
 ) -> SearchStrategy[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """``(args, kwargs)`` shaped like the example ``like``/``like_kwargs``, with new sizes.
-
-    Every tensor leaf is replaced by one of a drawn shape (see ``shapes_for``) with the
-    example's dtype and device, and values like the example's: floats uniform in the
-    example's [min, max] (or [-1, 1] when that is empty or not finite), integers in its
-    [min, max], bools at random. Non-tensor leaves are kept as they are.
-    """
+    """``(args, kwargs)`` like the example ``like``/``like_kwargs``, with drawn shapes (see
+    ``shapes_for``). Tensors keep the example's dtype and device; values are uniform in its [min,
+    max] (floats: [-1, 1] where that is empty or not finite), bools random; other leaves kept."""
     builder = InputBuilder(program, like=like, like_kwargs=like_kwargs)
     return st.builds(builder.build, assignments(builder.shapes, max_dim), st.integers(0, 2**32 - 1))
 
 
 class InputBuilder:
-    """Builds ``(args, kwargs)`` like an example, for a chosen size of every shape symbol.
-
-    The building block of :func:`inputs_for`, for callers that draw the sizes and the
-    value seed themselves (and report them when a check fails).
-    """
+    """``(args, kwargs)`` like an example for given sizes and seed: undrawn :func:`inputs_for`."""
 
     def __init__(
         self, program: Any, *, like: tuple[Any, ...], like_kwargs: dict[str, Any] | None = None
     ) -> None:
-        import torch.utils._pytree as pytree
-
         exported = _exported(program)
         self.shapes: ProgramShapes = read_program_shapes(exported)
         leaves, self._treespec = pytree.tree_flatten((tuple(like), dict(like_kwargs or {})))
@@ -91,8 +70,6 @@ class InputBuilder:
 
     def build(self, values: dict[str, int], seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Inputs whose shape symbols take ``values``, tensor values drawn from ``seed``."""
-        import torch.utils._pytree as pytree
-
         sizes = shapes_from_assignment(self.shapes, values)
         strides = strides_from_assignment(self.shapes, values)
         generator = torch.Generator().manual_seed(seed)
@@ -109,8 +86,6 @@ class InputBuilder:
 
 
 def _exported(program: Any) -> ExportedProgram:
-    from torch.export import ExportedProgram
-
     exported = getattr(program, "exported", program)
     if not isinstance(exported, ExportedProgram):
         raise AotiUsageError(
@@ -125,19 +100,12 @@ def assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str,
         name: st.integers(*cap_range(symbol_range, max_dim))
         for name, symbol_range in shapes.symbols.items()
     }
-    # Drawing each symbol in its range already keeps plain and linear dims in range;
-    # the filter only rejects anything for dims with unusual expressions.
+    # symbols drawn in range keep plain and linear dims in range; this catches the rest
     return st.fixed_dictionaries(symbols).filter(lambda values: assignment_fits(shapes, values))
 
 
 def _leaf_names(program: ExportedProgram, leaves: list[Any], treespec: Any) -> list[str]:
-    """The program's user-input name of each of the caller's leaves.
-
-    The program may order keyword arguments differently from the caller, so the leaves
-    are numbered and the numbers named through the program's own input order.
-    """
-    import torch.utils._pytree as pytree
-
+    """The program's user-input name of each caller leaf (keywords may be reordered)."""
     args, kwargs = pytree.tree_unflatten(list(range(len(leaves))), treespec)
     try:
         index_by_name = named_user_inputs(program, args, kwargs)
@@ -156,9 +124,7 @@ class _TensorMaker:
     low: float
     high: float  # ints for integer dtypes, exact even beyond 2**53
     dim_order: tuple[int, ...]
-    """Dims from outermost to innermost in memory: the example's layout, which the
-    engine was compiled for (``channels_last`` is ``(0, 2, 3, 1)``)."""
-
+    """Dims from outermost to innermost in memory (``channels_last``: ``(0, 2, 3, 1)``)."""
     offset: int = 0
     """The example's storage offset (kept: the engine may rely on its alignment)."""
 
@@ -167,8 +133,7 @@ class _TensorMaker:
         low, high = value_range(example)
         strides = example.stride()
         order = tuple(sorted(range(example.dim()), key=lambda dim: (-strides[dim], dim)))
-        offset = int(example.storage_offset())
-        return cls(example.dtype, example.device, low, high, order, offset)
+        return cls(example.dtype, example.device, low, high, order, int(example.storage_offset()))
 
     def make(
         self,
@@ -176,11 +141,8 @@ class _TensorMaker:
         generator: torch.Generator,
         strides: tuple[int, ...] | None = None,
     ) -> torch.Tensor:
-        """A tensor of ``shape`` laid out as the program was exported: with ``strides``
-        (the exported strides at this shape) where they are known and give each element
-        but expanded ones memory of its own, else with its dims in the example's order."""
-        from pytest_aoti.trees import distinct_shape, empty_with_layout, has_own_elements
-
+        """A tensor of ``shape`` laid out as exported: with ``strides`` where known (expanded
+        dims given memory of their own), else with the example's dim order."""
         if strides is not None and len(strides) == len(shape):
             laid_out = empty_with_layout(shape, strides, self.offset, self.dtype, self.device)
             if has_own_elements(laid_out):
@@ -198,24 +160,22 @@ class _TensorMaker:
         if self.dtype == torch.bool:
             values = torch.randint(0, 2, shape, generator=generator).bool()
         elif self.dtype.is_floating_point or self.dtype.is_complex:
-            wide = self.dtype in (torch.float64, torch.complex128)
-            work = torch.float64 if wide else torch.float32
+            work = (
+                torch.float64 if self.dtype in (torch.float64, torch.complex128) else torch.float32
+            )
             values = _uniform(shape, self.low, self.high, work, generator)
             if self.dtype.is_complex:
-                imaginary = _uniform(shape, self.low, self.high, work, generator)
-                values = torch.complex(values, imaginary)
+                values = torch.complex(
+                    values, _uniform(shape, self.low, self.high, work, generator)
+                )
         else:
             values = _integers(shape, int(self.low), int(self.high), generator)
         return values.to(dtype=self.dtype, device=self.device)
 
 
 def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
-    """A new tensor with the example's shape, dtype, device, sizes, strides, storage offset
-    and value range, and values of its own (drawn from ``seed``): for inputs that must not
-    share storage or values with any other (where the example's elements overlap in memory,
-    a copy of its values)."""
-    from pytest_aoti.trees import distinct_shape, laid_out_like
-
+    """A tensor with the example's shape, dtype, device, layout and value range but values of its
+    own from ``seed`` (a copy of its values where the example's elements overlap)."""
     generator = torch.Generator().manual_seed(seed)
     values = _TensorMaker.like(example).make(distinct_shape(example), generator)
     laid_out = laid_out_like(values, example)

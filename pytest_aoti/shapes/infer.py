@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
 
 from pytest_aoti.errors import AotiUsageError
 
 Sample = tuple[tuple[Any, ...], dict[str, Any]]
 
-# The smallest size an inferred Dim allows. Export traces with the sample's sizes as
-# hints and assumes a dynamic size is neither 0 nor 1 (broadcasting, ``if n == 1``
-# branches): a program exported with ``min=1`` accepts size 1 without having traced the
-# size-1 path, so it may compute the wrong thing. 2 is also what ``Dim.AUTO`` gets.
+# Export assumes a dynamic size is neither 0 nor 1: with ``min=1`` a program would accept
+# size 1 without having traced its path (broadcasting, ``if n == 1``). As ``Dim.AUTO``.
 MIN_DYNAMIC_SIZE = 2
 
 
@@ -38,26 +38,14 @@ class _Cluster:
 
 
 def infer_dynamic_shapes(
-    module: torch.nn.Module,
-    samples: Sequence[Sample],
-    *,
-    max_size: int | None = None,
+    module: torch.nn.Module, samples: Sequence[Sample], *, max_size: int | None = None
 ) -> Any:
-    """Infer a ``torch.export`` ``dynamic_shapes`` spec from two or more input samples.
-
-    ``samples`` holds ``(args, kwargs)`` pairs of the same structure and different sizes.
-    An axis whose size changes across samples is dynamic; axes with identical sizes in
-    every sample share one ``Dim``; an axis that is ``k`` times, or ``c`` more than,
-    another dynamic axis in every sample becomes the derived dim ``k * d`` or ``d + c``.
-    Axes that never change are ``Dim.STATIC``, non-tensor leaves ``None``.
-
-    Dims get ``min=2`` (see ``MIN_DYNAMIC_SIZE``) and no maximum unless ``max_size`` is
-    given. An axis that is 0 or 1 in some sample cannot be exported as a named Dim from
-    that sample (export specializes it), so it and the axes tied to it get ``Dim.AUTO``.
-
-    The spec is a tuple matching ``args`` when no sample has keyword arguments, else a
-    dict keyed by the parameter names of ``module.forward``.
-    """
+    """Infer a ``torch.export`` ``dynamic_shapes`` spec from two or more ``(args, kwargs)`` samples.
+    An axis whose size changes is dynamic; axes equal in every sample share one ``Dim``; an axis
+    ``k`` times or ``c`` more than another becomes ``k * d`` or ``d + c``; unchanged axes are
+    ``Dim.STATIC``, non-tensor leaves ``None``. Dims get ``min=2`` and no maximum unless
+    ``max_size``; an axis 0 or 1 in some sample (and those tied to it) gets ``Dim.AUTO``. The spec
+    is a tuple like ``args``, or a dict by ``forward``'s parameter names where a sample has kwargs."""
     if len(samples) < 2:
         raise AotiUsageError(
             f"infer_dynamic_shapes needs at least 2 samples of different sizes, got {len(samples)}"
@@ -70,24 +58,13 @@ def infer_dynamic_shapes(
     names = _leaf_names(bound[0])
     leaves, treespec = _flatten_samples(trees)
     _check_leaves(names, leaves)
-
-    sizes = _axis_sizes(leaves)
-    clusters = _cluster_axes(sizes)
-    dims = _make_dims(clusters, names, max_size)
-
-    import torch.utils._pytree as pytree
-
-    leaf_specs: list[Any] = []
-    for leaf_index, leaf in enumerate(leaves[0]):
-        if not isinstance(leaf, torch.Tensor):
-            leaf_specs.append(None)
-            continue
-        leaf_specs.append(
-            {
-                axis: dims.get(_Axis(leaf_index, axis), torch.export.Dim.STATIC)
-                for axis in range(leaf.dim())
-            }
-        )
+    dims = _make_dims(_cluster_axes(_axis_sizes(leaves)), names, max_size)
+    leaf_specs = [
+        {axis: dims.get(_Axis(index, axis), torch.export.Dim.STATIC) for axis in range(leaf.dim())}
+        if isinstance(leaf, torch.Tensor)
+        else None
+        for index, leaf in enumerate(leaves[0])
+    ]
     return pytree.tree_unflatten(leaf_specs, treespec)
 
 
@@ -103,7 +80,6 @@ def _split_sample(sample: Any, index: int) -> Sample:
 
 
 def _bind_sample(signature: inspect.Signature, sample: Sample, index: int) -> dict[str, Any]:
-    """The sample keyed by parameter name, in signature order."""
     args, kwargs = sample
     try:
         bound = signature.bind(*args, **kwargs)
@@ -114,16 +90,11 @@ def _bind_sample(signature: inspect.Signature, sample: Sample, index: int) -> di
 
 def _leaf_names(arguments: dict[str, Any]) -> list[str]:
     """Leaf names as torch.export gives user inputs: ``x``, ``xs_0``, ``d_key``."""
-    import torch.utils._pytree as pytree
-
     paths_and_leaves, _ = pytree.tree_flatten_with_path(arguments)
     return _unique([_path_name(path) for path, _ in paths_and_leaves])
 
 
 def _flatten_samples(trees: list[Any]) -> tuple[list[list[Any]], Any]:
-    """Each sample's leaves and the common tree structure."""
-    import torch.utils._pytree as pytree
-
     first, treespec = pytree.tree_flatten(trees[0])
     leaves = [first]
     for index, tree in enumerate(trees[1:], start=1):
@@ -165,7 +136,6 @@ def _unique(names: list[str]) -> list[str]:
 
 
 def _check_leaves(names: list[str], leaves: list[list[Any]]) -> None:
-    """Every sample must hold tensors at the same places, of the same rank and dtype."""
     first = leaves[0]
     for index, sample in enumerate(leaves[1:], start=1):
         for name, reference, leaf in zip(names, first, sample):
@@ -202,8 +172,7 @@ def _axis_sizes(leaves: list[list[Any]]) -> dict[_Axis, tuple[int, ...]]:
 
 
 def _cluster_axes(sizes: Mapping[_Axis, tuple[int, ...]]) -> list[_Cluster]:
-    """Group dynamic axes under roots, smallest sizes first, so that relations read
-    ``k * d`` and ``d + c`` with positive ``k`` and ``c`` as Dim requires."""
+    """Group dynamic axes under roots, smallest first, so ``k`` and ``c`` are positive."""
     vectors = list(dict.fromkeys(sizes.values()))  # first-appearance order
     order = sorted(range(len(vectors)), key=lambda i: (min(vectors[i]), i))
     clusters: list[_Cluster] = []
@@ -240,14 +209,11 @@ def _relation(root: tuple[int, ...], vector: tuple[int, ...]) -> tuple[int, int]
 def _make_dims(
     clusters: list[_Cluster], names: list[str], max_size: int | None
 ) -> dict[_Axis, Any]:
-    from torch.export import Dim
-
     dims: dict[_Axis, Any] = {}
     used: set[str] = set()
     for cluster in clusters:
         if min(cluster.root) < MIN_DYNAMIC_SIZE:
-            # Exporting from the sample where this axis is 0 or 1 specializes it, which a
-            # named Dim turns into an error; AUTO lets export decide.
+            # a 0 or 1 size specializes: an error for a named Dim, AUTO lets export decide
             for axis, _, _ in cluster.members:
                 dims[axis] = Dim.AUTO
             continue
@@ -265,10 +231,7 @@ def _make_dims(
 def _dim_name(cluster: _Cluster, names: list[str], used: set[str]) -> str:
     roots = [axis for axis, scale, offset in cluster.members if scale == 1 and offset == 0]
     first_axes = {axis.leaf for axis in roots if axis.axis == 0}
-    if len(first_axes) > 1:
-        base = "batch"
-    else:
-        base = f"{names[roots[0].leaf]}_dim{roots[0].axis}"
+    base = "batch" if len(first_axes) > 1 else f"{names[roots[0].leaf]}_dim{roots[0].axis}"
     if keyword.iskeyword(base) or base == "Dim":
         base = f"{base}_"
     name = base

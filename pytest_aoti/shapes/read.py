@@ -1,12 +1,6 @@
-"""The shapes an exported program accepts, read from its placeholders and
-``range_constraints``, as plain data.
-
-An AOTInductor engine does not check its inputs against the ranges it was exported for:
-one exported with ``max=512`` runs a sequence of 600, one with ``min=2`` runs a sequence
-of 1, and both return whatever the kernels compute. What the exported program itself
-records is therefore read here, for :mod:`pytest_aoti.shapes.validate` to check inputs
-against before an engine runs.
-"""
+"""The shapes an exported program accepts, read from its placeholders and ``range_constraints``
+as plain data. An engine does not check its inputs against its ranges, so
+:mod:`~pytest_aoti.shapes.validate` checks them with this."""
 
 from __future__ import annotations
 
@@ -15,12 +9,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
+from torch.export.graph_signature import ConstantArgument, InputKind
+from torch.utils._sympy import functions
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from pytest_aoti.mutation_maps import read_signature_names
 
 if TYPE_CHECKING:
-    import sympy
     from torch.export import ExportedProgram
 
 
@@ -42,9 +40,8 @@ class InputSpec:
     dtype: torch.dtype
     device: torch.device
     layout: str = "any"
-    """Memory layout the engine was compiled for: ``contiguous``, ``channels_last`` or
-    ``any`` (another layout, not checked). An AOTI engine reads its inputs with the
-    exported strides, so a tensor in another layout gives silently wrong results."""
+    """The exported memory layout (``contiguous``, ``channels_last`` or ``any``): the engine
+    reads inputs with the exported strides, so another layout gives wrong results."""
     strides: tuple[int | str, ...] = ()
     """The exported strides, each an int or an expression's text over the shape symbols
     (a sliced example's ``(16, 2)``, a contiguous one's ``(s77, 1)``); empty where unknown."""
@@ -59,15 +56,11 @@ class ProgramShapes:
     symbols: dict[str, SymbolRange]
     """Free symbols of the input shapes, in order of first appearance, and their ranges."""
     constants: dict[str, Any] = field(default_factory=dict)
-    """Non-tensor user inputs and the value they were exported with: the engine ignores
-    what a caller passes for them and uses that value."""
+    """Non-tensor user inputs and their exported value (the engine ignores what a caller passes)."""
     names: dict[str, str] = field(default_factory=dict)
-    """Display name of each symbol the user named: ``{"s77": "batch"}`` for a symbol that
-    comes from ``Dim("batch")`` (see :func:`name_symbols`). Symbols of ``Dim.AUTO`` and
-    other unnamed dims keep torch's name. Only messages use these names."""
+    """Display names of the symbols the user named (``{"s77": "batch"}``), for messages only."""
 
     def input(self, name: str) -> InputSpec:
-        """The input called ``name``."""
         for spec in self.inputs:
             if spec.name == name:
                 return spec
@@ -91,10 +84,7 @@ class ProgramShapes:
 
 
 def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
-    """Read the shapes ``program`` accepts from its placeholders and ``range_constraints``.
-
-    Works on the program ``torch.export.export`` returns and on a decomposed one.
-    """
+    """Read the shapes ``program`` (exported or decomposed) accepts."""
     names = set(read_signature_names(program))
     inputs: list[InputSpec] = []
     free: dict[str, Any] = {}
@@ -118,12 +108,7 @@ def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
                 free.setdefault(str(symbol), symbol)
         inputs.append(
             InputSpec(
-                node.name,
-                tuple(shape),
-                value.dtype,
-                value.device,
-                _layout(value),
-                _strides(value),
+                node.name, tuple(shape), value.dtype, value.device, _layout(value), _strides(value)
             )
         )
     ranges = {str(key): value for key, value in program.range_constraints.items()}
@@ -155,8 +140,6 @@ def _layout(value: torch.Tensor) -> str:
 
 
 def _constants(program: ExportedProgram) -> dict[str, Any]:
-    from torch.export.graph_signature import ConstantArgument, InputKind
-
     return {
         spec.arg.name: spec.arg.value
         for spec in program.graph_signature.input_specs
@@ -174,19 +157,12 @@ def _symbol_range(name: str, value_range: Any) -> SymbolRange:
 
 def finite_bound(bound: Any) -> int | None:
     """``bound`` as an int, or None for infinities (``int_oo`` claims ``is_finite``)."""
-    import sympy
-
-    if isinstance(bound, (int, sympy.Integer)):
-        return int(bound)
-    return None
+    return int(bound) if isinstance(bound, (int, sympy.Integer)) else None
 
 
 @functools.lru_cache(maxsize=1024)
 def parse_size(text: str) -> sympy.Expr:
     """The sympy expression of a size's text, over integer symbols."""
-    import sympy
-    from torch.utils._sympy import functions
-
     names = set(re.findall(r"[A-Za-z_]\w*", text))
     local = {name: getattr(functions, name) for name in names if hasattr(functions, name)}
     local.update(
@@ -198,10 +174,6 @@ def parse_size(text: str) -> sympy.Expr:
 def _expr_range(shapes: ProgramShapes, size: int | str) -> tuple[int, int | None]:
     if isinstance(size, int):
         return size, size
-    import sympy
-    from torch.utils._sympy.numbers import int_oo
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
-
     expr = parse_size(size)
     ranges = {}
     for symbol in expr.free_symbols:

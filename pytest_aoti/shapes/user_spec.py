@@ -3,18 +3,19 @@ names its dims (``Dim("batch")``) give to a program's shape symbols."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
+from torch.export import Dim, ExportedProgram
+from torch.export.dynamic_shapes import _DerivedDim, _DimHint
 
 from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.mutation_maps import forward_arg_names, named_user_inputs
 from pytest_aoti.shapes.read import ProgramShapes, finite_bound, format_range, parse_size
-
-if TYPE_CHECKING:
-    from torch.export import ExportedProgram
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,9 @@ class SpecAxis:
 def spec_axes(
     dynamic_shapes: Any, arguments: Mapping[str, Any], *, strict: bool = False
 ) -> list[SpecAxis]:
-    """The axes ``dynamic_shapes`` names, each with its example tensor.
-
-    ``arguments`` maps the forward's parameter names to the example values, in signature
-    order: what ``dynamic_shapes`` is keyed by (a dict) or ordered like (a tuple or list).
-    Parts of the spec that do not fit the example's structure are left to torch, which
-    reports them itself; with ``strict``, a dim beyond a tensor's rank raises
-    ``AotiUsageError`` here (torch says only "list assignment index out of range").
-    """
+    """The axes ``dynamic_shapes`` names, each with its example tensor (``arguments``: forward's
+    parameters to example values, in order). Parts not fitting the example are left to torch; with
+    ``strict`` a dim beyond a tensor's rank raises (torch says "list assignment index out of range")."""
     if isinstance(dynamic_shapes, Mapping):
         tops = [
             (str(name), arguments[name], spec)
@@ -95,8 +91,7 @@ def _walk_spec(path: str, value: Any, spec: Any, found: list[SpecAxis], strict: 
 def forward_arguments(
     module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any] | None:
-    """The example inputs keyed by ``module.forward``'s parameter names, as torch.export
-    matches them with ``dynamic_shapes``; None when they do not bind."""
+    """The example inputs keyed by ``forward``'s parameter names (as export binds), or None."""
     try:
         return dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
     except (TypeError, ValueError):
@@ -106,11 +101,7 @@ def forward_arguments(
 def check_dynamic_shapes(
     module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> None:
-    """Raise ``AotiUsageError`` where ``dynamic_shapes`` names a dim an input does not have.
-
-    Run before ``torch.export.export``, which fails on that with an ``IndexError`` that
-    names neither the input nor the dim.
-    """
+    """Refuse a dim an input lacks before export (whose IndexError names neither)."""
     arguments = forward_arguments(module, args, kwargs)
     if arguments is None:
         return
@@ -122,10 +113,7 @@ def check_dynamic_shapes(
 def _check_spec_keys(
     module: torch.nn.Module, dynamic_shapes: Mapping[Any, Any], arguments: Mapping[str, Any]
 ) -> None:
-    """A dict spec is keyed by the names of the inputs the example passes (torch's own
-    error adds an unrelated hint about the export mode)."""
-    import difflib
-
+    """A dict spec is keyed by the example's input names (torch adds an unrelated hint)."""
     parameters = inspect.signature(module.forward).parameters.values()
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
         return  # **kwargs inputs: torch knows their names
@@ -143,11 +131,7 @@ def _check_spec_keys(
 
 
 def dim_label(dim: Any) -> str | None:
-    """How the user wrote a spec entry that bounds a size: ``Dim('batch')``, ``2*d + 1``,
-    ``Dim.DYNAMIC``; None for static sizes and entries without bounds."""
-    from torch.export import Dim
-    from torch.export.dynamic_shapes import _DerivedDim, _DimHint
-
+    """How the user wrote a bounding entry (``Dim('batch')``, ``2*d + 1``), else None."""
     if isinstance(dim, _DerivedDim):
         return str(dim.__name__)
     if isinstance(dim, Dim):
@@ -159,16 +143,13 @@ def dim_label(dim: Any) -> str | None:
 
 def _dim_bounds(dim: Any) -> tuple[int, int | None] | None:
     low, high = getattr(dim, "min", None), getattr(dim, "max", None)
-    if low is None and high is None:
-        return None
-    return finite_bound(low) or 0, finite_bound(high)
+    return None if low is None and high is None else (finite_bound(low) or 0, finite_bound(high))
 
 
 def sizes_outside_spec(
     module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> list[str]:
-    """One line per example size outside the range its ``Dim`` declares, e.g.
-    ``input 'x' has size 100 at dim 0, outside Dim('batch') range [1, 64]``."""
+    """One line per example size outside its ``Dim``'s declared range."""
     arguments = forward_arguments(module, args, kwargs)
     if arguments is None:
         return []
@@ -191,17 +172,14 @@ def sizes_export_specializes(
     module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> list[str]:
     """Named dims whose example size is 0 or 1, which export always specializes."""
-    from torch.export.dynamic_shapes import _DimHint
-
     arguments = forward_arguments(module, args, kwargs)
     if arguments is None:
         return []
-    axes = spec_axes(dynamic_shapes, arguments)
     return [
         f"input '{entry.path}' has size {int(entry.tensor.shape[entry.axis])} at dim "
         f"{entry.axis}, which export specializes: pass an example of size >= 2 for "
         f"{dim_label(entry.dim)}"
-        for entry in axes
+        for entry in spec_axes(dynamic_shapes, arguments)
         if dim_label(entry.dim) is not None
         and not isinstance(entry.dim, _DimHint)
         and int(entry.tensor.shape[entry.axis]) in (0, 1)
@@ -215,20 +193,8 @@ def name_symbols(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
 ) -> ProgramShapes:
-    """``shapes`` with each symbol the user named through a ``Dim`` shown by that name.
-
-    ``dynamic_shapes``, ``args`` and ``kwargs`` are what ``program`` was exported with.
-    The spec is walked alongside the inputs; where it puts ``Dim("batch")`` (or a dim
-    derived from it) on an axis whose exported size holds one symbol, that symbol is
-    named ``batch``. ``Dim.AUTO``, ``Dim.DYNAMIC`` and static entries name nothing.
-    """
-    from dataclasses import replace
-
-    from torch.export import Dim
-    from torch.export.dynamic_shapes import _DerivedDim
-
-    from pytest_aoti.mutation_maps import named_user_inputs
-
+    """``shapes`` with each symbol the user named through a ``Dim`` (or one derived from it) shown
+    by that name, given what ``program`` was exported with; AUTO, DYNAMIC, static name nothing."""
     if dynamic_shapes is None:
         return shapes
     try:
@@ -269,8 +235,6 @@ def _exported_arguments(
     program: ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The inputs keyed by the forward's parameter names, as the program records them."""
-    from pytest_aoti.mutation_maps import forward_arg_names
-
     names = forward_arg_names(program)
     if len(names) < len(args):
         raise ValueError("the program does not record its parameter names")

@@ -3,40 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import sympy
 import torch
 
 from pytest_aoti.errors import AotiInputError
-from pytest_aoti.shapes.read import (
-    InputSpec,
-    ProgramShapes,
-    SymbolRange,
-    format_range,
-    parse_size,
-)
-
-if TYPE_CHECKING:
-    import sympy
+from pytest_aoti.shapes.read import InputSpec, ProgramShapes, SymbolRange, format_range, parse_size
 
 
 def solve_sizes(shapes: ProgramShapes, named_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
-    """Solve the program's shape symbols from concrete input shapes.
-
-    Raises ``AotiInputError`` naming the input and dim when a rank or static size
-    differs, a symbol would leave its exported range, a derived size does not fit its
-    expression, or one symbol would take two values. Inputs missing from
-    ``named_shapes`` are not checked.
-    """
+    """Solve the shape symbols from input shapes; raise ``AotiInputError`` naming the input and
+    dim for a rank or static size that differs, a symbol out of range, a derived size that does
+    not fit, or one symbol with two values. Missing inputs are not checked."""
     return _Solver(shapes).solve(named_shapes)
 
 
 def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> None:
-    """Check tensor inputs against the program: type, rank, dtype, device and every dim.
-
-    ``named_inputs`` maps user-input names to values (see ``named_user_inputs``).
-    Raises ``AotiInputError`` with one line naming the input and what it needs.
-    """
+    """Check tensor inputs (by name): type, rank, dtype, device and every dim (AotiInputError)."""
     named_shapes: dict[str, tuple[int, ...]] = {}
     for spec in shapes.inputs:
         if spec.name not in named_inputs:
@@ -52,8 +36,7 @@ def validate_inputs(shapes: ProgramShapes, named_inputs: Mapping[str, Any]) -> N
             raise AotiInputError(
                 f"input '{spec.name}' has dtype {value.dtype} but the program needs {spec.dtype}"
             )
-        # The device type decides which kernels the engine runs; the index follows the
-        # device the engine was loaded on (see validate_device_index).
+        # the type decides the kernels; the index follows the engine (validate_device_index)
         if value.device.type != spec.device.type:
             raise AotiInputError(
                 f"input '{spec.name}' is on {value.device} but the program needs {spec.device.type}"
@@ -160,8 +143,6 @@ class _Solver:
     def _solve_for(
         self, name: str, axis: int, size: int, expr: sympy.Expr, symbol: sympy.Symbol
     ) -> int:
-        import sympy
-
         known = expr.subs({s: self.values[str(s)] for s in expr.free_symbols if s != symbol})
         if known == symbol:
             return size
@@ -189,8 +170,6 @@ class _Solver:
 
     def _source(self, name: str, axis: int, expr: sympy.Expr, symbol: sympy.Symbol) -> Any:
         """``symbol`` in terms of the dim that set it: ``x.shape[0]`` or ``x.shape[0]/2``."""
-        import sympy
-
         where = sympy.Symbol(f"{name}.shape[{axis}]", integer=True, nonnegative=True)
         if expr == symbol:
             return where

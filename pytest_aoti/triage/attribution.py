@@ -14,19 +14,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.checks.side_by_side import call_history, eager_module
-from pytest_aoti.findings import PARITY_KINDS, FindingKind
+from pytest_aoti.api import (
+    PARITY_KINDS,
+    FindingKind,
+    call_history,
+    eager_module,
+    quiet_torch_deprecations,
+)
+from pytest_aoti.triage.localize import localize
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from pytest_aoti.cache.registry import ProgramRegistry
-    from pytest_aoti.checks.base import ComparedRun, InputSet
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.errors import AotiCheckError
-    from pytest_aoti.findings import Finding
-    from pytest_aoti.tolerance import Tolerance
+    from pytest_aoti.api import (
+        AotiCheckError,
+        AotiProgram,
+        ComparedRun,
+        Finding,
+        InputSet,
+        ProgramRegistry,
+        Tolerance,
+    )
 
 
 class Localizer(Protocol):
@@ -123,8 +132,6 @@ class Attribution:
 
 
 def _replay_differs(run: ComparedRun, program: ExportedProgram, calls: int) -> bool:
-    from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-
     with quiet_torch_deprecations():
         # module() shares the program's own buffers: a copy keeps its state as exported
         replayed = copy.deepcopy(program.module())
@@ -144,8 +151,6 @@ def compiling_localizer(
     instrumented compile, through the registry like any program."""
 
     def localize_failure(args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any:
-        from pytest_aoti.triage.localize import localize
-
         def compile_engine(exported: ExportedProgram) -> Any:
             instrumented = registry.program_for(
                 exported,

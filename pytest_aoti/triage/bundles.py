@@ -5,18 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_aoti.findings import FindingKind
+from pytest_aoti.api import FindingKind, child_preparation
+from pytest_aoti.triage.repro import reproduces, write_bundle
 
 if TYPE_CHECKING:
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.api import AotiCheckError, AotiProgram
 
 
 def worth_keeping(program: AotiProgram, error: AotiCheckError) -> bool:
     """Whether ``error`` gets a bundle: it has an input set to replay, and ``repro.py`` can
     reproduce its kind of failure (a bundle that could not reproduce it misleads)."""
-    from pytest_aoti.triage.repro import reproduces
-
     if error.replay is None:
         return False
     finding = error.finding.to_json()
@@ -30,8 +28,6 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
     replay = error.replay
     if replay is None or not worth_keeping(program, error):
         return None
-    from pytest_aoti.compiling.custom_ops import child_preparation
-    from pytest_aoti.triage.repro import write_bundle
 
     tolerance = error.finding.tolerance or {}
     # only a tolerance the test set goes into the bundle: the others are torch's defaults
@@ -72,8 +68,6 @@ def _reproduced_status(error: AotiCheckError) -> str:
     """The exit status of ``repro.py`` while it reproduces ``error``: 1, or 128+N with the
     signal's name for an engine that killed its process by signal N (also found on a
     generated shape: what the bundle reproduces decides, not the outer finding's kind)."""
-    from pytest_aoti.triage.repro import reproduces
-
     target = reproduces(error.finding.to_json()) or {}
     number = error.finding.extra.get("signal")
     if target.get("kind") == FindingKind.CRASH and isinstance(number, int):

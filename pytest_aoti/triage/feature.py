@@ -11,10 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_aoti.options.feature import Feature
-from pytest_aoti.options.fields import per_check, session_field
-from pytest_aoti.options.option import Option
-from pytest_aoti.options.values import check_switch, parse_switch
+from pytest_aoti.api import Feature, Option, check_switch, parse_switch, per_check, session_field
 
 
 @dataclass(frozen=True)
@@ -52,5 +49,4 @@ TRIAGE = Feature(
     "Triage: the stage a failure arose in, the first diverging graph node and the repro bundle",
     options=TriageOptions,
     settings=TriageSettings,
-    plugin="pytest_aoti.triage.plugin",
 )

@@ -16,7 +16,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.mutation_maps import flat_user_inputs
+import torch.utils._pytree as pytree
+
+from pytest_aoti.api import flat_user_inputs
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -29,8 +31,6 @@ def flat_program(exported: ExportedProgram) -> ExportedProgram:
     its signature and the state are shared with ``exported``. The example inputs, which may
     hold library types, are dropped.
     """
-    import torch.utils._pytree as pytree
-
     spec = exported.call_spec
     if spec.in_spec is None or spec.out_spec is None:
         return exported
@@ -61,8 +61,6 @@ def flat_results(
     """Each call's ``(outputs, {name: input})`` with the outputs as a list of leaves, and the
     leaves' names as the check names them (``output``, ``output[0]``,
     ``output['last_hidden_state']``)."""
-    import torch.utils._pytree as pytree
-
     flat: list[tuple[list[Any], dict[str, Any]]] = []
     names: list[str] = []
     for index, (outputs, inputs) in enumerate(eager_results):

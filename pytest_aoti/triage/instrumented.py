@@ -12,18 +12,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.fx import GraphModule
+from torch.fx.graph import CodeGen
 
-from pytest_aoti.compare import compare_leaf
-from pytest_aoti.compiling.graph_ops import is_view_op, op_name
-from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.tolerance import Tolerance, mismatch_counts
-from pytest_aoti.trees import clone_tree
+from pytest_aoti.api import (
+    AotiCheckError,
+    Tolerance,
+    clone_tree,
+    compare_leaf,
+    is_view_op,
+    mismatch_counts,
+    op_name,
+    quiet_torch_deprecations,
+)
 from pytest_aoti.triage.node_finding import NodeFinding, source_line
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
-    from torch.fx import GraphModule, Node
+    from torch.fx import Node
 
 CompileEngine = Callable[["ExportedProgram"], Callable[..., Any]]
 """AOT-compiles an exported program and returns the loaded engine."""
@@ -239,9 +245,6 @@ def _instrument(
     Also returns the named nodes, whose metadata (stack trace, argument shapes) the
     finding reports.
     """
-    from torch.fx import GraphModule
-    from torch.fx.graph import CodeGen
-
     unlifted = decomposed.module()
     graph = unlifted.graph
     for node in list(graph.nodes):

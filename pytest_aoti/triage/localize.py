@@ -18,11 +18,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.fx._pytree import tree_flatten_spec
 
-from pytest_aoti.compiling.graph_ops import control_flow_name
-from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-from pytest_aoti.tolerance import Tolerance
-from pytest_aoti.trees import clone_tree
+from pytest_aoti.api import Tolerance, clone_tree, control_flow_name, quiet_torch_deprecations
 from pytest_aoti.triage.instrumented import CompileEngine, InstrumentedRound, failure_line
 from pytest_aoti.triage.node_finding import NodeFinding
 
@@ -188,8 +186,6 @@ def _flat_inputs(
     decomposed: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[Any]:
     """The user inputs in the unlifted module's placeholder order, cloned."""
-    from torch.fx._pytree import tree_flatten_spec
-
     flat = tree_flatten_spec((tuple(args), dict(kwargs)), decomposed.call_spec.in_spec)
     return list(clone_tree(list(flat)))
 

@@ -8,12 +8,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.explain import quoted_frames
+from pytest_aoti.api import quoted_frames
 
 if TYPE_CHECKING:
     from torch.fx import Node
 
-    from pytest_aoti.findings import Figures
+    from pytest_aoti.api import Figures
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_aoti.api import add_options
+from pytest_aoti.triage.feature import TRIAGE, TriageOptions
+
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.cache.registry import ProgramRegistry
-    from pytest_aoti.checks.base import CheckPlan, Triage
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.api import (
+        AotiCheckError,
+        AotiProgram,
+        CheckPlan,
+        Feature,
+        ProgramRegistry,
+        Triage,
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -28,10 +35,10 @@ def pytest_aoti_triage(
 ) -> Triage:
     """Stage attribution and, with ``localize``, the first diverging node (one
     instrumented compile, when a failure needs it)."""
-    from pytest_aoti.triage.attribution import Attribution, compiling_localizer
+    from pytest_aoti.triage.attribution import Attribution, compiling_localizer  # imports torch
 
     localizer = None
-    if plan.options.localize:
+    if plan.options.of(TriageOptions).localize:
         localizer = compiling_localizer(
             program,
             registry,
@@ -48,9 +55,18 @@ def pytest_aoti_failure_bundle(
     program: AotiProgram, error: AotiCheckError, bundle_dir: Callable[[], Path | None]
 ) -> str | None:
     """The repro bundle of a failure ``repro.py`` can reproduce, where one is asked for."""
-    from pytest_aoti.triage.bundles import keep_bundle, worth_keeping
+    from pytest_aoti.triage.bundles import keep_bundle, worth_keeping  # imports torch
 
     if not worth_keeping(program, error):
         return None  # a failure that gets no bundle takes no bundle folder name
     directory = bundle_dir()
     return None if directory is None else keep_bundle(directory, program, error)
+
+
+@pytest.hookimpl  # also read outside a run, by a plain plugin manager
+def pytest_aoti_feature() -> Feature:
+    return TRIAGE
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser, TRIAGE)

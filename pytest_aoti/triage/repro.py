@@ -7,7 +7,7 @@ programs) against eager's saved results without pytest, pytest-aoti or the model
 library (programs and results are saved flat, see :mod:`pytest_aoti.triage.flat`). It is
 meant for whoever fixes the compiler, on a machine that has only torch. Only failures that
 ``repro.py`` can reproduce get one (:func:`reproduces`). ``repro.py`` is the module
-:mod:`pytest_aoti.repro_script`, copied as it is (:data:`REPRO_SCRIPT_FILE`).
+:mod:`pytest_aoti.triage.repro_script`, copied as it is (:data:`REPRO_SCRIPT_FILE`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest_aoti.repro_script as repro_script
-from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
-from pytest_aoti.findings import REPRODUCIBLE_KINDS, FindingKind
-from pytest_aoti.folder_names import MAX_NAME_LENGTH, bundle_dir_name
-from pytest_aoti.trees import clone_tree
+import torch
+import torch.utils._pytree as pytree
+
+import pytest_aoti.triage.repro_script as repro_script
+from pytest_aoti.api import (
+    MAX_NAME_LENGTH,
+    REPRODUCIBLE_KINDS,
+    FindingKind,
+    bundle_dir_name,
+    clone_tree,
+    quiet_torch_deprecations,
+)
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
 __all__ = [
@@ -34,11 +41,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    import torch
     from torch.export import ExportedProgram
 
 REPRO_SCRIPT_FILE = Path(repro_script.__file__)
-"""The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.repro_script`."""
+"""The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.triage.repro_script`."""
 
 
 def reproduces(
@@ -118,8 +124,6 @@ def write_bundle(
     ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py``: nothing in it needs
     more than torch to load (and the files that registered the engine's custom ops).
     """
-    import torch
-
     if calls < 1 or len(eager_results) != calls:
         raise ValueError(f"{calls} calls need {calls} eager results, got {len(eager_results)}")
     _fresh_directory(directory)
@@ -172,8 +176,6 @@ def _mutated_by(exported: ExportedProgram) -> Iterable[str]:
 
 def _write_programs(directory: Path, exported: ExportedProgram, package_path: Path) -> Path:
     """The package, the exported program (flat) and ``repro.py``; return ``repro.py``."""
-    import torch
-
     shutil.copyfile(package_path, directory / "package.pt2")
     with quiet_torch_deprecations():
         torch.export.save(flat_program(exported), directory / "exported.pt2")
@@ -197,9 +199,6 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _device_of(exported: ExportedProgram, inputs: Any) -> torch.device:
-    import torch
-    import torch.utils._pytree as pytree
-
     state = [*exported.state_dict.values(), *exported.constants.values()]
     for leaf in [*pytree.tree_leaves(inputs), *state]:
         if isinstance(leaf, torch.Tensor):

@@ -15,12 +15,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, InputSet, Outcome, Phase, RecordPart
-from pytest_aoti.errors import AotiCheckError, AotiUsageError
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.api import (
+    AotiCheckError,
+    AotiUsageError,
+    CheckContext,
+    CheckPlan,
+    CrashScreen,
+    EagerRaised,
+    ExportedRefusals,
+    InputRun,
+    InputSet,
+    Outcome,
+    Phase,
+    RecordPart,
+    named_user_inputs,
+    tensor_bytes,
+)
+from pytest_aoti.values.draws import DrawPlan, draw_seed, tie_dependent
+from pytest_aoti.values.feature import ValuesOptions
 
 if TYPE_CHECKING:
-    from pytest_aoti.checks.parity import InputRun
-    from pytest_aoti.compiling.program import AotiProgram
+    from pytest_aoti.api import AotiProgram
     from pytest_aoti.values.draws import Draw
 
 STATEFUL_DRAWS = 2
@@ -50,8 +68,8 @@ class ValuesCheck:
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return (
-            plan.options.values != "off"
-            and plan.options.values_draws > 0
+            plan.options.of(ValuesOptions).values != "off"
+            and plan.options.of(ValuesOptions).values_draws > 0
             and not context.random_ops  # a random program's values cannot match
         )
 
@@ -76,9 +94,6 @@ class _Search:
     """The draws of one check, run in order; the first failure ends them."""
 
     def __init__(self, plan: CheckPlan, context: CheckContext) -> None:
-        from pytest_aoti.mutation_maps import named_user_inputs
-        from pytest_aoti.values.draws import DrawPlan, tie_dependent
-
         self.plan = plan
         self.context = context
         self.program: AotiProgram = context.program
@@ -86,7 +101,7 @@ class _Search:
         args, kwargs = plan.input_sets[0]
         self.named = named_user_inputs(exported, args, kwargs)
         self.rebuild = _rebuilder(self.named, args, kwargs)
-        skip = plan.options.values_skip or frozenset()
+        skip = plan.options.of(ValuesOptions).values_skip or frozenset()
         unknown = sorted(set(skip) - set(self.named))
         if unknown:
             raise AotiUsageError(
@@ -97,7 +112,7 @@ class _Search:
         self.no_repeats = tie_dependent(exported)
         self.plan_of_draws = DrawPlan(
             self.named,
-            draws=plan.options.values_draws,
+            draws=plan.options.of(ValuesOptions).values_draws,
             no_repeats=self.no_repeats,
             keep=skip,
         )
@@ -111,10 +126,8 @@ class _Search:
         self.failed: _Failed | None = None
         self.seconds = 0.0
         self.started = 0.0
-        from pytest_aoti.checks.crash_screen import CrashScreen
-        from pytest_aoti.checks.refused import UncompiledProgram
 
-        self._refusals = UncompiledProgram.where_it_refuses(exported)
+        self._refusals = ExportedRefusals.where_it_refuses(exported)
         self._screen = CrashScreen.where_on(plan, context)
 
     def run(self) -> None:
@@ -127,9 +140,6 @@ class _Search:
 
     def _run(self) -> None:
         __tracebackhide__ = True
-        from pytest_aoti.trees import tensor_bytes
-        from pytest_aoti.values.draws import draw_seed
-
         kept = self._kept_failures()
         # a draw that failed on an earlier run goes first, also one beyond values_draws now
         order = [*kept, *(k for k in range(self.draws) if k not in kept)]
@@ -158,23 +168,23 @@ class _Search:
 
     def _kept_failures(self) -> list[int]:
         """The draws that failed this test on earlier runs (kept with the package)."""
-        sidecars = self.context.sidecars
-        data = sidecars.sidecar(self.program.key, SIDECAR) if sidecars is not None else None
+        attachments = self.context.attachments
+        data = attachments.attached(self.program.key, SIDECAR) if attachments is not None else None
         index = (data or {}).get(self.context.label)
         return [index] if isinstance(index, int) and index >= 0 else []
 
     def _keep_failure(self, index: int | None) -> None:
         """Keep the failing draw's index for the next run (None: this test passes now)."""
-        sidecars = self.context.sidecars
-        if sidecars is None or not self.context.label:
+        attachments = self.context.attachments
+        if attachments is None or not self.context.label:
             return
-        data = dict(sidecars.sidecar(self.program.key, SIDECAR) or {})
+        data = dict(attachments.attached(self.program.key, SIDECAR) or {})
         if index is None:
             data.pop(self.context.label, None)
         else:
             data[self.context.label] = index
         try:
-            sidecars.keep_sidecar(self.program.key, SIDECAR, data)
+            attachments.attach(self.program.key, SIDECAR, data)
         except OSError:  # a draw not kept is found again by its seed: never a failure
             pass
 
@@ -183,8 +193,6 @@ class _Search:
         the rest in one child request, then check each in this process; False once one
         failed (kept in :attr:`failed`)."""
         __tracebackhide__ = True
-        from pytest_aoti.checks.eager_history import EagerRaised
-
         runs = []
         for draw, inputs in batch:
             run = self._input_run(draw.index, inputs)
@@ -213,8 +221,6 @@ class _Search:
     def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
         """Draw ``index`` as parity runs an input set. ``attribute``: a failure is
         attributed to a stage (and localized)."""
-        from pytest_aoti.checks.parity import InputRun
-
         args, kwargs = inputs
         return InputRun(
             self.program,
@@ -239,8 +245,6 @@ class _Search:
         return self._checked(self._input_run(index, inputs, attribute=attribute))
 
     def _fails(self, index: int, values: Mapping[str, Any]) -> AotiCheckError | None:
-        from pytest_aoti.checks.eager_history import EagerRaised
-
         try:
             self._check(index, self.rebuild(values))
         except AotiCheckError as error:
@@ -253,8 +257,6 @@ class _Search:
         """The failing draw with as few overlaid elements as still fail (greedy halving of
         the overlaid elements, at most :data:`NARROWING_RUNS` runs); the plain draw itself
         failing leaves the draw as it is."""
-        import torch
-
         draw = failed.draw
         points = [
             (name, position)
@@ -289,8 +291,6 @@ class _Search:
     def _reported(self, failed: _Failed) -> AotiCheckError:
         """The failure of ``failed``'s values again, attributed (stage, node, replay), as
         the finding of a values draw."""
-        from pytest_aoti.checks.eager_history import EagerRaised
-
         error = failed.error
         try:
             self._check(failed.draw.index, self.rebuild(failed.values), attribute=True)
@@ -374,9 +374,6 @@ def _rebuilder(
     named: Mapping[str, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> Callable[[Mapping[str, Any]], InputSet]:
     """``values by input name -> (args, kwargs)`` in the example's structure."""
-    import torch
-    import torch.utils._pytree as pytree
-
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     name_of = {id(leaf): name for name, leaf in named.items() if isinstance(leaf, torch.Tensor)}
     slots = [name_of.get(id(leaf)) for leaf in leaves]

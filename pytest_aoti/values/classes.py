@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 FLOAT_CLASSES: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("decimals", (0.1, 0.2, 0.3, 0.6, 0.7)),
@@ -37,8 +35,6 @@ class PointClass:
 
 def point_classes(low: float, high: float, dtype: torch.dtype) -> tuple[PointClass, ...]:
     """The classes of special points inside ``[low, high]`` for an input of ``dtype``."""
-    import torch
-
     if dtype == torch.bool:
         return (PointClass("False", (0.0,)), PointClass("True", (1.0,)))
     if dtype.is_complex:

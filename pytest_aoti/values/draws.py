@@ -21,15 +21,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pytest_aoti.shapes.generation import value_range
-from pytest_aoti.trees import distinct_shape, has_own_elements, laid_out_like
+import torch
+
+from pytest_aoti.api import (
+    distinct_shape,
+    first_call_of,
+    has_own_elements,
+    laid_out_like,
+    value_range,
+)
 from pytest_aoti.values.classes import PointClass, all_points, point_classes
 from pytest_aoti.values.meetings import MeetingInput, plan_meetings
-
-if TYPE_CHECKING:
-    import torch
 
 TIE_DEPENDENT_OPS = frozenset(
     {
@@ -82,8 +86,6 @@ class Draw:
     def narrowed(self, keep: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """The plain draw with only the overlaid points of ``keep`` (per input, a bool mask
         inside the draw's mask): one step of narrowing a failure."""
-        import torch
-
         chosen = {
             name: torch.where(keep[name], self.special[name], plain) if name in keep else plain
             for name, plain in self.plain.items()
@@ -112,8 +114,6 @@ def draw_seed(label: str, program_key: str, index: int) -> int:
 
 def tie_dependent(exported: Any) -> bool:
     """Whether the exported program calls an op whose result depends on ties."""
-    from pytest_aoti.compiling.graph_ops import first_call_of
-
     return first_call_of(exported.graph, TIE_DEPENDENT_OPS) is not None
 
 
@@ -169,8 +169,6 @@ class DrawPlan:
 
     def draw(self, index: int, seed: int) -> Draw:
         """Draw ``index``: a meeting draw while the plan has them, then mixed ones."""
-        import torch
-
         generator = torch.Generator().manual_seed(seed)
         special: dict[str, torch.Tensor] = {}
         plain: dict[str, torch.Tensor] = {}
@@ -206,8 +204,6 @@ def make_draw(
 
 def _plain(drawn: _Drawn, generator: torch.Generator) -> torch.Tensor:
     """Uniform values in the input's range, over its elements of their own."""
-    import torch
-
     example, shape = drawn.example, drawn.distinct
     low, high = drawn.low, drawn.high
     if example.dtype == torch.bool:
@@ -230,8 +226,6 @@ def _plain(drawn: _Drawn, generator: torch.Generator) -> torch.Tensor:
 def _meeting_points(drawn: _Drawn, shift: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every element a special point: class ``(element + shift) mod classes``, its points
     taken in turn across elements and draws."""
-    import torch
-
     count = len(drawn.classes)
     elements = torch.arange(_numel(drawn.distinct)).reshape(drawn.distinct)
     chosen = (elements + shift) % count
@@ -254,8 +248,6 @@ def _mixed_points(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A few favoured points over part of the plain draw (two in turn, so the draws
     together cover every point, two at random); with ``no_repeats`` each at most once."""
-    import torch
-
     points = torch.tensor(all_points(drawn.classes), dtype=torch.float64)
     mask = torch.zeros(drawn.distinct, dtype=torch.bool)
     if points.numel() == 0:
@@ -283,8 +275,6 @@ def _mixed_points(
 
 def _as_work(values: torch.Tensor, drawn: _Drawn) -> torch.Tensor:
     """Points (float64) in the dtype the plain draw of the input is made in."""
-    import torch
-
     dtype = drawn.example.dtype
     if dtype == torch.bool:
         return values != 0
@@ -321,12 +311,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _bool() -> torch.dtype:
-    import torch
-
     return torch.bool
 
 
 def _is_tensor(leaf: Any) -> bool:
-    import torch
-
     return isinstance(leaf, torch.Tensor)

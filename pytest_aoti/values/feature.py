@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.options.feature import Feature
-from pytest_aoti.options.fields import per_check
-from pytest_aoti.options.values import (
+from pytest_aoti.api import (
+    Feature,
     ValueProblem,
     Words,
     check_non_negative,
     parse_non_negative_int,
+    per_check,
 )
 
 VALUES_MODES = Words("domain", "edge", "off")
@@ -75,5 +75,4 @@ VALUES = Feature(
     "compared with eager on the one engine",
     options=ValuesOptions,
     record_fields={"values": None},
-    plugin="pytest_aoti.values.plugin",
 )

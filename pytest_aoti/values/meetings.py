@@ -17,10 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 MEETING_CAP = 64
 """Meeting draws at most, whatever is left to meet."""
@@ -145,8 +143,6 @@ def _greedy(
 def _positions(a: MeetingInput, b: MeetingInput) -> set[tuple[int, int]] | None:
     """The (element index mod classes) pairs of ``a`` and ``b`` at one broadcast position,
     read over the first positions; None where the two do not broadcast."""
-    import torch
-
     try:
         shape = torch.broadcast_shapes(a.shape, b.shape)  # type: ignore[no-untyped-call]
     except RuntimeError:
@@ -159,8 +155,6 @@ def _positions(a: MeetingInput, b: MeetingInput) -> set[tuple[int, int]] | None:
 
 def _element_index(item: MeetingInput) -> torch.Tensor:
     """Per position of the input's shape, the index of its element of its own."""
-    import torch
-
     count = 1
     for size in item.distinct:
         count *= size

@@ -1,0 +1,1 @@
+"""Device memory an engine call allocates beyond what was allocated before it."""

@@ -1,0 +1,38 @@
+"""The precision report, declared: its option and record field. Pure data without torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_aoti.api import Feature, Words, per_check
+
+PRECISION_MODES = Words("report", "fail", quoted=True)
+"""What a check does where eager rounds to its dtype and the engine does not (the fp64 rule
+sides with the engine): ``report`` it (the record and the summary), or ``fail``."""
+
+
+@dataclass(frozen=True)
+class PrecisionOptions:
+    """The per-check option of the precision report."""
+
+    precision: str = per_check(
+        "report",
+        "Where an output differs from eager beyond its tolerance and the float64 reference "
+        "sides with the engine (eager rounds to float16 or bfloat16 where the engine keeps "
+        "float32): report it in the record and the summary, or fail the check. "
+        "Default: report.",
+        parse=PRECISION_MODES.parse,
+        check=PRECISION_MODES.check,
+        marker=True,
+        keyword=True,
+    )
+
+
+PRECISION = Feature(
+    "precision",
+    "Precision: where eager rounds to its dtype and the engine does not, reported or failed",
+    options=PrecisionOptions,
+    record_fields={"precision": []},
+)
+"""``precision`` in every JSON record: ``location``, ``context``, ``dtype``, ``elements``,
+``max_abs`` of each place eager rounds apart from the engine."""

@@ -1,0 +1,1 @@
+"""One engine serving several threads at once, against sequential eager runs."""

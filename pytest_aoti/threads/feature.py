@@ -1,0 +1,26 @@
+"""The threads check, declared: its option. Pure data without torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_aoti.api import Feature, check_count, per_check
+
+
+@dataclass(frozen=True)
+class ThreadsOptions:
+    """The per-check option of the threads check."""
+
+    threads: int = per_check(
+        1,
+        "Threads one engine serves at once in the thread-safety check (1: no such check).",
+        check=check_count,
+        keyword=True,
+    )
+
+
+THREADS = Feature(
+    "threads",
+    "Threads: one engine serving several threads at once, each thread's results against eager",
+    options=ThreadsOptions,
+)

@@ -1,0 +1,1 @@
+"""How fast the engine runs next to eager: call times and a profiler trace."""

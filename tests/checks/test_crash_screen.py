@@ -1,0 +1,231 @@
+"""The crash screen: an engine that kills its process fails its test, and the run goes on.
+
+The fault is the suite's own: a custom op whose CPU kernel calls ``os.abort()``, which an
+Inductor post-grad pass inserts into the compiled program only (eager and the exported
+program never call it). The inner sessions run in subprocesses: were the screen broken,
+the abort would end them, not this suite.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_aoti.checks.crash_screen import crash_finding, inputs_digest, signal_name
+from pytest_aoti.findings import REPRODUCIBLE_KINDS, FindingKind
+from pytest_aoti.triage.repro import reproduces
+
+ABORTING_ENGINE = '''
+import os
+
+import pytest
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+@torch.library.custom_op("pytest_aoti_faults::abort", mutates_args=())
+def abort(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > 2:  # a generated shape's check has 2 rows: only larger shapes abort
+        os.abort()
+    return x.clone()
+
+
+@abort.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class CallsAbort(CustomGraphPass):
+    """Routes the program's first output through the aborting op: only the engine calls it."""
+
+    def __call__(self, graph):
+        output = next(node for node in graph.nodes if node.op == "output")
+        first, *rest = output.args[0]
+        with graph.inserting_before(output):
+            call = graph.call_function(torch.ops.pytest_aoti_faults.abort.default, (first,))
+        output.args = ((call, *rest),)
+
+    def uuid(self):
+        return "pytest-aoti-calls-abort-1"
+
+
+class Affine(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+
+FILL = float(os.environ.get("FILL", "1"))
+
+
+def test_before():
+    assert True
+
+
+def test_crashes(aoti):
+    aoti.check(
+        Affine(),
+        (torch.full((4, 3), FILL),),
+        inductor_configs={"post_grad_custom_post_pass": CallsAbort()},
+    )
+
+
+def test_crashes_on_a_generated_shape(aoti):
+    aoti.check(
+        Affine(),
+        (torch.full((2, 3), FILL),),
+        dynamic_shapes={"x": {0: torch.export.Dim("rows", max=16)}},
+        inductor_configs={"post_grad_custom_post_pass": CallsAbort()},
+        examples=4,
+    )
+
+
+def test_after(aoti):
+    aoti.check(Affine(), (torch.full((4, 3), FILL),))
+'''
+
+
+def _run(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    cache: Path,
+    *args: str,
+    fill: str,
+) -> pytest.RunResult:
+    pytester.makepyfile(test_aborting=ABORTING_ENGINE)
+    monkeypatch.setenv("FILL", fill)
+    return pytester.runpytest_subprocess(
+        "--aoti-device=cpu",
+        f"--aoti-cache-dir={cache}",
+        f"--aoti-report={pytester.path / 'report.json'}",
+        f"--aoti-keep-failed={pytester.path / 'bundles'}",
+        "-p",
+        "no:randomly",
+        *args,
+    )
+
+
+def _records(pytester: pytest.Pytester) -> dict[str, dict]:
+    """The JSON report's check records by test name."""
+    report = json.loads((pytester.path / "report.json").read_text())
+    return {record["test"].split("::")[-1]: record for record in report["checks"]}
+
+
+@pytest.mark.compiles
+def test_an_aborting_engine_fails_its_test_and_the_run_goes_on(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    crash_line = (
+        "*the AOTI compile broke it: the AOTI engine crashed its process (SIGABRT) "
+        "on the example inputs*"
+    )
+    plain = _run(pytester, monkeypatch, cache, fill="1")
+    plain.assert_outcomes(passed=2, failed=2)
+    assert plain.ret == 1
+    plain.stdout.fnmatch_lines(
+        [crash_line, "*crash_screen=False*", "*repro bundle: *exits 134 (SIGABRT)*"]
+    )
+    plain.stdout.no_fnmatch_line("*Fatal Python error*")
+    plain.stdout.fnmatch_lines(
+        [
+            "*AotiCheckError: boundary shape fails: x=(*",
+            "*first difference: the AOTI compile broke it: the AOTI engine crashed its "
+            "process (SIGABRT) on the inputs of generated x=(*",
+            "*repro bundle: *test_crashes_on_a_generated_shape*exits 134 (SIGABRT)*",
+        ]
+    )
+    records = _records(pytester)
+    assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
+    assert records["test_crashes[cpu]"]["finding"]["location"] == "SIGABRT"
+    assert records["test_after[cpu]"]["crash_screen"] == "screened"
+    bundles = list((pytester.path / "bundles").glob("*/repro.py"))
+    assert len(bundles) == 2, "the example's crash and the generated shape's"
+    for bundle in bundles:
+        replay = subprocess.run(
+            [sys.executable, str(bundle)], capture_output=True, text=True, timeout=300
+        )
+        assert replay.returncode == 128 + signal.SIGABRT, replay.stdout + replay.stderr
+        assert "REPRODUCED: the AOTI engine crashed its process (SIGABRT)" in replay.stdout
+
+    # other values: the same programs (no compile), screened again, by xdist's workers
+    pytest.importorskip("xdist")
+    distributed = _run(pytester, monkeypatch, cache, "-n", "2", fill="2")
+    distributed.assert_outcomes(passed=2, failed=2)
+    distributed.stdout.fnmatch_lines([crash_line])
+    records = _records(pytester)
+    assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
+    assert records["test_after[cpu]"]["crash_screen"] == "screened"
+
+    # the same values again: the verdicts kept with the packages, no child call
+    warm = _run(pytester, monkeypatch, cache, fill="2")
+    warm.assert_outcomes(passed=2, failed=2)
+    warm.stdout.fnmatch_lines([crash_line])
+    assert _records(pytester)["test_after[cpu]"]["crash_screen"] == "cached"
+
+
+def test_an_ordinary_error_in_the_child_is_no_crash() -> None:
+    verdict = {"verdict": "crash", "signal": signal.SIGSEGV.value, "why": "x"}
+    finding = crash_finding(verdict, "sample 1", calls=2)
+    assert finding.headline() == (
+        "the AOTI compile broke it: the AOTI engine crashed its process (SIGSEGV) "
+        "on the inputs of sample 1"
+    )
+    assert finding.kind == "crash" and FindingKind.CRASH in REPRODUCIBLE_KINDS
+    assert reproduces(finding.to_json()) == {"kind": "crash", "location": "SIGSEGV"}
+    hang = crash_finding({"verdict": "hang", "why": "late"}, "the example inputs", calls=1)
+    assert hang.location == "hang" and reproduces(hang.to_json()) is None
+    assert "did not return within" in hang.headline()
+    assert signal_name(6) == "SIGABRT" and signal_name(None) == "no signal"
+
+
+def test_the_verdict_key_follows_values_and_layout() -> None:
+    x = torch.ones(4, 3)
+    same = inputs_digest(((x.clone(),), {}))
+    assert inputs_digest(((x,), {})) == same
+    assert inputs_digest(((x * 2,), {})) != same
+    assert inputs_digest(((x.t().contiguous().t(),), {})) != same
+    assert inputs_digest(((x, 3), {})) != inputs_digest(((x, 4), {}))
+
+
+def test_where_the_child_cannot_run_the_calls_the_record_says_unprotected() -> None:
+    from types import SimpleNamespace
+
+    from pytest_aoti.checks.crash_screen import CrashScreen
+
+    program = SimpleNamespace(device=torch.device("meta"), key="k")
+    screen = CrashScreen(program, torch.nn.Identity(), calls=1)  # type: ignore[arg-type]
+    screen.screen(((torch.ones(2),), {}), "the example inputs")  # no child, no raise
+    record = screen.record()
+    assert record.fields == {"crash_screen": "unprotected"}
+    assert record.notes == (
+        "engine calls ran unprotected: the engine child does not run meta engines",
+    )
+
+
+def test_the_module_that_registered_an_op_through_a_library_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from pytest_aoti.compiling.custom_ops import _registering_module
+
+    (tmp_path / "registers_ops.py").write_text(
+        "import torch\n"
+        'LIBRARY = torch.library.Library("pytest_aoti_library_faults", "DEF")\n'
+        'LIBRARY.define("double(Tensor x) -> Tensor")\n'
+        'LIBRARY.impl("double", lambda x: x * 2, "CompositeExplicitAutograd")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("registers_ops")
+    try:
+        assert _registering_module("pytest_aoti_library_faults::double") is module
+        assert _registering_module("pytest_aoti_library_faults::absent") is None
+    finally:
+        module.LIBRARY._destroy()
+        sys.modules.pop("registers_ops", None)
