@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.compiling.compilers import COMPILER_NAMES, descendants
+from pytest_aoti.compiling.machine import machine_target
 
 MODEL = """
 import torch
@@ -48,6 +49,9 @@ def test_sigint_during_a_compile_ends_its_compilers_and_says_interrupted(
 ) -> None:
     pytester.makepyfile(test_wide=MODEL)
     report = tmp_path / "report.json"
+    # the host's compile target kept in the run's cache beforehand: its search builds test
+    # programs with the compiler, and the signal must land in the AOTI compile itself
+    machine_target(tmp_path / "cache")
     with subprocess.Popen(
         [
             sys.executable,
