@@ -43,6 +43,7 @@ SUITE_FILE = HERE / "suite" / "test_bench_suite.py"
 sys.path.insert(0, str(HERE))
 
 import models  # noqa: E402
+from machine_load import machine_busy_seconds  # noqa: E402
 
 TARGETS: dict[str, tuple[str, float]] = {
     "cold_over_raw": ("<=", 1.05),
@@ -64,16 +65,6 @@ _STEERING_ENV = (
 def log(message: str) -> None:
     """Progress for humans, on stderr (stdout carries only the JSON line)."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def machine_busy_seconds() -> float | None:
-    """CPU seconds the whole machine has been busy since boot (Linux ``/proc/stat``)."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(value) for value in fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

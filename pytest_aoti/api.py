@@ -20,6 +20,7 @@ from pytest_aoti.checks.base import (
     RecordPart,
     Triage,
 )
+from pytest_aoti.checks.budget import CheckBudget
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
@@ -183,6 +184,7 @@ __all__ = [
     "AotiInputError",
     "AotiUsageError",
     "Check",
+    "CheckBudget",
     "CheckContext",
     "CheckOptions",
     "CheckPlan",

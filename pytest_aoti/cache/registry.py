@@ -5,7 +5,6 @@ store at once, and to the remote one only after a check of it passed here."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
 import warnings
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.cache.key import program_key
-from pytest_aoti.cache.store_files import sha256_of
+from pytest_aoti.cache.store_files import link_or_copy, sha256_of, unchanged_since_hashed
 from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact, EnginePool, ProgramKey
 from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
@@ -164,8 +163,11 @@ class ProgramRegistry:
         device: torch.device,
         inductor_configs: Mapping[str, Any] | None,
         label: str = "",
+        after_compile: Callable[[Path], object] | None = None,
     ) -> AotiProgram:
-        """An engine-backed program for ``exported``, compiled at most once per key."""
+        """An engine-backed program for ``exported``, compiled at most once per key; where it
+        compiles, ``after_compile(package)`` is called as soon as the package is written
+        (before it is stored)."""
         store = self._store if self._store is not None and self._store.readable else None
         key = program_key(
             exported,
@@ -185,7 +187,9 @@ class ProgramRegistry:
                     else contextlib.nullcontext()
                 )
                 with progress:
-                    artifact, decomposed = self._obtain(key, exported, inductor_configs, device)
+                    artifact, decomposed = self._obtain(
+                        key, exported, inductor_configs, device, after_compile
+                    )
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
         # kept by this request's program only: localizing needs it, and it goes with the test
@@ -202,6 +206,7 @@ class ProgramRegistry:
         exported: ExportedProgram,
         inductor_configs: Mapping[str, Any] | None,
         device: torch.device,
+        after_compile: Callable[[Path], object] | None = None,
     ) -> tuple[CompiledArtifact, ExportedProgram | None]:
         """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
@@ -209,7 +214,10 @@ class ProgramRegistry:
         if store is not None and not store.readable:
             store = None
         if store is None and remote is None:
-            return self._compile(key, exported, inductor_configs)
+            compiled = self._compile(key, exported, inductor_configs)
+            if after_compile is not None:
+                after_compile(compiled[0].package_path)
+            return compiled
         with store.locked(key.digest) if store is not None else contextlib.nullcontext():
             if store is not None and (entry := store.lookup(key.digest)) is not None:
                 artifact = self._from_entry(key, entry)
@@ -220,6 +228,8 @@ class ProgramRegistry:
                 if artifact is not None:
                     return artifact, None
             artifact, decomposed = self._compile(key, exported, inductor_configs)
+            if after_compile is not None:
+                after_compile(artifact.package_path)
             metadata = _entry_metadata(artifact)
             if store is not None and store.writable:
                 store.store(key.digest, artifact.package_path, metadata)
@@ -287,16 +297,20 @@ class ProgramRegistry:
         return artifact, decomposed
 
     def _from_entry(self, key: ProgramKey, entry: CacheEntry) -> CompiledArtifact | None:
-        """Copy a stored package here and verify the copy: later store changes cannot touch it."""
+        """Link a stored package here (a copy where links are refused), so that later store
+        changes cannot touch it; read it again only if it is not the file the store verified."""
         started = time.perf_counter()
         local = self._workdir / f"{key.digest}.pt2"
         problem = None
         try:
             local.parent.mkdir(parents=True, exist_ok=True)
+            local.unlink(missing_ok=True)
             # the entry can vanish after lookup: another process's clear takes no lock
-            shutil.copyfile(entry.package_path, local)
-            size = local.stat().st_size
-            if sha256_of(local) != entry.metadata.get("sha256"):
+            link_or_copy(entry.package_path, local)
+            st = local.stat()
+            size = st.st_size
+            verified = unchanged_since_hashed(st, entry.metadata)
+            if not verified and sha256_of(local) != entry.metadata.get("sha256"):
                 problem = "changed while it was read"
             caller = entry.metadata["caller"]
             signature = MutationSignature.from_json(caller["signature"])

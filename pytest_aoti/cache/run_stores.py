@@ -5,6 +5,7 @@ cache folder and never imports torch)."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -175,7 +176,12 @@ class RunStores:
             _return_freed_heap()
 
     def close(self) -> None:
-        """Remove the registry's working folder."""
+        """Free the engines kept loaded (each removes the folder it unpacked its package to:
+        kept to the interpreter's exit, they are never freed) and remove the registry's
+        working folder."""
+        if self._registry is not None:
+            self._registry.engines.clear()
+            gc.collect()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 

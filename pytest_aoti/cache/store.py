@@ -37,8 +37,10 @@ from pytest_aoti.cache.store_files import (
     check_package,
     encode_meta,
     entry_dir_inode,
+    file_stamp,
     fsync_dir,
     hash_and_sync,
+    link_or_copy,
     make_private_dir,
     open_entry_file,
     parse_meta,
@@ -77,6 +79,11 @@ _EXISTS_ERRNOS = frozenset({errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.
 
 def _now() -> float:  # the clock for created/last_used; tests replace it
     return time.time()
+
+
+_STAMP_BACKDATE_NS = 10**9
+"""How far before its hash a stored package's modification time is set: any later write
+sets a time no stamp holds."""
 
 
 @dataclass(frozen=True)
@@ -317,15 +324,20 @@ class ArtifactStore:
         key: str, package_file: Path, staging: Path, caller: dict[str, Any]
     ) -> dict[str, Any]:
         package = staging / PACKAGE_NAME
-        shutil.copyfile(package_file, package)
+        link_or_copy(package_file, package)  # written once: by the compile
         os.chmod(package, FILE_MODE)  # copyfile creates it under the umask
         digest, size = hash_and_sync(package)
+        # a write after the hash, even in the same clock tick, moves the time off this one
+        hashed = os.stat(package)
+        os.utime(package, ns=(hashed.st_atime_ns, time.time_ns() - _STAMP_BACKDATE_NS))
         now = _now()
         meta: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "key": key,
             "sha256": digest,
             "size": size,
+            # a lookup that finds the file as hashed reads it no second time
+            "stamp": file_stamp(os.stat(package)),
             "created": now,
             "last_used": now,
             "caller": caller,

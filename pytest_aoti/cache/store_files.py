@@ -82,6 +82,17 @@ def hash_stream(f: BinaryIO) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def link_or_copy(source: Path, target: Path) -> bool:
+    """``target`` as a hard link to ``source`` (True), or a copy where the filesystem refuses
+    one (False): either way later changes to ``source``'s directory entry cannot touch it."""
+    try:
+        os.link(source, target)
+        return True
+    except OSError:  # another filesystem, or one without links
+        shutil.copyfile(source, target)
+        return False
+
+
 def sha256_of(path: Path) -> str:
     """sha256 of a file's content, as recorded in ``meta.json``."""
     with open(path, "rb") as f:
@@ -171,13 +182,30 @@ def parse_meta(raw: bytes, key: str) -> dict[str, Any]:
     return meta
 
 
+def file_stamp(st: os.stat_result) -> dict[str, int]:
+    """What shows a file unchanged since it was hashed, as a build tool's cache records it:
+    its inode, device, size and modification time (a link to it changes none of them)."""
+    return {"ino": st.st_ino, "dev": st.st_dev, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def unchanged_since_hashed(st: os.stat_result, meta: Mapping[str, Any]) -> bool:
+    """Whether the file of ``st`` is the one ``meta`` recorded hashing, unchanged since."""
+    stamp = meta.get("stamp")
+    return isinstance(stamp, dict) and stamp == file_stamp(st)
+
+
 def check_package(f: BinaryIO, meta: Mapping[str, Any]) -> None:
+    """Raise :class:`EntryDamaged` unless the open package has the size and checksum of
+    ``meta``; the checksum is read again only if the file changed since it was hashed."""
     expected = meta["size"]
-    actual = os.fstat(f.fileno()).st_size
+    st = os.fstat(f.fileno())
+    actual = st.st_size
     if actual < expected:
         raise EntryDamaged(f"truncated: {actual} of {expected} bytes")
     if actual > expected:
         raise EntryDamaged(f"size mismatch: {actual} bytes, expected {expected}")
+    if unchanged_since_hashed(st, meta):
+        return
     digest, read = hash_stream(f)
     if read != expected or digest != meta["sha256"]:
         raise EntryDamaged("checksum mismatch")

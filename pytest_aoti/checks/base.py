@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from pytest_aoti.checks.budget import CheckBudget
 from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
@@ -161,8 +162,12 @@ class CheckContext:
     """The figures of the checks that ran so far, by name (``engine_seconds``)."""
     stats: Sequence[tuple[str, LeafStats]] = ()
     """``(context, stats)`` of every leaf the checks so far compared."""
+    budget: CheckBudget = field(default_factory=lambda: CheckBudget(None))
+    """Seconds the searches beyond the example share (``"engine"`` phase): values draws,
+    probes, generated shapes; a check takes from it (:mod:`~pytest_aoti.checks.budget`)."""
     _engine: Any = field(default=None, init=False, repr=False)
     _engine_handed_out: bool = field(default=False, init=False, repr=False)
+    _served: Any = field(default=None, init=False, repr=False)
 
     @property
     def program(self) -> AotiProgram:
@@ -172,18 +177,58 @@ class CheckContext:
         return self.compiled
 
     def engine(self) -> Any:
-        """The program's engine, loaded once and shared by the checks (its buffers may be
-        past other checks' calls; another load would map the package again, for good)."""
+        """The program's engine, shared by the checks (its buffers may be past other checks'
+        calls). A call the engine child already made for the crash screen is answered with
+        the child's outputs; the engine loads in this process at the first other call."""
         if self._engine is None:
-            self._engine = self.program.engine_in_exported_state()
+            program = self.program
+            if program.mutated_buffers:  # state: every call is made here, in order
+                self._engine = program.engine_in_exported_state()
+            else:
+                from pytest_aoti.checks.served_calls import ServedEngine  # imports torch
+
+                self._engine = ServedEngine(
+                    program, self.served_calls(), program.engine_in_exported_state
+                )
         self._engine_handed_out = True
         return self._engine
 
     def fresh_engine(self) -> Any:
-        """An engine whose buffers hold their exported values: the shared one while unused."""
-        if not self._engine_handed_out:
+        """An engine whose buffers hold their exported values: the shared one while unused
+        (always, for a program without buffer state)."""
+        if not self._engine_handed_out or not self.program.mutated_buffers:
             return self.engine()
         return self.program.engine_in_exported_state()
+
+    def local_engine(self) -> Any:
+        """The engine loaded in this process, for what must run here (threads, memory, the
+        profile); with buffer state, the shared one."""
+        engine = self.engine()
+        return engine.loaded() if hasattr(engine, "loaded") else engine
+
+    def served_calls(self) -> Any:
+        """The engine child's calls for this check (a ``ServedCalls``)."""
+        if self._served is None:
+            from pytest_aoti.checks.served_calls import ServedCalls  # imports torch
+
+            self._served = ServedCalls()
+        return self._served
+
+    def engine_calls(self) -> dict[str, int] | None:
+        """Calls of a program without buffer state: ``served`` from the engine child's
+        outputs, ``made_here`` by the engine loaded in this process; None: no such calls."""
+        if self._served is None:
+            return None
+        return {"served": self._served.served, "made_here": self._served.made_here}
+
+    def measured_seconds(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> float | None:
+        """Median seconds of one engine call on ``(args, kwargs)`` as the engine child timed
+        it; None where it did not."""
+        if self._served is None:
+            return None
+        from pytest_aoti.checks.served_calls import tensor_inputs  # imports torch
+
+        return self._served.seconds(tensor_inputs(self.program, args, kwargs))  # type: ignore[no-any-return]
 
 
 class Check(Protocol):

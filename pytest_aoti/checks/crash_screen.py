@@ -2,7 +2,10 @@
 CUDA illegal access), so a check's calls run first in the engine child; a death, a sticky CUDA
 error or a hang past :data:`SCREEN_TIMEOUT` fails the test with a ``crash`` finding, not the run.
 Where the child cannot register the custom ops the calls run unprotected (the record says so).
-Verdicts are kept with the package, so a warm run screens nothing again."""
+Without buffer state, the child is the engine's one home: every run makes the check's calls
+there and the check takes its outputs (:mod:`.served_calls`). With buffer state, the calls run
+in the child first and again in the test process, and verdicts are kept with the package, so a
+warm run screens nothing again."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from pytest_aoti.trees import clone_tree, tensor_bytes
 if TYPE_CHECKING:
     import torch
 
+    from pytest_aoti.checks.served_calls import ServedCalls
     from pytest_aoti.compiling.program import AotiProgram
 
 SCREEN_TIMEOUT = 120.0
@@ -45,6 +49,16 @@ SIDECAR = "crash_screen"
 
 MAX_SCREEN_BYTES = 2**30
 """Input bytes above which an input set is not copied to the child (it runs unprotected)."""
+
+MAX_KEPT_BYTES = 2**28
+"""Input bytes of one request above which the child's outputs are not kept: the check calls
+the engine here instead."""
+
+TIMED_CALLS = 5
+"""Calls of the example the child times (fewer once :data:`TIMED_SECONDS` are spent)."""
+
+TIMED_SECONDS = 0.5
+"""Seconds the child spends at most timing the example's calls."""
 
 _DIGEST_BYTES = 2**20
 """How much of each tensor's data goes into the verdict's key (its start)."""
@@ -65,8 +79,10 @@ class CrashScreenCheck:
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         screen = CrashScreen.for_check(plan, context)
+        screen.timed = True  # the example's calls, timed where they run
         for index, input_set in enumerate(plan.input_sets):
             screen.screen(input_set, "the example inputs" if index == 0 else f"sample {index}")
+            screen.timed = False
         return Outcome(record=screen.record())
 
 
@@ -85,13 +101,22 @@ class CrashScreen:
     """Input sets whose verdict was kept from an earlier screen."""
     unprotected: list[str] = field(default_factory=list)
     """Why input sets ran unprotected (one reason each)."""
+    served: ServedCalls | None = None
+    """Where the child's calls are kept for the check to take (None: the check makes them)."""
+    timed: bool = False
+    """Also time the first input set's calls in the child (:data:`TIMED_CALLS`)."""
     _preparation: ChildPreparation | None = None
     _verdicts: dict[str, Any] | None = None
 
     @classmethod
     def for_check(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen:
-        """The screen of one check's engine calls."""
-        return cls(context.program, plan.module, context.calls, context.attachments, context.triage)
+        """The screen of one check's engine calls; without buffer state, the check takes the
+        child's outputs (:mod:`.served_calls`)."""
+        program = context.program
+        served = None if program.mutated_buffers else context.served_calls()
+        return cls(
+            program, plan.module, context.calls, context.attachments, context.triage, served=served
+        )
 
     @classmethod
     def where_on(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
@@ -110,7 +135,9 @@ class CrashScreen:
         verdicts: dict[int, dict[str, Any]] = {}
         for position, input_set in enumerate(input_sets):
             key = self._key(input_set)
-            if (kept := self._kept().get(key)) is not None:
+            # the child serves the check's calls: it makes them, kept verdict or not
+            kept = self._kept().get(key) if self.served is None else None
+            if kept is not None:
                 self.cached += 1
                 verdicts[position] = kept
                 continue
@@ -168,6 +195,7 @@ class CrashScreen:
             inputs.append([leaf for leaf in clone_tree(flat) if isinstance(leaf, torch.Tensor)])
         device = self.program.device
         preparation = self._prepared()
+        keep = self.served is not None and sum(map(tensor_bytes, inputs)) <= MAX_KEPT_BYTES
         request = {
             "package": str(self.program.package_path),
             "device_index": device.index if device.type == "cuda" else None,
@@ -176,12 +204,20 @@ class CrashScreen:
             "inputs": inputs,
             "repeat": self.calls,
             "discard": True,
+            "keep_calls": keep,
+            **({"time_calls": TIMED_CALLS, "time_budget": TIMED_SECONDS} if self.timed else {}),
             **preparation.request(),
         }
         jobs = [(index, False) for index in range(len(inputs))]
         # each set gets the deadline it would get screened alone
         results = run_jobs(request, jobs, SCREEN_TIMEOUT * len(jobs), preparation.path)
-        return [_verdict(results[job]) for job in jobs]
+        verdicts = [_verdict(results[job]) for job in jobs]
+        if self.served is not None:
+            for sent, job, verdict in zip(inputs, jobs, verdicts):
+                if verdict.get("verdict") == "ok":
+                    self.served.keep(sent, results[job].get("calls") or ())
+                    self.served.keep_seconds(sent, results[job].get("seconds") or ())
+        return verdicts
 
     def _failure(self, verdict: dict[str, Any], input_set: InputSet, label: str) -> AotiCheckError:
         error = AotiCheckError(crash_finding(verdict, label, self.calls))

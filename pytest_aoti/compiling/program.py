@@ -70,6 +70,12 @@ class EnginePool:
                 self._trim()
             return engine
 
+    def clear(self) -> None:
+        """Drop every engine this pool keeps (at the session's end)."""
+        with self._lock:
+            self._recent.clear()
+            self._pinned.clear()
+
     def _trim(self) -> None:
         """Keep the newest engine, and the next newest while their packages fit the budget."""
         total = kept = 0
@@ -157,6 +163,11 @@ class AotiProgram:
     def package_path(self) -> Path:
         """The ``.pt2`` package this program loads its engine from."""
         return self._artifact.package_path
+
+    @property
+    def package_bytes(self) -> int:
+        """The package's size in bytes."""
+        return self._artifact.package_bytes
 
     @property
     def signature(self) -> MutationSignature:

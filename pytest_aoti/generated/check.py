@@ -8,7 +8,7 @@ exported program, so a failure shrinks toward the smallest shape that still fail
 from __future__ import annotations
 
 import unittest
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,7 @@ from pytest_aoti.generated.feature import GeneratedOptions
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.api import AotiProgram, LeafStats, ProgramShapes, Tolerance
+    from pytest_aoti.api import AotiProgram, CheckBudget, LeafStats, ProgramShapes, Tolerance
 
 
 class GeneratedCheck:
@@ -81,6 +81,8 @@ class GeneratedCheck:
             ),
             triage=context.triage,
             screen=_crash_screen(plan, context),
+            engine=context.fresh_engine,
+            budget=context.budget,
         )
         return Outcome(stats=tuple(stats), input_sets=count, figures={"examples": count})
 
@@ -128,9 +130,14 @@ def check_generated(
     generation: Generation,
     triage: Triage | None = None,
     screen: CrashScreen | None = None,
+    engine: Callable[[], Any] | None = None,
+    budget: CheckBudget | None = None,
 ) -> tuple[int, list[tuple[str, LeafStats]]]:
     """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones,
-    each first in the engine child where ``screen`` is given (a crash there ends the search).
+    each first in the engine child where ``screen`` is given (a crash there ends the search);
+    ``engine`` gives the engine each input set runs on (default: the program's). With a
+    ``budget``, the generated shapes stop once it is spent (the boundary shapes always run,
+    and a failure found is shrunk whatever it costs).
 
     Returns how many input sets were checked and their figures. Raises
     :class:`~pytest_aoti.AotiCheckError` naming the smallest failing shape found.
@@ -139,7 +146,9 @@ def check_generated(
     builder = InputBuilder(program, like=inputs[0], like_kwargs=inputs[1])
     if not builder.shapes.symbols:
         return 0, []
-    checker = _ShapeChecker(program, module, builder, calls, mutates, tolerance, triage, screen)
+    checker = _ShapeChecker(
+        program, module, builder, calls, mutates, tolerance, triage, screen, engine, budget
+    )
 
     boundary_failure: _Failure | None = None
     for values in boundary_assignments(builder.shapes, generation.max_dim):
@@ -154,9 +163,12 @@ def check_generated(
     # boundary the exported program refuses is reported as it is: that is the range's edge
     refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
     searched = not refused and checker.crashed is None  # a crash: nothing is run again
+    checker.searching = True
     found = (_search(checker, generation, builder.shapes) if searched else None) or (
         boundary_failure
     )
+    if budget is not None and searched and not checker.failed:
+        budget.ran("generated", checker.searched, generation.examples)
     if found is not None:
         # only the smallest failing shape is attributed to a stage (and localized): the
         # search itself runs many failing shapes
@@ -181,9 +193,18 @@ class _ShapeChecker:
         tolerance: Tolerance,
         triage: Triage | None,
         screen: CrashScreen | None = None,
+        engine: Callable[[], Any] | None = None,
+        budget: CheckBudget | None = None,
     ) -> None:
         self.program = program
         self.screen = screen
+        self.engine = engine
+        self.budget = budget
+        self.searching = False
+        """In the Hypothesis search (past the boundary shapes): the budget applies."""
+        self.searched = 0
+        """Generated shapes run in the search."""
+        self.failed = False
         self.crashed: _Failure | None = None
         """The first shape whose engine crashed its child: every later run fails with it
         (no engine is called again), and the search reports it unshrunk."""
@@ -219,9 +240,26 @@ class _ShapeChecker:
             label="generated " + _describe_shapes(self.builder.shapes, values),
             triage=self.triage,
             attribute=attribute,
+            engine=self.engine,
         )
 
     def run(self, values: dict[str, int], seed: int) -> None:
+        budget = self.budget
+        if budget is None:
+            self._run(values, seed)
+            return
+        if self.searching and not self.failed and not budget.allows(0, 0):
+            return  # spent: the rest of the search passes without a call
+        try:
+            with budget.spending():
+                self._run(values, seed)
+        except _Failure:
+            self.failed = True  # shrinking it runs whatever it costs
+            raise
+        finally:
+            self.searched += self.searching
+
+    def _run(self, values: dict[str, int], seed: int) -> None:
         if self._refusals is not None:
             # the exported program first: the engine would raise the same, on stderr too
             try:

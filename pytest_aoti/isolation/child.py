@@ -8,7 +8,15 @@ ends it; prints go to stderr. ``REQUEST`` is a ``torch.save``'d dict: ``package`
 1), ``discard`` (save no outputs), ``libraries`` and ``imports`` (``[module, file]``) for custom
 ops. Job ``k`` writes ``OUTDIR/started-k`` before and ``OUTDIR/job-k.pt`` after its call. Checked
 jobs use a second engine first called with ``AOTI_RUNTIME_CHECK_INPUTS=1``: the wrapper reads it
-once per loaded library copy, so each engine keeps its first setting."""
+once per loaded library copy, so each engine keeps its first setting.
+
+Optionally ``keep_calls`` (save each call's outputs, the inputs after it, which outputs are
+inputs, and its seconds: the parent serves the check's calls from them) and ``time_calls``
+(extra timed calls of job 0's inputs). The child holds one engine at a time: kept from one
+request to the next of the same package (one load for a program's screens and probes), freed
+(its mapped weights too) before an engine of another package or setting loads, and on
+``{"release": true}``. ``{"preload": PACKAGE, "device_index": N}`` loads a package's engine
+ahead of its first request (while the parent stores the package)."""
 
 from __future__ import annotations
 
@@ -39,8 +47,76 @@ def _set_checks(checked: bool) -> None:
         os.environ.pop(CHECK_INPUTS, None)
 
 
+_HELD: dict[str, Any] = {}
+"""The engine this child holds: ``slot`` (package, device, checked) and ``runner``."""
+
+
+def release() -> None:
+    """Free the held engine and the weights its library mapped (they stay mapped otherwise:
+    torch never unloads an engine's library)."""
+    import gc
+
+    if _HELD.pop("runner", None) is None:
+        return
+    _HELD.clear()
+    gc.collect()  # the runner's extraction folder goes with it
+    _drop_unloaded_libraries()
+
+
+def _drop_unloaded_libraries() -> None:
+    """Give back the clean pages of the deleted engine libraries still mapped: their weights."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        mappings = _clean_deleted_mappings(Path("/proc/self/smaps").read_text())
+    except (OSError, AttributeError):  # not Linux: the pages stay
+        return
+    for start, end in mappings:
+        libc.madvise(start, end - start, 4)  # MADV_DONTNEED: re-read from the file if touched
+
+
+def _clean_deleted_mappings(smaps: str) -> list[tuple[int, int]]:
+    """Read-only mappings of deleted engine libraries (``aotinductor`` folders) without a
+    page of their own: dropping them loses nothing (a relocated page is an anonymous copy)."""
+    found: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    for line in smaps.splitlines():
+        parts = line.split(maxsplit=5)
+        if parts and "-" in parts[0] and len(parts) >= 5 and ":" not in parts[0]:
+            current = None
+            path = parts[5] if len(parts) == 6 else ""
+            if "w" not in parts[1] and "x" not in parts[1] and "aotinductor" in path:
+                if path.endswith("(deleted)"):
+                    low, high = (int(value, 16) for value in parts[0].split("-"))
+                    current = (low, high)
+        elif current is not None and parts[:1] == ["Anonymous:"]:
+            if parts[1] == "0":
+                found.append(current)
+            current = None
+    return found
+
+
+def _load(package: str, device_index: int | None, checked: bool) -> Any:
+    """The engine of ``package`` (with input checks: ``checked``), loaded unless held."""
+    import torch
+
+    slot = [package, device_index, checked]
+    if _HELD.get("slot") != slot:
+        release()  # one engine at a time: the last one's weights go first
+        # aoti_load_package's runner without torch._inductor's imports (seconds)
+        _HELD["runner"] = torch._C._aoti.AOTIModelPackageLoader(
+            package, "model", False, 1, -1 if device_index is None else device_index
+        )
+        _HELD["slot"] = slot
+    return _HELD["runner"]
+
+
 def probe(request_path: str, outdir: str) -> None:
     """Run one program's jobs (see the module's docstring)."""
+    import time
+
     import torch
     import torch.utils._pytree as pytree
 
@@ -56,28 +132,39 @@ def probe(request_path: str, outdir: str) -> None:
             )
         return
     device_index = request.get("device_index")
-    engines: dict[bool, Any] = {}
+    fresh = bool(request.get("fresh"))
 
     def engine(checked: bool) -> Any:
-        if request.get("fresh") or checked not in engines:
-            # aoti_load_package's runner without torch._inductor's imports (seconds)
-            engines[checked] = torch._C._aoti.AOTIModelPackageLoader(
-                request["package"], "model", False, 1, -1 if device_index is None else device_index
-            )
-        return engines[checked]
+        if fresh:
+            release()
+        return _load(request["package"], device_index, checked)
 
+    def sync() -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()  # an asynchronous CUDA error belongs to this job
+
+    runner: Any = None
     for position, (index, checked) in enumerate(request["jobs"]):
+        runner = None  # the engine a job is done with must be free to go before the next loads
         (out / f"started-{position}").write_text("")
         flat = copy.deepcopy(request["inputs"][index])  # keeps aliasing within the set
         result: dict[str, Any] = {"index": index, "checked": checked}
         try:
             _set_checks(checked)
             runner = engine(checked)
+            calls = []
             for _ in range(int(request.get("repeat") or 1)):
+                before = time.perf_counter()
                 with torch.no_grad():
                     outputs = runner.boxed_run(list(flat))
-                if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-                    torch.cuda.synchronize()  # an asynchronous CUDA error belongs to this job
+                sync()
+                seconds = time.perf_counter() - before
+                if request.get("keep_calls"):
+                    calls.append(_kept_call(runner, outputs, flat, seconds))
+            if calls:
+                result["calls"] = calls
+            if request.get("time_calls") and position == 0:
+                result["seconds"] = _timed(runner, request["inputs"][index], request, sync)
             if not request.get("discard"):
                 out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
                 result["outputs"] = pytree.tree_unflatten(outputs, out_spec)
@@ -93,7 +180,52 @@ def probe(request_path: str, outdir: str) -> None:
             result["error"] = (useful or lines or [type(error).__name__])[0].strip()[:300]
         _save(result, out / f"job-{position}.pt")
     _set_checks(False)
-    engines.clear()  # the loaders hold no cycles: no collection (a tenth of a second)
+    if fresh:
+        release()
+
+
+def _kept_call(runner: Any, outputs: list[Any], flat: list[Any], seconds: float) -> dict[str, Any]:
+    """One call as the parent serves it again: outputs (as the engine's tree), the inputs
+    after it, which outputs share an input's storage (its index, else -1), its seconds."""
+    import torch.utils._pytree as pytree
+
+    def storage(leaf: Any) -> int:
+        return leaf.untyped_storage().data_ptr() if hasattr(leaf, "untyped_storage") else 0
+
+    storages = [storage(leaf) for leaf in flat]
+    aliases = [
+        storages.index(storage(leaf)) if storage(leaf) and storage(leaf) in storages else -1
+        for leaf in outputs
+    ]
+    out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
+    copies = [leaf.clone() if hasattr(leaf, "clone") else leaf for leaf in outputs]
+    return {
+        "outputs": pytree.tree_unflatten(copies, out_spec),
+        "aliases": aliases,
+        "inputs": copy.deepcopy(flat),  # as laid out (and shared) as the call left them
+        "seconds": seconds,
+    }
+
+
+def _timed(runner: Any, inputs: list[Any], request: dict[str, Any], sync: Any) -> list[float]:
+    """Seconds of up to ``time_calls`` calls on copies of ``inputs`` (at most
+    ``time_budget`` seconds in all)."""
+    import time
+
+    import torch
+
+    flat = copy.deepcopy(inputs)
+    samples: list[float] = []
+    while len(samples) < int(request["time_calls"]) and sum(samples) < float(
+        request.get("time_budget") or 1.0
+    ):
+        sync()
+        before = time.perf_counter()
+        with torch.no_grad():
+            runner.boxed_run(list(flat))
+        sync()
+        samples.append(time.perf_counter() - before)
+    return samples
 
 
 _PREPARED: set[str] = set()
@@ -137,10 +269,23 @@ def serve() -> int:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # what torch or an engine prints must not garble an answer
     _set_checks(False)
+    import torch  # noqa: F401  # imported while the parent still compiles
+
     for line in sys.stdin:
         if not line.strip():
             continue
         asked = json.loads(line)
+        if asked.get("release"):
+            release()
+            answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
+            continue
+        if asked.get("preload"):
+            try:
+                _load(asked["preload"], asked.get("device_index"), checked=False)
+            except Exception:  # the request that needs the engine says what is wrong
+                release()
+            answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
+            continue
         if asked.get("path"):  # where the parent imports the user's modules from
             sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
         probe(asked["request"], asked["outdir"])

@@ -1,6 +1,8 @@
 """The test process's one long-lived engine child (:mod:`.child`), running every program's jobs
 so torch's import is paid once. A crash or hang ends that child only; a new one goes on with the
-rest. It is also replaced after :data:`PACKAGES_PER_CHILD` programs or above :data:`MEMORY_CAP`."""
+rest. It holds a program's engine from one request to the next until the check releases it;
+it is replaced after :data:`PACKAGES_PER_CHILD` programs, or above :data:`MEMORY_CAP` once it
+holds none."""
 
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ PACKAGES_PER_CHILD = 32
 """Programs one child runs before a fresh one takes over."""
 
 MEMORY_CAP = 2 * 2**30
-"""Resident bytes above which the child is replaced after its current program."""
+"""Resident bytes, holding no engine, above which the child is replaced."""
+
+CLOSE_WAIT = 0.2
+"""Seconds the child may take to exit after its input ends before it is killed."""
 
 STICKY_CUDA_ERROR = 70
 """The child's exit status after a CUDA error that poisons its process."""
@@ -92,6 +97,8 @@ class EngineChild:
         self._stderr_start = 0
         """Where the running program's part of the child's stderr begins."""
         self._packages = 0
+        self._unanswered = 0
+        """Preloads whose answer line is still to be read."""
         self.last_signal: int | None = None
         """The signal that ended the child during the last :meth:`run` (None: none did)."""
 
@@ -105,6 +112,8 @@ class EngineChild:
         if process is None or process.poll() is not None:
             process = self._start()
         assert process.stdin is not None and process.stdout is not None
+        if not self._answered(timeout):
+            return self._failed()
         if self._stderr is not None:
             # stderr holds earlier programs' lines: quote only this program's
             self._stderr_start = os.fstat(self._stderr.fileno()).st_size
@@ -124,10 +133,63 @@ class EngineChild:
             answer = None
         if not isinstance(answer, dict) or not answer.get("done"):
             return self._failed()
-        self._packages += 1
-        if self._packages >= PACKAGES_PER_CHILD or int(answer.get("rss") or 0) > MEMORY_CAP:
-            self.close()
         return None
+
+    def prestart(self) -> None:
+        """Start the child now (it imports torch while this process compiles), unless running."""
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+
+    def preload(self, package: Path, device_index: int | None) -> None:
+        """Have a running child load ``package``'s engine now, without waiting for it: the
+        next request finds it loaded."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        asked = {"preload": str(package), "device_index": device_index}
+        if self._say(asked):
+            self._unanswered += 1
+
+    def release(self) -> None:
+        """Have a running child free the engine it holds (and its weights); nothing otherwise."""
+        process = self._process
+        if process is None or process.poll() is not None or not self._answered():
+            return
+        assert process.stdout is not None
+        if not self._say({"release": True}):
+            return
+        line = _read_line(process.stdout, 60.0)
+        try:
+            rss = int(json.loads(line or b"{}").get("rss") or 0)
+        except (ValueError, AttributeError):
+            rss = MEMORY_CAP + 1
+        self._packages += 1
+        # what the libraries of past programs keep, and torch's heap, grow with each program
+        if line is None or self._packages >= PACKAGES_PER_CHILD or rss > MEMORY_CAP:
+            self.close()
+
+    def _say(self, asked: Mapping[str, Any]) -> bool:
+        """Write one request line; False (the child is gone) if it cannot be written."""
+        process = self._process
+        assert process is not None and process.stdin is not None
+        try:
+            process.stdin.write((json.dumps(asked) + "\n").encode())
+            process.stdin.flush()
+        except OSError:
+            self.close()
+            return False
+        return True
+
+    def _answered(self, timeout: float = 120.0) -> bool:
+        """Read the answers of earlier preloads; False (the child is gone) if one is missing."""
+        process = self._process
+        assert process is not None and process.stdout is not None
+        while self._unanswered:
+            if _read_line(process.stdout, timeout) is None:
+                self.close()
+                return False
+            self._unanswered -= 1
+        return True
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.close()
@@ -144,6 +206,7 @@ class EngineChild:
             stderr=self._stderr,
         )
         self._packages = 0
+        self._unanswered = 0
         self.starts += 1
         return self._process
 
@@ -176,7 +239,8 @@ class EngineChild:
                 with contextlib.suppress(OSError):
                     process.stdin.close()
             try:
-                process.wait(timeout=5)
+                # it holds nothing to save: a child slow to tear torch down is ended
+                process.wait(timeout=CLOSE_WAIT)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -217,6 +281,23 @@ def engine_child() -> EngineChild:
         _PROCESS = EngineChild(_CHILD)
         atexit.register(_PROCESS.close)
     return _PROCESS
+
+
+def prestart_engine_child() -> None:
+    """Start this process's engine child ahead of its first request (during a compile)."""
+    engine_child().prestart()
+
+
+def preload_engine(package: Path, device_index: int | None) -> None:
+    """Have this process's engine child, if it runs, load ``package`` ahead of its requests."""
+    if _PROCESS is not None:
+        _PROCESS.preload(package, device_index)
+
+
+def release_engine() -> None:
+    """Free the engine this process's child holds, if it runs (a check is done with it)."""
+    if _PROCESS is not None:
+        _PROCESS.release()
 
 
 def shutdown() -> None:

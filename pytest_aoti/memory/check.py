@@ -52,7 +52,7 @@ class MemoryCheck:
         # the example's calls, only the engine's measured, on the shared engine (the values
         # of its buffers do not change what a call allocates)
         program = context.program
-        engine = context.engine()
+        engine = context.local_engine()
         args, kwargs = clone_tree(plan.input_sets[0])
         with torch.no_grad():
             for _ in range(context.calls):

@@ -10,7 +10,16 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from pytest_aoti.options.fields import per_check
-from pytest_aoti.options.parsers import RANDOM_MODES, check_switch, parse_switch
+from pytest_aoti.options.parsers import (
+    RANDOM_MODES,
+    check_share,
+    check_switch,
+    parse_share,
+    parse_switch,
+)
+
+DEFAULT_SHARE = 0.05
+"""The share of a program's compile time the searches beyond the example may take."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,18 @@ class CoreOptions:
         "error) or hangs fails its test and the run goes on. Default: on.",
         parse=parse_switch,
         check=check_switch,
+        marker=True,
+        keyword=True,
+    )
+    budget: float = per_check(
+        DEFAULT_SHARE,
+        "The share of the program's compile time (as recorded with its package) that the "
+        "searches beyond the example may take together, at least one second: values draws, "
+        "deployment probes and generated shapes, each after its floor (two draws, the "
+        "boundary shapes); off: no limit (every draw, probe and shape). A number such as "
+        f"0.1, or a percentage written with a percent sign. Default: {DEFAULT_SHARE}.",
+        parse=parse_share,
+        check=check_share,
         marker=True,
         keyword=True,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -118,6 +119,35 @@ def parse_tolerance(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a tolerance of 0 or more, got {value}")
     return value
+
+
+def parse_share(text: str) -> float:
+    """``off``, a fraction (``0.25``) or a percentage (``25%``) → the share (``inf``: off)."""
+    word = str(text).strip().lower()
+    if word == "off":
+        return math.inf
+    try:
+        value = float(word[:-1]) / 100 if word.endswith("%") else float(word)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected off, a share such as 0.25 or a percentage such as 25%, got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a share of 0 or more, got {text!r}")
+    return value
+
+
+def check_share(name: str, value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            return parse_share(value)
+        except argparse.ArgumentTypeError:
+            pass
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise ValueProblem(
+        f"{name} must be 'off', a share such as 0.25 or a percentage such as '25%', got {value!r}"
+    )
 
 
 RANDOM_MODES = Words("fail", "shapes", quoted=True)

@@ -111,14 +111,22 @@ class ProbesCheck:
         __tracebackhide__ = True
         options = plan.options.of(ProbeOptions)
         edge, edge_skip = edge_values(plan, context)
-        report, variants = run_probes(
-            context.program,
-            plan.module,
-            *plan.input_sets[0],
-            tolerance=plan.tolerance,
-            skip=probe_skip(options.probes, options.probes_skip, edge, edge_skip),
-            cache=context.attachments,
-        )
+        budget = context.budget
+        with budget.spending():
+            report, variants = run_probes(
+                context.program,
+                plan.module,
+                *plan.input_sets[0],
+                tolerance=plan.tolerance,
+                skip=probe_skip(options.probes, options.probes_skip, edge, edge_skip),
+                cache=context.attachments,
+                # edge values that fail the check run whatever the budget
+                fits=None if edge == "fail" else lambda count: _fits(plan, context, count),
+            )
+        if report.outcomes or report.cached or report.error:
+            budget.ran(self.name, len(report.outcomes), len(report.outcomes))
+        else:  # the budget left no time for them
+            budget.ran(self.name, 0, len(variants))
         failing = report.failing(options.serving_checks, probes=options.probes, edge=edge)
         if failing:
             raise probe_failure(report, variants, plan.module, context.triage, failing)
@@ -128,6 +136,25 @@ class ProbesCheck:
             properties=(("aoti_probes_error", report.error),) if report.error else (),
         )
         return Outcome(figures={"probes": report}, record=record)
+
+
+LOAD_BYTES_PER_SECOND = 800 * 2**20
+"""How fast an engine loads its package here (a second engine: the one with input checks)."""
+
+
+def _fits(plan: CheckPlan, context: CheckContext, variants: int) -> bool:
+    """Whether ``variants`` probes fit the check budget: each costs an input set of the
+    searches so far (or two engine calls as timed), plus a second engine's load."""
+    budget = context.budget
+    if budget.seconds is None:
+        return True
+    per_variant = budget.per_input_set
+    if per_variant is None:
+        args, kwargs = plan.input_sets[0]
+        timed = context.measured_seconds(args, kwargs)
+        per_variant = 3 * timed if timed is not None else 0.0
+    load = context.program.package_bytes / LOAD_BYTES_PER_SECOND
+    return budget.fits(variants * per_variant + load)
 
 
 def edge_values(plan: CheckPlan, context: CheckContext) -> tuple[str, frozenset[str]]:
@@ -173,13 +200,16 @@ def run_probes(
     skip: Mapping[str, frozenset[str]] | None = None,
     cache: ProbeCache | None = None,
     timeout: float = CHILD_TIMEOUT,
+    fits: Callable[[int], bool] | None = None,
 ) -> tuple[ProbeReport, list[Variant]]:
     """Probe ``program``'s engine with variants of the example ``(args, kwargs)``.
 
     Returns the report and the variants (whose inputs a ``fail`` policy puts into the
     repro bundle). Outcomes come from ``cache`` where this program was probed the same
     way before; otherwise one child process calls the engine, and the outcomes are kept
-    in ``cache``. Never raises for what the engine does; ``args`` are not modified.
+    in ``cache``; where ``fits`` says the variants' calls do not fit the check budget
+    (given their count), none are made and the report is empty. Never raises for what the
+    engine does; ``args`` are not modified.
     """
     started = time.perf_counter()
     skip = skip or {}
@@ -198,6 +228,8 @@ def run_probes(
                 outcomes = None
             if outcomes is not None:
                 return ProbeReport(outcomes, cached=True, skipped=skipped), variants
+    if fits is not None and not fits(len(variants)):
+        return ProbeReport(()), variants
     try:
         outcomes_list, skipped_list = _probe(program, module, variants, tolerance, timeout)
     except Exception as error:  # a probe's own failure never fails a passed check

@@ -5,6 +5,7 @@ No torch at import time: the catalog of checks (which imports torch) loads at th
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from pytest_aoti.checks.base import (
     RecordPart,
     Triage,
 )
+from pytest_aoti.checks.budget import CheckBudget
 from pytest_aoti.compiling.random_ops import random_ops
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.reports.junit import PLAIN_VALUES
@@ -46,6 +48,8 @@ class PlanRun:
         self._figures: dict[str, Any] = {}
         self._reported_by: dict[str, str] = {}  # figure -> check, to name both on a clash
         self._ran: list[str] = []
+        self._seconds: dict[str, float] = {}
+        """Seconds each check took (its ``run``), by name: the record's ``seconds_by_check``."""
         self._record = RecordPart()
         context.figures = self._figures
         context.stats = self._stats
@@ -66,7 +70,13 @@ class PlanRun:
         for check in [*catalog.CHECKS, *self.checks.in_order()]:
             if check.phase == phase and check.applies(self.plan, self.context):
                 added = id(check) in self._added
-                self._gather(check, phase, self._run(check, added), added)
+                started = time.perf_counter()
+                try:
+                    outcome = self._run(check, added)
+                finally:
+                    seconds = time.perf_counter() - started
+                    self._seconds[check.name] = self._seconds.get(check.name, 0.0) + seconds
+                self._gather(check, phase, outcome, added)
 
     def run_on_full_copy(self, phase: Phase) -> None:
         """:meth:`run` on a full copy of the module, if it can be copied (export failed)."""
@@ -135,6 +145,8 @@ class PlanRun:
         # lost buffer state shows from the second call on (torch_bugs.BUFFER_STATE_NOT_CARRIED)
         calls = self.plan.calls
         self.context.calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
+        # the compile as recorded with the package: the same budget on every run
+        self.context.budget = CheckBudget.of(self.plan.options.budget, program.compile_seconds)
 
     def run_engine_checks(self) -> CheckResult:
         """Run the ``"engine"`` checks; what every check measured."""
@@ -147,5 +159,22 @@ class PlanRun:
             input_sets=self._input_sets,
             figures=dict(self._figures),
             checks=tuple(self._ran),
-            record=self._record,
+            record=self._record + self.timings(),
+        )
+
+    def timings(self) -> RecordPart:
+        """``seconds_by_check``: the seconds of every check that ran so far, by name;
+        ``budget``: what the searches spent of the check budget, and what it cut short;
+        ``engine_calls``: the calls served from the engine child and those made here."""
+        budget = self.context.budget
+        hint = budget.cut_short()
+        return RecordPart(
+            {
+                "seconds_by_check": {
+                    name: round(value, 4) for name, value in self._seconds.items()
+                },
+                "budget": budget.to_json(),
+                "engine_calls": self.context.engine_calls(),
+            },
+            notes=(f"{self.context.label or 'a check'}: {hint}",) if hint else (),
         )

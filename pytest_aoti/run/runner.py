@@ -17,6 +17,11 @@ from pytest_aoti.checks.signature import names
 from pytest_aoti.compiling.library_warnings import library_warnings_recorded
 from pytest_aoti.compiling.pipeline import export_module
 from pytest_aoti.errors import AotiCheckError, AotiCompileError, AotiExportError
+from pytest_aoti.isolation.process import (
+    preload_engine,
+    prestart_engine_child,
+    release_engine,
+)
 from pytest_aoti.run.added import PluginChecks, default_plugin_checks
 from pytest_aoti.run.phases import PlanRun
 from pytest_aoti.shapes.formatting import format_dynamic_shapes
@@ -113,6 +118,8 @@ class CallRunner:
             plan = replace(plan, dynamic_shapes=self._infer_dynamic_shapes(plan))
         events = self.events
         checks = PlanRun(plan, self._context(), self.plugin_checks)
+        if self._screens(plan):
+            prestart_engine_child()  # it imports torch while this process exports
         try:
             program = self._compile(plan, checks=checks)
             self._note_buffers(program, declared=plan.mutated_buffers)
@@ -122,7 +129,10 @@ class CallRunner:
             raise
         checks.compiled(program, self._triage(program, plan))
         try:
-            result = checks.run_engine_checks()
+            try:
+                result = checks.run_engine_checks()
+            finally:
+                release_engine()  # the engine child's copy of this program's weights
         except BaseException as error:
             # never published from here: its check failed (or did not finish)
             self.registry.check_failed(program)
@@ -152,6 +162,7 @@ class CallRunner:
             exported = self._export(plan, heard, checks)
             if checks is not None:
                 checks.run("eager")  # the weights are safe: the program writes none
+            screened = checks is not None and self._screens(plan)
             with library_warnings_recorded(heard.append):
                 if checks is not None:
                     checks.exported(exported)
@@ -160,7 +171,13 @@ class CallRunner:
                     device=self.device,
                     inductor_configs=dict(plan.inductor_configs),
                     label=self.label,
+                    # the engine child loads the package while this process stores it
+                    after_compile=self._preload if screened else None,
                 )
+            if screened and not program.seconds_compiled_here:
+                self._preload(
+                    program.package_path
+                )  # a stored package: loaded before its first call
             done(program)
         if self.events is not None and program.seconds_compiled_here:
             self.events.built(program, type(plan.module).__qualname__)
@@ -190,6 +207,13 @@ class CallRunner:
         if written:
             raise parameter_write_error(written)
         return exported
+
+    def _screens(self, plan: CheckPlan) -> bool:
+        """Whether this check's calls go to the engine child (:mod:`..checks.crash_screen`)."""
+        return plan.options.crash_screen and self.device.type in ("cpu", "cuda")
+
+    def _preload(self, package: Path) -> None:
+        preload_engine(package, self.device.index if self.device.type == "cuda" else None)
 
     def _note_buffers(self, program: AotiProgram, declared: Iterable[str] | None) -> None:
         """Say once per program that it mutates registered buffers, unless declared."""

@@ -72,7 +72,7 @@ class ThreadsCheck:
             )
         stats = check_threads(
             program,
-            context.fresh_engine(),
+            context.local_engine() if not program.mutated_buffers else context.fresh_engine(),
             plan.module,
             *plan.input_sets[0],
             threads=plan.options.of(ThreadsOptions).threads,

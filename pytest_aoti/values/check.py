@@ -47,6 +47,9 @@ engine (so that every draw starts from the exported state), and each load maps t
 for good."""
 NARROWING_RUNS = 64
 """Runs at most spent narrowing a failing draw to its fewest overlaid elements."""
+FLOOR_DRAWS = 2
+"""Draws a check runs whatever its budget (:mod:`~pytest_aoti.checks.budget`)."""
+
 BATCH_BYTES = 256 * 2**20
 """Drawn input bytes held at once: the draws are made, screened in the child and checked a
 batch at a time, so a large cache is not drawn sixteen times over in memory."""
@@ -143,28 +146,51 @@ class _Search:
         kept = self._kept_failures()
         # a draw that failed on an earlier run goes first, also one beyond values_draws now
         order = [*kept, *(k for k in range(self.draws) if k not in kept)]
-        batch: list[tuple[Draw, InputSet]] = []
-        size = 0
-        for index in order:
-            seed = draw_seed(self.context.label, self.program.key, index)
-            draw = self.plan_of_draws.draw(index, seed)
-            inputs = self.rebuild(draw.values)
-            if self._refusals is not None and self._refusals.refusal(*inputs) is not None:
-                self.refused += 1  # the program's own assertion: not the engine's fault
-                continue
-            batch.append((draw, inputs))
-            size += tensor_bytes(inputs)
-            if size >= BATCH_BYTES:
-                if not self._run_batch(batch):
+        budget = self.context.budget
+        pending = iter(order)
+        done = 0  # draws run or refused
+        spent = 0.0
+        while budget.allows(self.count, FLOOR_DRAWS) and done < len(order):
+            # the floor first, then as many as the seconds per draw so far leave room for
+            room = self._room(budget.left(), spent, self.count)
+            batch: list[tuple[Draw, InputSet]] = []
+            size = 0
+            while len(batch) < room and size < BATCH_BYTES:
+                index = next(pending, None)
+                if index is None:
                     break
-                batch, size = [], 0
-        else:
-            self._run_batch(batch)
+                done += 1
+                seed = draw_seed(self.context.label, self.program.key, index)
+                draw = self.plan_of_draws.draw(index, seed)
+                inputs = self.rebuild(draw.values)
+                if self._refusals is not None and self._refusals.refusal(*inputs) is not None:
+                    self.refused += 1  # the program's own assertion: not the engine's fault
+                    continue
+                batch.append((draw, inputs))
+                size += tensor_bytes(inputs)
+            started = time.perf_counter()
+            with budget.spending():
+                passed = self._run_batch(batch)
+            spent += time.perf_counter() - started
+            if not passed:
+                break
+        budget.ran("values", done, len(order))
+        if self.count:
+            budget.per_input_set = spent / self.count
         if self.failed is not None:
             self._keep_failure(self.failed.draw.index)
             raise self._reported(self._narrowed(self.failed)) from None
         if kept:
             self._keep_failure(None)
+
+    def _room(self, left: float | None, spent: float, checked: int) -> int:
+        """Draws the next batch may hold: all (no limit), the rest of the floor, or as many
+        as ``left`` seconds allow at the seconds per draw so far (at least one)."""
+        if left is None:
+            return self.draws + 1
+        if checked < FLOOR_DRAWS:
+            return FLOOR_DRAWS - checked
+        return max(1, int(left / (spent / checked)))
 
     def _kept_failures(self) -> list[int]:
         """The draws that failed this test on earlier runs (kept with the package)."""
@@ -231,6 +257,7 @@ class _Search:
             label=f"values draw {index}",
             triage=self.context.triage,
             attribute=attribute,
+            engine=self.context.fresh_engine,
         )
 
     def _checked(self, run: InputRun) -> list[Any]:

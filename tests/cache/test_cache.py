@@ -140,6 +140,7 @@ FAILING_PUBLISH = textwrap.dedent(
     """
 
     import errno
+    import os
 
 
     @pytest.fixture(autouse=True)
@@ -151,7 +152,11 @@ FAILING_PUBLISH = textwrap.dedent(
             Path(dst).write_bytes(data[: len(data) // 2])
             raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
+        def link(src, dst, *args, **kwargs):  # another filesystem: the store copies
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(dst))
+
         monkeypatch.setattr(shutil, "copyfile", copyfile)
+        monkeypatch.setattr(os, "link", link)
     """
 )
 

@@ -56,6 +56,18 @@ def test_large_engines_are_dropped_once_another_is_used() -> None:
     assert latest() is not None
 
 
+def test_the_session_end_frees_every_engine_kept_loaded() -> None:
+    # a kept engine outlives the session's objects otherwise, and the folder it unpacked
+    # its package to stays behind
+    pool, loads = EnginePool(budget=100 * MB), Loads()
+    kept = [weakref.ref(loads.get(pool, key)) for key in "ab"]
+    gc.collect()
+    assert all(engine() is not None for engine in kept)
+    pool.clear()
+    gc.collect()
+    assert all(engine() is None for engine in kept)
+
+
 def test_an_engine_in_use_is_never_loaded_twice() -> None:
     pool, loads = EnginePool(budget=0), Loads()
     held = loads.get(pool, "a")

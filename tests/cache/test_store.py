@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.cache import store as store_mod
+from pytest_aoti.cache import store_files
 from pytest_aoti.cache.store import FORMAT_VERSION, ArtifactStore, CacheEntry, StoreStats
 from pytest_aoti.errors import AotiCacheWarning
 
@@ -163,6 +164,10 @@ def _failing_copy(src: str, dst: str, **kwargs: Any) -> str:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def _refused_link(src: Any, dst: Any, **kwargs: Any) -> None:
+    raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+
 def _failing_rename(src: Any, dst: Any) -> None:
     raise OSError(errno.EIO, "Input/output error")
 
@@ -185,6 +190,7 @@ def test_failure_half_way_leaves_nothing(
 ) -> None:
     store = ArtifactStore(root)
     monkeypatch.setattr(target, *replacement)
+    monkeypatch.setattr(os, "link", _refused_link)  # the copy runs where links are refused
 
     with pytest.warns(AotiCacheWarning, match=f"could not store {KEY}.*{reason}") as record:
         assert store.store(KEY, make_package(packages), {}) is None
@@ -200,6 +206,48 @@ def test_unserializable_metadata_is_a_caller_bug(root: Path, packages: Path) -> 
     with pytest.raises(TypeError):
         ArtifactStore(root).store(KEY, make_package(packages), {"x": object()})
     assert not entry_dir(root, KEY).exists()
+
+
+# -- written once, read once ---------------------------------------------------------------
+
+
+def _unread(f: Any) -> tuple[str, int]:
+    raise AssertionError("the package was read again")
+
+
+def test_a_stored_package_is_a_link_read_again_by_no_lookup(
+    root: Path, packages: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make_package(packages)
+    entry = ArtifactStore(root).store(KEY, source, {})
+    assert entry is not None
+    assert entry.package_path.stat().st_ino == source.stat().st_ino  # no copy written
+
+    monkeypatch.setattr(store_files, "hash_stream", _unread)
+    found = ArtifactStore(root).lookup(KEY)
+    assert found is not None and found.package_path.read_bytes() == source.read_bytes()
+
+
+def test_a_package_written_after_its_hash_is_read_again(root: Path, packages: Path) -> None:
+    entry = stored(root, packages)
+    data = bytearray(entry.package_path.read_bytes())
+    data[7] ^= 0x01
+    with entry.package_path.open("r+b") as f:  # in place, at once: the same inode and size
+        f.write(bytes(data))
+
+    with pytest.warns(AotiCacheWarning, match=f"{KEY}.*checksum mismatch"):
+        assert ArtifactStore(root).lookup(KEY) is None
+
+
+def test_a_package_is_copied_where_links_are_refused(
+    root: Path, packages: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "link", _refused_link)
+    source = make_package(packages)
+    entry = ArtifactStore(root).store(KEY, source, {})
+    assert entry is not None
+    assert entry.package_path.stat().st_ino != source.stat().st_ino
+    assert ArtifactStore(root).lookup(KEY) is not None
 
 
 # -- verification on lookup ----------------------------------------------------------------

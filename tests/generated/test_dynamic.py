@@ -291,7 +291,7 @@ def test_stateless_program(aoti, loads):
         RowScale(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: BATCH}, None), examples=10
     )
     assert result.examples >= 10
-    assert len(loads) == 1
+    assert len(loads) == 0  # the engine child's one engine answered every call
 
 def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
     from pytest_aoti.values.check import STATEFUL_DRAWS

@@ -115,7 +115,7 @@ def test_memory_check_measures_the_example_calls(
         return cache
 
     program = types.SimpleNamespace(
-        mutated_inputs={"k_cache"}, engine_in_exported_state=lambda: engine
+        mutated_inputs={"k_cache"}, mutated_buffers=set(), engine_in_exported_state=lambda: engine
     )
     example = torch.zeros(4)
     plan = CheckPlan(
@@ -140,7 +140,9 @@ def test_memory_check_measures_the_example_calls(
     parity_engine_calls: list[int] = []
     loads = iter([lambda cache: parity_engine_calls.append(1) or engine(cache)])
     loaded = types.SimpleNamespace(
-        mutated_inputs={"k_cache"}, engine_in_exported_state=lambda: next(loads)
+        mutated_inputs={"k_cache"},
+        mutated_buffers=set(),
+        engine_in_exported_state=lambda: next(loads),
     )
     context = CheckContext(device=cuda, compiled=loaded, calls=1)
     context.fresh_engine()  # as parity takes it

@@ -182,6 +182,7 @@ BAD_VALUES = {
     "aoti-serving-checks": "maybe",
     "aoti-hazards": "loud",
     "aoti-crash-screen": "maybe",
+    "aoti-budget": "lots",
 }
 """A bad value of every option read at startup (its row has a parser); ``aoti-cache-dir``
 copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked where the
@@ -248,6 +249,7 @@ BAD_KEYWORDS = {
     "max_extra_bytes": "-5",
     "training": "'yes'",
     "crash_screen": "'yes'",
+    "budget": "-1",
 }
 """A bad value of every marker and ``aoti.check`` keyword."""
 
@@ -289,6 +291,56 @@ def test_a_bad_marker_or_call_keyword_fails_its_test_before_any_compile(
     assert "INTERNALERROR" not in output
     for name in names:
         result.stdout.fnmatch_lines([f"E   *AotiUsageError: *{name}*"])
+    assert_no_plugin_frame(result)
+    assert compiles(pytester.path / "r.json") == 0
+
+
+BUDGET_WORDS = "'off', a share such as 0.25 or a percentage such as '25%'"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("lots", "expected off, a share such as 0.25 or a percentage such as 25%, got 'lots'"),
+        ("-1", "expected a share of 0 or more, got '-1'"),
+        ("-5%", "expected a share of 0 or more, got '-5%'"),
+    ],
+)
+def test_a_bad_budget_on_the_command_line_says_what_it_takes(
+    pytester: pytest.Pytester, value: str, message: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest(f"--aoti-budget={value}", "-p", "no:xdist")
+    assert_clean_error(result)
+    result.stderr.fnmatch_lines([f"*argument --aoti-budget: {message}"])
+
+
+def test_a_bad_budget_keyword_says_what_it_takes(pytester: pytest.Pytester) -> None:
+    """The marker's and ``aoti.check``'s ``budget=``: a share, a percentage or off."""
+    pytester.makepyfile(
+        test_budget_keywords="""
+        import pytest
+        import torch
+
+        @pytest.mark.aoti(budget=-1)
+        def test_marker(aoti):
+            aoti.check(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
+
+        def test_word(aoti):
+            aoti.check(torch.nn.Linear(2, 2), (torch.ones(1, 2),), budget="lots")
+
+        def test_bool(aoti):
+            aoti.check(torch.nn.Linear(2, 2), (torch.ones(1, 2),), budget=True)
+        """
+    )
+    result = pytester.runpytest("--aoti-device=cpu", "--aoti-report=r.json", "-p", "no:xdist")
+    result.assert_outcomes(failed=2, errors=1)  # the marker is read as the fixture is set up
+    for line in (
+        f"E   *AotiUsageError: @pytest.mark.aoti: budget must be {BUDGET_WORDS}, got -1",
+        f"E   *AotiUsageError: budget must be {BUDGET_WORDS}, got 'lots'",
+        f"E   *AotiUsageError: budget must be {BUDGET_WORDS}, got True",
+    ):
+        result.stdout.fnmatch_lines([line])
     assert_no_plugin_frame(result)
     assert compiles(pytester.path / "r.json") == 0
 

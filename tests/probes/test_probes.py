@@ -385,6 +385,9 @@ import torch
 answers = os.fdopen(os.dup(1), "w", buffering=1)
 for line in sys.stdin:
     asked = json.loads(line)
+    if asked.get("release"):
+        answers.write(json.dumps({"done": True, "rss": 1}) + "\\n")
+        continue
     request = torch.load(asked["request"], weights_only=False)
     out = Path(asked["outdir"])
     for position, (index, checked) in enumerate(request["jobs"]):
@@ -480,11 +483,15 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
     variants = probes.choose_variants(program, (x,), {}, {})[:2]
     pids = []
     for _ in range(4):
-        results = probe_runner.run_child(program, variants, timeout=60)  # type: ignore[arg-type]
-        assert len(results) == 4
-        pids.append({result["error"] for result in results.values()})
+        for _ in range(2):  # requests of one program's check: one child
+            results = probe_runner.run_child(program, variants, timeout=60)  # type: ignore[arg-type]
+            assert len(results) == 4
+            pids.append({result["error"] for result in results.values()})
+        engine_process.release_engine()  # the check is done with its program
     assert all(len(seen) == 1 for seen in pids), "one child ran every job of a program"
-    assert pids[0] == pids[1] == pids[2] != pids[3], "three programs per child, then a new one"
+    assert pids[0] == pids[1] == pids[4] == pids[5] != pids[6] == pids[7], (
+        "three programs per child, then a new one"
+    )
     process = engine_process.engine_child()._process
     assert process is not None and process.poll() is None
     engine_process.shutdown()
@@ -623,6 +630,7 @@ def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
 
     monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
     monkeypatch.setattr(probe_child.os, "_exit", exit_now)
+    monkeypatch.setattr(probe_child, "_HELD", {})  # no engine held from another test
     request = tmp_path / "request.pt"
     torch.save(
         {

@@ -63,9 +63,10 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     run.exported(exported)
     assert seen == ["first:", "graph:exported"]
     assert [op.op for op in run.context.random_ops] == ["aten.dropout.default"]  # read once
-    program = types.SimpleNamespace(mutated_buffers={"counter"})
+    program = types.SimpleNamespace(mutated_buffers={"counter"}, compile_seconds=40.0)
     run.compiled(program, None)  # type: ignore[arg-type]
     assert run.context.calls == 2  # buffer state: two calls by default
+    assert run.context.budget.seconds == 2.0  # a twentieth of the compile as recorded
     result = run.run_engine_checks()
     assert seen[2:] == ["late:program", "later:program"]
     # the result lists the checks of the compiled program; every figure and record part
@@ -73,6 +74,9 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     assert result.figures == {"first": 0, "graph": 0, "late": 2, "later": 3}
     assert result.record.fields["later_level"] == 3
     assert result.record.notes == ("first ran", "graph ran", "late ran", "later ran")
+    # how long each check took, and what the searches spent of the budget
+    assert set(result.record.fields["seconds_by_check"]) == {"first", "graph", "late", "later"}
+    assert result.record.fields["budget"]["seconds"] == 2.0
 
 
 def test_a_failing_phase_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +106,8 @@ def test_the_engine_is_loaded_once_and_fresh_engines_come_after_use() -> None:
     context = CheckContext(device=torch.device("cpu"))
     with pytest.raises(RuntimeError, match="engine phase"):
         context.engine()  # no program before the compile
-    context.compiled = types.SimpleNamespace(engine_in_exported_state=load)  # type: ignore[assignment]
+    stateful = types.SimpleNamespace(engine_in_exported_state=load, mutated_buffers={"counter"})
+    context.compiled = stateful  # type: ignore[assignment]
     assert context.fresh_engine() == "engine 1"  # the shared one, while nobody called it
     assert context.engine() == "engine 1"  # loaded once, whatever the order of the checks
     assert context.fresh_engine() == "engine 2"  # the shared one was handed out already
@@ -111,9 +116,25 @@ def test_the_engine_is_loaded_once_and_fresh_engines_come_after_use() -> None:
 
     measuring_first = CheckContext(device=torch.device("cpu"))
     loads.clear()
-    measuring_first.compiled = types.SimpleNamespace(engine_in_exported_state=load)  # type: ignore[assignment]
+    measuring_first.compiled = stateful  # type: ignore[assignment]
     assert measuring_first.engine() == "engine 1"
     assert measuring_first.fresh_engine() == "engine 2"  # never the measured one
+
+
+def test_without_buffer_state_the_checks_share_one_engine_loaded_here_on_first_need() -> None:
+    loads: list[int] = []
+
+    def load() -> Any:
+        loads.append(1)
+        return f"engine {len(loads)}"
+
+    context = CheckContext(device=torch.device("cpu"))
+    context.compiled = types.SimpleNamespace(engine_in_exported_state=load, mutated_buffers=set())  # type: ignore[assignment]
+    engine = context.engine()
+    assert context.fresh_engine() is engine and context.engine() is engine
+    assert loads == []  # the engine child's answers may serve every call
+    assert context.local_engine() == "engine 1" == context.local_engine()
+    assert loads == [1]
 
 
 def test_eager_runs_a_copy_that_shares_the_weights_and_owns_the_rest() -> None:
