@@ -211,7 +211,7 @@ class CheckContext:
         if self._served is None:
             from pytest_aoti.checks.served_calls import ServedCalls  # imports torch
 
-            self._served = ServedCalls()
+            self._served = ServedCalls(self.device)
         return self._served
 
     def engine_calls(self) -> dict[str, int] | None:

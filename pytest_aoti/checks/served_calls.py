@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 class ServedCalls:
     """The calls the engine child made for one check, by the inputs each call received."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device
+        """Where the engine returns its outputs (the program's device)."""
         self._calls: dict[str, dict[str, Any]] = {}
         self._seconds: dict[str, list[float]] = {}
         self._lock = threading.Lock()
@@ -33,12 +35,20 @@ class ServedCalls:
         """Calls the engine loaded in this process made (the child did not make them)."""
 
     def keep(self, inputs: Sequence[torch.Tensor], calls: Sequence[dict[str, Any]]) -> None:
-        """Keep the child's calls on ``inputs``: call k received call k-1's inputs after it."""
+        """Keep the child's calls on ``inputs``: call k received call k-1's inputs after it.
+        What the child returns comes back on the CPU: it goes back to the inputs' devices."""
         received = list(inputs)
         with self._lock:
             for call in calls:
-                self._calls[call_key(received)] = call
-                received = list(call["inputs"])
+                key = call_key(received)
+                devices = [tensor.device for tensor in received]
+                received = [after.to(device) for after, device in zip(call["inputs"], devices)]
+                device = self.device or (devices[0] if devices else None)
+                self._calls[key] = {
+                    **call,
+                    "inputs": received,
+                    "outputs": _on(call["outputs"], device),
+                }
 
     def keep_seconds(self, inputs: Sequence[torch.Tensor], seconds: Sequence[float]) -> None:
         """Keep the seconds of the child's timed calls on ``inputs``."""
@@ -106,6 +116,13 @@ class ServedEngine:
         if self._loaded is None:
             self._loaded = self._load()
         return self._loaded
+
+
+def _on(tree: Any, device: torch.device | None) -> Any:
+    """``tree`` with its tensors on ``device`` (the engine's outputs where its inputs are)."""
+    if device is None:
+        return tree
+    return pytree.tree_map_only(torch.Tensor, lambda leaf: leaf.to(device), tree)
 
 
 def tensor_inputs(program: AotiProgram, args: Any, kwargs: Any) -> list[torch.Tensor]:

@@ -143,3 +143,13 @@ def test_an_expanded_input_is_written_only_where_the_engine_wrote(program: Any) 
     doubled, _ = engine(torch.ones(1).expand(3), mine)
     assert doubled.tolist() == [2.0, 2.0, 2.0] and mine.tolist() == [1.0, 1.0, 1.0]
     assert served.made_here == 0
+
+
+def test_the_child_s_answers_go_back_to_the_engine_s_device() -> None:
+    # the child's results come back on the CPU; a CUDA engine's outputs are on its device
+    served = ServedCalls(torch.device("meta"))
+    x = torch.ones(2)
+    served.keep([x], [{"outputs": (x * 2,), "aliases": [-1], "inputs": [x.clone()]}])
+    (kept,) = served._calls.values()
+    assert kept["outputs"][0].device.type == "meta"
+    assert kept["inputs"][0].device.type == "cpu"  # where the caller's inputs are
