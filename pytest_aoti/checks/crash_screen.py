@@ -154,7 +154,8 @@ class CrashScreen:
                     self.unprotected.append(str(verdict["unprotected"]))
                     continue
                 verdicts[position] = verdict
-                if verdict["verdict"] != "hang":
+                # a served check never reads kept verdicts: the child makes its calls anyway
+                if verdict["verdict"] != "hang" and self.served is None:
                     self._keep(key, verdict)
         for position in sorted(verdicts):
             if verdicts[position]["verdict"] != "ok":

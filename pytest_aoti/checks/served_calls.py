@@ -61,10 +61,7 @@ class ServedCalls:
         if not self._calls:
             return None
         with self._lock:
-            found = self._calls.get(call_key(inputs))
-            if found is not None:
-                self.served += 1
-            return found
+            return self._calls.get(call_key(inputs))
 
     def seconds(self, inputs: Sequence[torch.Tensor]) -> float | None:
         """Median seconds of one call on ``inputs`` timed in the child; None if not timed."""
@@ -98,6 +95,7 @@ class ServedEngine:
         if any(_overlaps(mine) for mine, _ in written):  # no copy can write it: call here
             self.served.made_here += 1
             return self.loaded()(*args, **kwargs)
+        self.served.served += 1
         with torch.no_grad():
             for mine, after in written:
                 mine.copy_(after)  # what the engine wrote into its inputs, here too

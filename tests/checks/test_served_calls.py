@@ -153,3 +153,13 @@ def test_the_child_s_answers_go_back_to_the_engine_s_device() -> None:
     (kept,) = served._calls.values()
     assert kept["outputs"][0].device.type == "meta"
     assert kept["inputs"][0].device.type == "cpu"  # where the caller's inputs are
+
+
+def test_a_write_into_an_expanded_input_is_made_here_and_counted_once(program: Any) -> None:
+    served = ServedCalls()
+    x, cache = torch.ones(3), torch.zeros(1).expand(3)  # the engine writes the cache
+    call = {"outputs": (x * 2, x), "aliases": [-1, 1], "inputs": [x, torch.ones(3)]}
+    served.keep([x, cache], [call])
+    engine = ServedEngine(program, served, lambda: lambda *args: "here")
+    assert engine(torch.ones(3), torch.zeros(1).expand(3)) == "here"
+    assert (served.served, served.made_here) == (0, 1)
