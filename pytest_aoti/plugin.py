@@ -8,6 +8,7 @@ import pytest
 
 from pytest_aoti import hookspecs
 from pytest_aoti.devices import asks_for_cuda
+from pytest_aoti.isolation.process import preload_engine, prestart_engine_child
 from pytest_aoti.options.catalog import Catalog, release, use
 from pytest_aoti.options.resolve import checked
 from pytest_aoti.options.settings import read_settings
@@ -138,6 +139,11 @@ def aoti(
     session = session_of(request.config)
     item = request.node
     defaults = session.defaults_for(item, aoti_device, aoti_export_mode)
+    if aoti_device.type in ("cpu", "cuda"):
+        package = session.stores.served_before(item.nodeid)
+        if package is not None:  # the child's start and load overlap the model's build
+            prestart_engine_child()
+            preload_engine(package, aoti_device.index if aoti_device.type == "cuda" else None)
     return AotiTester(
         aoti_device,
         session.stores.registry,

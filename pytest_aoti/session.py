@@ -168,6 +168,11 @@ class AotiSession:
         if self.stores.reseeded(item.nodeid, check, program) and item.nodeid not in reseeded:
             reseeded.append(item.nodeid)
 
+    def note_served(self, item: pytest.Item, key: str | None) -> None:
+        """Note the program the engine child served the test (None: none); the test's next
+        run starts the child at its setup, loading that program's package."""
+        self.stores.note_served(item.nodeid, key)
+
     def record_inferred(self, item: pytest.Item, spec_text: str) -> None:
         """Keep a ``dynamic_shapes="auto"`` result where the user can copy it from."""
         item.user_properties.append(("aoti_inferred_dynamic_shapes", spec_text))

@@ -16,6 +16,7 @@ import pytest
 
 from pytest_aoti.cache.history import KeyHistory
 from pytest_aoti.cache.registry import CompileStats, CompileWatcher, ProgramRegistry, RemoteCache
+from pytest_aoti.cache.served_tests import ServedTests
 from pytest_aoti.cache.store import ArtifactStore, CacheMode
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class RunStores:
         self._registry: ProgramRegistry | None = None
         self._workdir: Path | None = None
         self._history: KeyHistory | None = None
+        self._served: ServedTests | None = None
 
     @property
     def _is_worker(self) -> bool:
@@ -148,6 +150,34 @@ class RunStores:
         compiled = program.first_use and not program.cache_hit
         return self._history.observe(test, check, program.key_parts, compiled)
 
+    def served_before(self, test: str) -> Path | None:
+        """The verified package of the program the engine child served ``test`` on its last
+        run, if the store still holds it; None otherwise."""
+        served, store = self._served_tests(), self.store
+        key = served.served_before(test) if served is not None else None
+        if key is None or store is None:
+            return None
+        try:
+            entry = store.lookup(key)
+        except ValueError:  # not a key of this store's format
+            return None
+        return entry.package_path if entry is not None else None
+
+    def note_served(self, test: str, key: str | None) -> None:
+        """Record the key of the program the engine child served ``test`` this run (None:
+        none)."""
+        found = self._served_tests()
+        if found is not None:
+            found.note(test, key)
+
+    def _served_tests(self) -> ServedTests | None:
+        store = self.store
+        if store is None or not store.writable:
+            return None
+        if self._served is None:
+            self._served = ServedTests(store.root)
+        return self._served
+
     def hypothesis_database(self) -> Path | None:
         """Where Hypothesis keeps failing generated shapes: pytest's cache dir."""
         cache = getattr(self._config, "cache", None)
@@ -179,8 +209,7 @@ class RunStores:
         """Free the engines kept loaded (each removes the folder it unpacked its package to:
         kept to the interpreter's exit, they are never freed) and remove the registry's
         working folder."""
-        if self._registry is not None:
-            self._registry.engines.clear()
+        if self._registry is not None and self._registry.engines.clear():
             gc.collect()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)

@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]  # (args, kwargs) of one call
 Stats = tuple[tuple[str, "LeafStats"], ...]  # (context, stats) per leaf: ("call 2, sample 1", ...)
 
+SERVED_FROM_BYTES = 2**25
+"""Package size (mostly weights) from which a program without buffer state has one engine, in
+the engine child, whose outputs the check takes. Below it, a second load costs less than the
+child's start: the calls run in the child once (their verdicts kept with the package), then
+here."""
+
 Phase = Literal["eager", "exported", "engine"]
 PHASES: tuple[Phase, ...] = ("eager", "exported", "engine")
 """When a check runs: on eager PyTorch, on the exported program, or on the engine."""
@@ -178,11 +184,12 @@ class CheckContext:
 
     def engine(self) -> Any:
         """The program's engine, shared by the checks (its buffers may be past other checks'
-        calls). A call the engine child already made for the crash screen is answered with
-        the child's outputs; the engine loads in this process at the first other call."""
+        calls). Where the engine child serves the program (:meth:`served_by_child`), a call it
+        already made for the crash screen is answered with its outputs, and the engine loads in
+        this process at the first other call."""
         if self._engine is None:
             program = self.program
-            if program.mutated_buffers:  # state: every call is made here, in order
+            if not self.served_by_child():  # every call is made here, in order
                 self._engine = program.engine_in_exported_state()
             else:
                 from pytest_aoti.checks.served_calls import ServedEngine  # imports torch
@@ -205,6 +212,12 @@ class CheckContext:
         profile); with buffer state, the shared one."""
         engine = self.engine()
         return engine.loaded() if hasattr(engine, "loaded") else engine
+
+    def served_by_child(self) -> bool:
+        """Whether the engine child is the program's one engine, whose calls the check takes:
+        a program without buffer state whose package is at least :data:`SERVED_FROM_BYTES`."""
+        program = self.program
+        return not program.mutated_buffers and program.package_bytes >= SERVED_FROM_BYTES
 
     def served_calls(self) -> Any:
         """The engine child's calls for this check (a ``ServedCalls``)."""

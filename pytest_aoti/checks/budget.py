@@ -71,6 +71,11 @@ class CheckBudget:
         finally:
             self.spent += time.perf_counter() - started
 
+    def charge(self, seconds: float) -> None:
+        """Count ``seconds`` an earlier run spent on what this run keeps (draws it does not
+        run again) as spent: a later run of a package adds only what its budget left."""
+        self.spent += max(0.0, seconds)
+
     def ran(self, check: str, ran: int, planned: int) -> None:
         """``check`` ran ``ran`` of its ``planned`` runs (fewer: the budget stopped it)."""
         self.checks[check] = Spent(ran, planned, "budget" if ran < planned else "")

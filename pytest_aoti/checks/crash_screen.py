@@ -2,10 +2,12 @@
 CUDA illegal access), so a check's calls run first in the engine child; a death, a sticky CUDA
 error or a hang past :data:`SCREEN_TIMEOUT` fails the test with a ``crash`` finding, not the run.
 Where the child cannot register the custom ops the calls run unprotected (the record says so).
-Without buffer state, the child is the engine's one home: every run makes the check's calls
-there and the check takes its outputs (:mod:`.served_calls`). With buffer state, the calls run
-in the child first and again in the test process, and verdicts are kept with the package, so a
-warm run screens nothing again."""
+For a program without buffer state whose package holds at least
+:data:`~pytest_aoti.checks.base.SERVED_FROM_BYTES`, the child is the engine's one home: every
+run makes the check's calls there and the check takes its outputs (:mod:`.served_calls`), so
+the weights are loaded once. Otherwise (buffer state, or a small package, where a second load
+costs less than the child's start) the calls run in the child first and again in the test
+process, and verdicts are kept with the package, so a warm run screens nothing again."""
 
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ class CrashScreenCheck:
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         screen = CrashScreen.for_check(plan, context)
-        screen.timed = True  # the example's calls, timed where they run
+        screen.timed = screen.served is not None  # timed where the check's calls run
         for index, input_set in enumerate(plan.input_sets):
             screen.screen(input_set, "the example inputs" if index == 0 else f"sample {index}")
             screen.timed = False
@@ -113,7 +115,7 @@ class CrashScreen:
         """The screen of one check's engine calls; without buffer state, the check takes the
         child's outputs (:mod:`.served_calls`)."""
         program = context.program
-        served = None if program.mutated_buffers else context.served_calls()
+        served = context.served_calls() if context.served_by_child() else None
         return cls(
             program, plan.module, context.calls, context.attachments, context.triage, served=served
         )

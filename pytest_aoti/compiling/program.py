@@ -70,11 +70,13 @@ class EnginePool:
                 self._trim()
             return engine
 
-    def clear(self) -> None:
-        """Drop every engine this pool keeps (at the session's end)."""
+    def clear(self) -> int:
+        """Drop every engine this pool keeps (at the session's end); how many it kept."""
         with self._lock:
+            kept = len(self._recent.keys() | self._pinned.keys())
             self._recent.clear()
             self._pinned.clear()
+        return kept
 
     def _trim(self) -> None:
         """Keep the newest engine, and the next newest while their packages fit the budget."""

@@ -102,7 +102,7 @@ def _load(package: str, device_index: int | None, checked: bool) -> Any:
     """The engine of ``package`` (with input checks: ``checked``), loaded unless held."""
     import torch
 
-    slot = [package, device_index, checked]
+    slot = [_identity(package), device_index, checked]
     if _HELD.get("slot") != slot:
         release()  # one engine at a time: the last one's weights go first
         # aoti_load_package's runner without torch._inductor's imports (seconds)
@@ -111,6 +111,16 @@ def _load(package: str, device_index: int | None, checked: bool) -> Any:
         )
         _HELD["slot"] = slot
     return _HELD["runner"]
+
+
+def _identity(package: str) -> list[int] | str:
+    """The package file itself (a hard link of it is the same file); its path where it
+    cannot be read."""
+    try:
+        found = os.stat(package)
+    except OSError:
+        return package
+    return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns]
 
 
 def probe(request_path: str, outdir: str) -> None:
@@ -290,7 +300,12 @@ def serve() -> int:
             sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
         probe(asked["request"], asked["outdir"])
         answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
-    return 0
+    # the end of input: free the engine (its unpacked folder goes with it), then exit without
+    # tearing torch down, which takes longer than the parent waits
+    release()
+    answers.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

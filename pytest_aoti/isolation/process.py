@@ -97,8 +97,15 @@ class EngineChild:
         self._stderr_start = 0
         """Where the running program's part of the child's stderr begins."""
         self._packages = 0
-        self._unanswered = 0
-        """Preloads whose answer line is still to be read."""
+        self._unanswered: list[str] = []
+        """What was asked without waiting (``preload``, ``release``), whose answer lines are
+        still to be read, in order."""
+        self._too_large = False
+        """The child held more than :data:`MEMORY_CAP` after freeing its engine."""
+        self._owner = os.getpid()
+        """The process that started the child: only it ends the child."""
+        self._reader: LineReader | None = None
+        """The child's answers."""
         self.last_signal: int | None = None
         """The signal that ended the child during the last :meth:`run` (None: none did)."""
 
@@ -109,11 +116,15 @@ class EngineChild:
         it answered, else why not (the child is then gone)."""
         self.last_signal = None
         process = self._process
+        if process is not None and process.poll() is None:
+            # an earlier preload or release unanswered ends that child, not this request
+            answered = self._answered(timeout)
+            if not answered or self._too_large or self._packages >= PACKAGES_PER_CHILD:
+                self.close()  # what past programs' libraries and torch's heap keep grows
+        process = self._process
         if process is None or process.poll() is not None:
             process = self._start()
         assert process.stdin is not None and process.stdout is not None
-        if not self._answered(timeout):
-            return self._failed()
         if self._stderr is not None:
             # stderr holds earlier programs' lines: quote only this program's
             self._stderr_start = os.fstat(self._stderr.fileno()).st_size
@@ -123,7 +134,8 @@ class EngineChild:
             process.stdin.flush()
         except OSError:
             return self._failed()
-        line = _read_line(process.stdout, timeout)
+        assert self._reader is not None
+        line = self._reader.line(timeout)
         if line is None:
             self.close()
             return f"{HUNG} {timeout:.0f} s"
@@ -137,6 +149,8 @@ class EngineChild:
 
     def prestart(self) -> None:
         """Start the child now (it imports torch while this process compiles), unless running."""
+        if self._packages >= PACKAGES_PER_CHILD:
+            self.close()  # replaced now rather than at the first request
         if self._process is None or self._process.poll() is not None:
             self._start()
 
@@ -148,25 +162,17 @@ class EngineChild:
             return
         asked = {"preload": str(package), "device_index": device_index}
         if self._say(asked):
-            self._unanswered += 1
+            self._unanswered.append("preload")
 
     def release(self) -> None:
-        """Have a running child free the engine it holds (and its weights); nothing otherwise."""
+        """Have a running child free the engine it holds (and its weights), without waiting:
+        its answer is read before the next request; nothing without a child."""
         process = self._process
-        if process is None or process.poll() is not None or not self._answered():
+        if process is None or process.poll() is not None:
             return
-        assert process.stdout is not None
-        if not self._say({"release": True}):
-            return
-        line = _read_line(process.stdout, 60.0)
-        try:
-            rss = int(json.loads(line or b"{}").get("rss") or 0)
-        except (ValueError, AttributeError):
-            rss = MEMORY_CAP + 1
-        self._packages += 1
-        # what the libraries of past programs keep, and torch's heap, grow with each program
-        if line is None or self._packages >= PACKAGES_PER_CHILD or rss > MEMORY_CAP:
-            self.close()
+        if self._say({"release": True}):
+            self._unanswered.append("release")
+            self._packages += 1
 
     def _say(self, asked: Mapping[str, Any]) -> bool:
         """Write one request line; False (the child is gone) if it cannot be written."""
@@ -185,10 +191,17 @@ class EngineChild:
         process = self._process
         assert process is not None and process.stdout is not None
         while self._unanswered:
-            if _read_line(process.stdout, timeout) is None:
+            assert self._reader is not None
+            line = self._reader.line(timeout)
+            if line is None:
                 self.close()
                 return False
-            self._unanswered -= 1
+            if self._unanswered.pop(0) == "release":
+                try:
+                    rss = int(json.loads(line).get("rss") or 0)
+                except (ValueError, AttributeError):
+                    rss = MEMORY_CAP + 1
+                self._too_large = rss > MEMORY_CAP
         return True
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -205,8 +218,12 @@ class EngineChild:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
         )
+        self._owner = os.getpid()
+        assert self._process.stdout is not None
+        self._reader = LineReader(self._process.stdout)
         self._packages = 0
-        self._unanswered = 0
+        self._unanswered = []
+        self._too_large = False
         self.starts += 1
         return self._process
 
@@ -234,6 +251,8 @@ class EngineChild:
     def close(self) -> None:
         """End the child: end of input first, then a kill if it does not exit."""
         process, self._process = self._process, None
+        if process is not None and self._owner != os.getpid():
+            return  # a forked copy of the process that started it: never its to end
         if process is not None:
             if process.stdin is not None:
                 with contextlib.suppress(OSError):
@@ -251,22 +270,30 @@ class EngineChild:
             self._stderr = None
 
 
-def _read_line(stream: IO[bytes], timeout: float) -> bytes | None:
-    """A line from ``stream`` within ``timeout`` seconds (None on a timeout; partial at its end)."""
-    deadline = time.monotonic() + timeout
-    fd = stream.fileno()
-    data = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while not data.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
-                return None
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-    return data
+class LineReader:
+    """Lines of a pipe, each within a deadline: what one read brings past a line's end is
+    kept for the next line (answers written without waiting arrive together)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.fd = stream.fileno()
+        self._buffered = b""
+
+    def line(self, timeout: float) -> bytes | None:
+        """The next line within ``timeout`` seconds (None on a timeout; partial at its end)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffered:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    return None
+                chunk = os.read(self.fd, 4096)
+                if not chunk:
+                    data, self._buffered = self._buffered, b""
+                    return data
+                self._buffered += chunk
+        line, _, self._buffered = self._buffered.partition(b"\n")
+        return line + b"\n"
 
 
 _PROCESS: EngineChild | None = None

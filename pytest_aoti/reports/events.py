@@ -39,6 +39,8 @@ class EventsHost(Protocol):
 
     def observe_key(self, item: pytest.Item, check: int, program: AotiProgram) -> None: ...
 
+    def note_served(self, item: pytest.Item, key: str | None) -> None: ...
+
 
 class ItemEvents:
     """Records what one test's tester did: a record per check and per compile."""
@@ -103,6 +105,9 @@ class ItemEvents:
         seconds: float,
     ) -> None:
         self._used(program)
+        if error is None:
+            served = context.engine_calls() is not None
+            self._session.note_served(self._item, program.key if served else None)
         record = CheckRecord(
             test=self._item.nodeid,
             device=str(self._device),

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti.checks import base as check_base
 from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult, Triage
 from pytest_aoti.checks.module_guard import eager_copy, parameter_write_error, parameter_writes
 from pytest_aoti.checks.signature import names
@@ -209,8 +210,15 @@ class CallRunner:
         return exported
 
     def _screens(self, plan: CheckPlan) -> bool:
-        """Whether this check's calls go to the engine child (:mod:`..checks.crash_screen`)."""
-        return plan.options.crash_screen and self.device.type in ("cpu", "cuda")
+        """Whether the engine child will be this check's engine (:mod:`..checks.crash_screen`):
+        started before the export, the package loaded there as soon as it is written. A module
+        whose weights make a package below ``SERVED_FROM_BYTES`` starts it only where a call
+        is screened (a warm run's kept verdicts start none)."""
+        return (
+            plan.options.crash_screen
+            and self.device.type in ("cpu", "cuda")
+            and _weight_bytes(plan.module) >= check_base.SERVED_FROM_BYTES
+        )
 
     def _preload(self, package: Path) -> None:
         preload_engine(package, self.device.index if self.device.type == "cuda" else None)
@@ -294,3 +302,8 @@ def _say_when_compiled_here(
         if not (loaded and loaded[0]):
             for text in heard:
                 say(text)
+
+
+def _weight_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the module's parameters and buffers (what its package mostly holds)."""
+    return sum(tensor.nbytes for tensor in (*module.parameters(), *module.buffers()))

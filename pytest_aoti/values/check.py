@@ -10,6 +10,7 @@ with the input, the element and its value.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,9 @@ BATCH_BYTES = 256 * 2**20
 batch at a time, so a large cache is not drawn sixteen times over in memory."""
 SHOWN_ELEMENTS = 4
 """Elements named in a failure's headline."""
+PASSED_SIDECAR = "values_passed_1"
+"""The sidecar, kept with the package, of the draws each test compared and passed on earlier
+runs, with the example they were drawn from and the seconds they took: not run again."""
 SIDECAR = "values_failures_2"
 """The sidecar, kept with the package, of the draws that failed each test: tried first on
 the next run (``_2``: the draws of meeting inputs; indices kept before them name other
@@ -123,6 +127,8 @@ class _Search:
         if self.program.mutated_buffers:
             self.draws = min(self.draws, STATEFUL_DRAWS)
         self.count = 0
+        self.kept = 0
+        """Draws passed on an earlier run of this test and package: not run again."""
         self.refused = 0
         self.refused_by_eager = 0
         self.stats: list[Any] = []
@@ -144,13 +150,19 @@ class _Search:
     def _run(self) -> None:
         __tracebackhide__ = True
         kept = self._kept_failures()
-        # a draw that failed on an earlier run goes first, also one beyond values_draws now
-        order = [*kept, *(k for k in range(self.draws) if k not in kept)]
+        passed, passed_seconds = self._kept_passes()
+        # a draw that failed on an earlier run goes first, also one beyond values_draws now;
+        # one passed on an earlier run of this package is not run again
+        order = [*kept, *(k for k in range(self.draws) if k not in kept and k not in passed)]
+        self.kept = sum(1 for k in range(self.draws) if k in passed and k not in kept)
         budget = self.context.budget
+        # what the kept draws cost counts: a later run adds draws only where the budget grew
+        budget.charge(passed_seconds)
         pending = iter(order)
         done = 0  # draws run or refused
         spent = 0.0
-        while budget.allows(self.count, FLOOR_DRAWS) and done < len(order):
+        newly_passed: list[int] = []
+        while budget.allows(self.count + self.kept, FLOOR_DRAWS) and done < len(order):
             # the floor first, then as many as the seconds per draw so far leave room for
             room = self._room(budget.left(), spent, self.count)
             batch: list[tuple[Draw, InputSet]] = []
@@ -170,13 +182,15 @@ class _Search:
                 size += tensor_bytes(inputs)
             started = time.perf_counter()
             with budget.spending():
-                passed = self._run_batch(batch)
+                passed_batch = self._run_batch(batch, newly_passed)
             spent += time.perf_counter() - started
-            if not passed:
+            if not passed_batch:
                 break
-        budget.ran("values", done, len(order))
+        budget.ran("values", done + self.kept, len(order) + self.kept)
         if self.count:
             budget.per_input_set = spent / self.count
+        if newly_passed:
+            self._keep_passes(passed | set(newly_passed), passed_seconds + spent)
         if self.failed is not None:
             self._keep_failure(self.failed.draw.index)
             raise self._reported(self._narrowed(self.failed)) from None
@@ -188,9 +202,53 @@ class _Search:
         as ``left`` seconds allow at the seconds per draw so far (at least one)."""
         if left is None:
             return self.draws + 1
-        if checked < FLOOR_DRAWS:
-            return FLOOR_DRAWS - checked
+        if checked + self.kept < FLOOR_DRAWS:
+            return FLOOR_DRAWS - checked - self.kept
+        if not checked:
+            return 1
         return max(1, int(left / (spent / checked)))
+
+    def _passes_key(self) -> str | None:
+        """What the draws of this check depend on beyond the package and the test: the
+        example (every element), the draws asked for, the tolerance, calls and ``mutates``;
+        None where the example cannot be read that way."""
+        parts = (
+            _example_digest(self.plan.input_sets[0]),
+            self.plan_of_draws.count,
+            sorted(self.skip),
+            _tolerance_text(self.plan.tolerance),
+            self.context.calls,
+            repr(self.plan.mutates),
+        )
+        return None if parts[0] is None else repr(parts)
+
+    def _kept_passes(self) -> tuple[set[int], float]:
+        """The draws this test passed on earlier runs of this package and example, and the
+        seconds they took."""
+        attachments = self.context.attachments
+        key = self._passes_key()
+        if attachments is None or not self.context.label or key is None:
+            return set(), 0.0
+        data = attachments.attached(self.program.key, PASSED_SIDECAR) or {}
+        entry = data.get(self.context.label)
+        if not isinstance(entry, dict) or entry.get("key") != key:
+            return set(), 0.0
+        draws = {index for index in entry.get("draws", ()) if isinstance(index, int)}
+        seconds = entry.get("seconds")
+        return draws, float(seconds) if isinstance(seconds, (int, float)) else 0.0
+
+    def _keep_passes(self, draws: set[int], seconds: float) -> None:
+        """Keep the draws this test has passed on this package, for the next run."""
+        attachments = self.context.attachments
+        key = self._passes_key()
+        if attachments is None or not self.context.label or key is None:
+            return
+        data = dict(attachments.attached(self.program.key, PASSED_SIDECAR) or {})
+        data[self.context.label] = {"key": key, "draws": sorted(draws), "seconds": seconds}
+        try:
+            attachments.attach(self.program.key, PASSED_SIDECAR, data)
+        except OSError:  # not kept: the next run compares them again
+            pass
 
     def _kept_failures(self) -> list[int]:
         """The draws that failed this test on earlier runs (kept with the package)."""
@@ -214,10 +272,10 @@ class _Search:
         except OSError:  # a draw not kept is found again by its seed: never a failure
             pass
 
-    def _run_batch(self, batch: list[tuple[Draw, InputSet]]) -> bool:
+    def _run_batch(self, batch: list[tuple[Draw, InputSet]], passed: list[int]) -> bool:
         """Run eager on each draw of the batch (a draw eager refuses is refused), screen
-        the rest in one child request, then check each in this process; False once one
-        failed (kept in :attr:`failed`)."""
+        the rest in one child request, then check each in this process (adding each that
+        passes to ``passed``); False once one failed (kept in :attr:`failed`)."""
         __tracebackhide__ = True
         runs = []
         for draw, inputs in batch:
@@ -242,6 +300,7 @@ class _Search:
                 self.failed = _Failed(draw, dict(draw.values), error)
                 return False
             self.count += 1
+            passed.append(draw.index)
         return True
 
     def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
@@ -348,6 +407,7 @@ class _Search:
             "draws": self.draws,
             "meeting": self._meeting_count(),
             "checked": self.count,
+            "kept": self.kept,
             "refused": self.refused,
             "failed_draw": failed.draw.index,
             "seconds": round(time.perf_counter() - self.started, 4),
@@ -377,6 +437,7 @@ class _Search:
             "draws": self.draws,
             "meeting": self._meeting_count(),
             "checked": self.count,
+            "kept": self.kept,
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
         }
@@ -385,6 +446,30 @@ class _Search:
     def _meeting_count(self) -> int:
         """Meeting draws among :attr:`draws`."""
         return min(len(self.plan_of_draws.meetings), self.draws)
+
+
+def _tolerance_text(tolerance: Any) -> str:
+    """The tolerance's own figures (its hook is a function: its address changes each run)."""
+    fields = ("rtol", "atol", "base_rtol", "base_atol")
+    return repr(tuple(getattr(tolerance, name, None) for name in fields))
+
+
+def _example_digest(input_set: InputSet) -> str | None:
+    """Every leaf of the example: each tensor's layout, device and bytes, other leaves' repr;
+    None where a tensor's bytes cannot be read (a subclass, a quantized tensor)."""
+    digest = hashlib.blake2b(digest_size=20)
+    try:
+        for leaf in pytree.tree_leaves(input_set):
+            if not isinstance(leaf, torch.Tensor):
+                digest.update(f"{type(leaf).__name__}:{leaf!r};".encode())
+                continue
+            layout = (tuple(leaf.shape), str(leaf.dtype), leaf.stride(), str(leaf.device))
+            digest.update(f"{layout};".encode())
+            flat = leaf.detach().resolve_conj().resolve_neg().cpu().contiguous().reshape(-1)
+            digest.update(flat.view(torch.uint8).numpy().data)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return digest.hexdigest()
 
 
 def _element(name: str, position: list[int], tensor: Any) -> str:

@@ -89,6 +89,15 @@ def test_after(aoti):
     aoti.check(Affine(), (torch.full((4, 3), FILL),))
 '''
 
+SERVED_WHEN_ASKED = """
+import os
+
+import pytest_aoti.checks.base
+
+if os.environ.get("SERVED"):  # these programs are small: make the child their engine's home
+    pytest_aoti.checks.base.SERVED_FROM_BYTES = 0
+"""
+
 
 def _run(
     pytester: pytest.Pytester,
@@ -96,9 +105,12 @@ def _run(
     cache: Path,
     *args: str,
     fill: str,
+    served: bool = False,
 ) -> pytest.RunResult:
     pytester.makepyfile(test_aborting=ABORTING_ENGINE)
+    pytester.makeconftest(SERVED_WHEN_ASKED)
     monkeypatch.setenv("FILL", fill)
+    monkeypatch.setenv("SERVED", "1" if served else "")
     return pytester.runpytest_subprocess(
         "--aoti-device=cpu",
         f"--aoti-cache-dir={cache}",
@@ -162,14 +174,24 @@ def test_an_aborting_engine_fails_its_test_and_the_run_goes_on(
     assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
     assert records["test_after[cpu]"]["crash_screen"] == "screened"
 
-    # the same values again: the child is the engine's home on every run, and the check
-    # takes its outputs; no engine is loaded in the test process
+    # the same values again: kept verdicts, no child for the passing programs
     warm = _run(pytester, monkeypatch, cache, fill="2")
     warm.assert_outcomes(passed=2, failed=2)
     warm.stdout.fnmatch_lines([crash_line])
     after = _records(pytester)["test_after[cpu]"]
+    assert after["crash_screen"] == "cached" and after["engine_calls"] is None
+    assert not (cache / "served-tests").exists(), "no test was served: none starts the child early"
+
+    # a program served by the child (a large one's way): the child makes the check's calls on
+    # every run and the check takes its outputs; no engine is loaded in the test process
+    served = _run(pytester, monkeypatch, cache, fill="2", served=True)
+    served.assert_outcomes(passed=2, failed=2)
+    served.stdout.fnmatch_lines([crash_line])
+    after = _records(pytester)["test_after[cpu]"]
     assert after["crash_screen"] == "screened"
     assert after["engine_calls"]["served"] >= 1 and after["engine_calls"]["made_here"] == 0
+    # the served test's next run starts the child at its setup
+    assert len(list((cache / "served-tests").iterdir())) == 1
 
 
 def test_an_ordinary_error_in_the_child_is_no_crash() -> None:

@@ -105,9 +105,23 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     assert failed["failed_draw"] >= 0 and failed["elements"], failed
     passed = dict(records["test_correct_program[cpu]"]["values"])
     assert passed.pop("seconds") > 0, "the check's time is a figure of its own"
-    assert passed == {"draws": 16, "meeting": 7, "checked": 16, "refused": 0}
+    assert passed == {"draws": 16, "meeting": 7, "checked": 16, "kept": 0, "refused": 0}
     assert records["test_off[cpu]"]["values"] is None
     assert records["test_no_draws[cpu]"]["values"] is None
+
+    # again: the passed draws are kept with the package, not run again; the failing draw
+    # is tried first and fails again
+    again = run_aoti(FLOOR_OF_QUOTIENT, f"--aoti-report={report}", "--aoti-probes=off")
+    again.assert_outcomes(passed=3, failed=1)
+    again.stdout.fnmatch_lines(["E * the AOTI compile broke it: values draw * fails: *[[]*] = *"])
+    records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
+    kept = records["test_correct_program[cpu]"]
+    assert {k: kept["values"][k] for k in ("checked", "kept")} == {"checked": 0, "kept": 16}
+    assert kept["budget"]["checks"]["values"] == {"ran": 16, "planned": 16, "stopped": ""}
+    assert (
+        records["test_default[cpu]"]["finding"]["extra"]["values"]["failed_draw"]
+        == (failed["failed_draw"])
+    )
 
 
 def test_the_option_is_checked_before_anything_is_exported(
