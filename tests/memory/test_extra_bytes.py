@@ -115,7 +115,10 @@ def test_memory_check_measures_the_example_calls(
         return cache
 
     program = types.SimpleNamespace(
-        mutated_inputs={"k_cache"}, mutated_buffers=set(), engine_in_exported_state=lambda: engine
+        mutated_inputs={"k_cache"},
+        mutated_buffers=set(),
+        engine_in_exported_state=lambda: engine,
+        package_bytes=4096,
     )
     example = torch.zeros(4)
     plan = CheckPlan(
@@ -143,6 +146,7 @@ def test_memory_check_measures_the_example_calls(
         mutated_inputs={"k_cache"},
         mutated_buffers=set(),
         engine_in_exported_state=lambda: next(loads),
+        package_bytes=4096,
     )
     context = CheckContext(device=cuda, compiled=loaded, calls=1)
     context.fresh_engine()  # as parity takes it

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, RecordPart
+from pytest_aoti.checks.base import SERVED_FROM_BYTES, CheckContext, CheckPlan, Outcome, RecordPart
 from pytest_aoti.checks.parity import _expectation_or
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
@@ -128,13 +128,26 @@ def test_without_buffer_state_the_checks_share_one_engine_loaded_here_on_first_n
         loads.append(1)
         return f"engine {len(loads)}"
 
+    def program(size: int) -> Any:
+        return types.SimpleNamespace(
+            engine_in_exported_state=load, mutated_buffers=set(), package_bytes=size
+        )
+
     context = CheckContext(device=torch.device("cpu"))
-    context.compiled = types.SimpleNamespace(engine_in_exported_state=load, mutated_buffers=set())  # type: ignore[assignment]
+    context.compiled = program(SERVED_FROM_BYTES)
+    assert context.served_by_child()
     engine = context.engine()
     assert context.fresh_engine() is engine and context.engine() is engine
     assert loads == []  # the engine child's answers may serve every call
     assert context.local_engine() == "engine 1" == context.local_engine()
     assert loads == [1]
+
+    # a small package: a second load costs less than the child's start; loaded here at once
+    small = CheckContext(device=torch.device("cpu"))
+    small.compiled = program(SERVED_FROM_BYTES - 1)
+    assert not small.served_by_child()
+    assert small.engine() == "engine 2" == small.fresh_engine() == small.local_engine()
+    assert small.engine_calls() is None and loads == [1, 1]
 
 
 def test_eager_runs_a_copy_that_shares_the_weights_and_owns_the_rest() -> None:
