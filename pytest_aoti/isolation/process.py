@@ -106,6 +106,8 @@ class EngineChild:
         """The process that started the child: only it ends the child."""
         self._reader: LineReader | None = None
         """The child's answers."""
+        self._holding = False
+        """An engine was asked for (a request or a preload) since the last release."""
         self.last_signal: int | None = None
         """The signal that ended the child during the last :meth:`run` (None: none did)."""
 
@@ -128,6 +130,7 @@ class EngineChild:
         if self._stderr is not None:
             # stderr holds earlier programs' lines: quote only this program's
             self._stderr_start = os.fstat(self._stderr.fileno()).st_size
+        self._holding = True
         try:
             asked = {"request": str(request), "outdir": str(outdir), "path": list(path)}
             process.stdin.write((json.dumps(asked) + "\n").encode())
@@ -163,16 +166,21 @@ class EngineChild:
         asked = {"preload": str(package), "device_index": device_index}
         if self._say(asked):
             self._unanswered.append("preload")
+            self._holding = True
 
     def release(self) -> None:
         """Have a running child free the engine it holds (and its weights), without waiting:
-        its answer is read before the next request; nothing without a child."""
+        its answer is read before the next request; nothing where no engine was asked for
+        since the last release (so unread answers never pile up)."""
         process = self._process
-        if process is None or process.poll() is not None:
+        if process is None or process.poll() is not None or not self._holding:
             return
-        if self._say({"release": True}):
+        self._holding = False
+        self._packages += 1
+        if self._packages >= PACKAGES_PER_CHILD:
+            self.close()  # what past programs' libraries and torch's heap keep grows
+        elif self._say({"release": True}):
             self._unanswered.append("release")
-            self._packages += 1
 
     def _say(self, asked: Mapping[str, Any]) -> bool:
         """Write one request line; False (the child is gone) if it cannot be written."""
@@ -193,7 +201,7 @@ class EngineChild:
         while self._unanswered:
             assert self._reader is not None
             line = self._reader.line(timeout)
-            if line is None:
+            if line is None or not line.endswith(b"\n"):  # late, or the child ended
                 self.close()
                 return False
             if self._unanswered.pop(0) == "release":
@@ -224,6 +232,7 @@ class EngineChild:
         self._packages = 0
         self._unanswered = []
         self._too_large = False
+        self._holding = False
         self.starts += 1
         return self._process
 

@@ -106,7 +106,8 @@ class ItemEvents:
     ) -> None:
         self._used(program)
         if error is None:
-            served = context.engine_calls() is not None
+            calls = context.engine_calls()
+            served = calls is not None and calls["served"] > 0
             self._session.note_served(self._item, program.key if served else None)
         record = CheckRecord(
             test=self._item.nodeid,

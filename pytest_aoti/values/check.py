@@ -56,9 +56,11 @@ BATCH_BYTES = 256 * 2**20
 batch at a time, so a large cache is not drawn sixteen times over in memory."""
 SHOWN_ELEMENTS = 4
 """Elements named in a failure's headline."""
-PASSED_SIDECAR = "values_passed_1"
+PASSED_SIDECAR = "values_passed_2"
 """The sidecar, kept with the package, of the draws each test compared and passed on earlier
 runs, with the example they were drawn from and the seconds they took: not run again."""
+KEPT_EXAMPLES = 4
+"""Examples of one test and program whose passed draws are kept (the newest)."""
 SIDECAR = "values_failures_2"
 """The sidecar, kept with the package, of the draws that failed each test: tried first on
 the next run (``_2``: the draws of meeting inputs; indices kept before them name other
@@ -160,9 +162,12 @@ class _Search:
         budget.charge(passed_seconds)
         pending = iter(order)
         done = 0  # draws run or refused
-        spent = 0.0
+        spent = spent_passing = 0.0
         newly_passed: list[int] = []
-        while budget.allows(self.count + self.kept, FLOOR_DRAWS) and done < len(order):
+        # a draw that failed before runs whatever the budget: a passing run must have run it
+        while done < len(order) and (
+            done < len(kept) or budget.allows(self.count + self.kept, FLOOR_DRAWS)
+        ):
             # the floor first, then as many as the seconds per draw so far leave room for
             room = self._room(budget.left(), spent, self.count)
             batch: list[tuple[Draw, InputSet]] = []
@@ -186,15 +191,16 @@ class _Search:
             spent += time.perf_counter() - started
             if not passed_batch:
                 break
+            spent_passing = spent
         budget.ran("values", done + self.kept, len(order) + self.kept)
         if self.count:
             budget.per_input_set = spent / self.count
-        if newly_passed:
-            self._keep_passes(passed | set(newly_passed), passed_seconds + spent)
+        if newly_passed:  # charged next time at what the passing batches took
+            self._keep_passes(passed | set(newly_passed), passed_seconds + spent_passing)
         if self.failed is not None:
             self._keep_failure(self.failed.draw.index)
             raise self._reported(self._narrowed(self.failed)) from None
-        if kept:
+        if kept and done >= len(kept):
             self._keep_failure(None)
 
     def _room(self, left: float | None, spent: float, checked: int) -> int:
@@ -218,7 +224,7 @@ class _Search:
             sorted(self.skip),
             _tolerance_text(self.plan.tolerance),
             self.context.calls,
-            repr(self.plan.mutates),
+            _mutates_text(self.plan.mutates),
         )
         return None if parts[0] is None else repr(parts)
 
@@ -230,8 +236,13 @@ class _Search:
         if attachments is None or not self.context.label or key is None:
             return set(), 0.0
         data = attachments.attached(self.program.key, PASSED_SIDECAR) or {}
-        entry = data.get(self.context.label)
-        if not isinstance(entry, dict) or entry.get("key") != key:
+        entries = data.get(self.context.label)
+        entry = (
+            next((e for e in entries if isinstance(e, dict) and e.get("key") == key), None)
+            if isinstance(entries, list)
+            else None
+        )
+        if entry is None:
             return set(), 0.0
         draws = {index for index in entry.get("draws", ()) if isinstance(index, int)}
         seconds = entry.get("seconds")
@@ -244,7 +255,15 @@ class _Search:
         if attachments is None or not self.context.label or key is None:
             return
         data = dict(attachments.attached(self.program.key, PASSED_SIDECAR) or {})
-        data[self.context.label] = {"key": key, "draws": sorted(draws), "seconds": seconds}
+        earlier = data.get(self.context.label)
+        others = [
+            e
+            for e in (earlier if isinstance(earlier, list) else [])
+            if isinstance(e, dict) and e.get("key") != key
+        ]
+        # the newest first; a test's few checks of one program each keep theirs
+        entry = {"key": key, "draws": sorted(draws), "seconds": seconds}
+        data[self.context.label] = [entry, *others][:KEPT_EXAMPLES]
         try:
             attachments.attach(self.program.key, PASSED_SIDECAR, data)
         except OSError:  # not kept: the next run compares them again
@@ -446,6 +465,28 @@ class _Search:
     def _meeting_count(self) -> int:
         """Meeting draws among :attr:`draws`."""
         return min(len(self.plan_of_draws.meetings), self.draws)
+
+
+def _mutates_text(mutates: Any) -> str:
+    """``mutates`` as the draws depend on it: an expectation function by its name and code
+    (its repr holds an address that changes every run)."""
+    if isinstance(mutates, (set, frozenset, list, tuple)):
+        return repr(sorted(map(str, mutates)))  # a set's order changes with the run's hash seed
+    if not isinstance(mutates, Mapping):
+        return repr(mutates)
+    parts = []
+    for name, expected in sorted(mutates.items(), key=lambda item: str(item[0])):
+        code = getattr(expected, "__code__", None)
+        if callable(expected) and code is not None:
+            digest = hashlib.blake2b(code.co_code, digest_size=8).hexdigest()
+            parts.append(f"{name}={getattr(expected, '__qualname__', '')}:{digest}")
+        elif callable(expected):
+            parts.append(f"{name}={type(expected).__qualname__}")
+        elif isinstance(expected, torch.Tensor):
+            parts.append(f"{name}={_example_digest(((expected,), {}))}")
+        else:
+            parts.append(f"{name}={expected!r}")
+    return ";".join(parts)
 
 
 def _tolerance_text(tolerance: Any) -> str:

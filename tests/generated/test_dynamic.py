@@ -291,15 +291,25 @@ def test_stateless_program(aoti, loads):
         RowScale(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: BATCH}, None), examples=10
     )
     assert result.examples >= 10
+    assert len(loads) == 1  # a small package: one engine in this process made every call
+
+def test_stateless_program_served(aoti, loads, monkeypatch):
+    monkeypatch.setattr("pytest_aoti.checks.base.SERVED_FROM_BYTES", 0)  # a large one's way
+    result = aoti.check(
+        RowScale(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: BATCH}, None), examples=10
+    )
+    assert result.examples >= 10
     assert len(loads) == 0  # the engine child's one engine answered every call
 
 def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
     from pytest_aoti.values.check import STATEFUL_DRAWS
 
     aoti.check(Counter(), (example(),), calls=1)
-    aoti.check(Counter(), (example(),), calls=1)
     # the example and each values draw: a fresh engine each, the draws capped
-    assert len(loads) == 2 * (1 + STATEFUL_DRAWS)
+    assert len(loads) == 1 + STATEFUL_DRAWS
+    aoti.check(Counter(), (example(),), calls=1)
+    # the same example again: the draws it passed are kept, only the example runs
+    assert len(loads) == 1 + STATEFUL_DRAWS + 1
 """
     )
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)

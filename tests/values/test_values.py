@@ -83,7 +83,7 @@ def test_correct_program(aoti):
 
 @pytest.mark.compiles
 def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_values(
-    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, shared_cache_dir: Path
 ) -> None:
     report = tmp_path / "aoti.json"
     result = run_aoti(FLOOR_OF_QUOTIENT, f"--aoti-report={report}", "--aoti-probes=off")
@@ -120,8 +120,26 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     assert kept["budget"]["checks"]["values"] == {"ran": 16, "planned": 16, "stopped": ""}
     assert (
         records["test_default[cpu]"]["finding"]["extra"]["values"]["failed_draw"]
-        == (failed["failed_draw"])
+        == failed["failed_draw"]
     )
+
+    # kept draws that took more than the whole budget: the draw that failed still runs
+    for sidecar in shared_cache_dir.glob("v1/entries/*/values_passed_2.json"):
+        data = json.loads(sidecar.read_text())
+        for entries in data.values():
+            for entry in entries:
+                entry["seconds"] = 1e9
+        sidecar.write_text(json.dumps(data))
+    spent = run_aoti(
+        FLOOR_OF_QUOTIENT, f"--aoti-report={report}", "--aoti-probes=off", "--aoti-budget=0.05"
+    )
+    spent.assert_outcomes(passed=3, failed=1)
+    records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
+    assert (
+        records["test_default[cpu]"]["finding"]["extra"]["values"]["failed_draw"]
+        == failed["failed_draw"]
+    )
+    assert records["test_correct_program[cpu]"]["values"]["checked"] == 0
 
 
 def test_the_option_is_checked_before_anything_is_exported(
