@@ -10,6 +10,7 @@ with the input, the element and its value.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Mapping
@@ -214,6 +215,7 @@ class _Search:
             return 1
         return max(1, int(left / (spent / checked)))
 
+    @functools.cached_property
     def _passes_key(self) -> str | None:
         """What the draws of this check depend on beyond the package and the test: the
         example (every element), the draws asked for, the tolerance, calls and ``mutates``;
@@ -232,7 +234,7 @@ class _Search:
         """The draws this test passed on earlier runs of this package and example, and the
         seconds they took."""
         attachments = self.context.attachments
-        key = self._passes_key()
+        key = self._passes_key  # the example read once
         if attachments is None or not self.context.label or key is None:
             return set(), 0.0
         data = attachments.attached(self.program.key, PASSED_SIDECAR) or {}
@@ -251,7 +253,7 @@ class _Search:
     def _keep_passes(self, draws: set[int], seconds: float) -> None:
         """Keep the draws this test has passed on this package, for the next run."""
         attachments = self.context.attachments
-        key = self._passes_key()
+        key = self._passes_key  # the example read once
         if attachments is None or not self.context.label or key is None:
             return
         data = dict(attachments.attached(self.program.key, PASSED_SIDECAR) or {})
