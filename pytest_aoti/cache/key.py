@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.cache.weight_digests import WeightDigests, tensor_digest
 from pytest_aoti.compiling import machine
 from pytest_aoti.compiling.program import ProgramKey
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-KEY_FORMAT = "pytest-aoti-key-1"
+KEY_FORMAT = "pytest-aoti-key-2"
 
 # inductor options holding callables, whose repr is an address: uncacheable across
 # processes unless the callable has a stable ``uuid()`` (torch's CustomGraphPass protocol)
@@ -44,17 +45,19 @@ def program_key(
     inductor_configs: Mapping[str, Any] | None,
     machine_dir: Path | None = None,
     machine_read_only: bool = False,
+    weight_digests: WeightDigests | None = None,
 ) -> ProgramKey:
     """Digest of ``exported`` compiled for ``device`` under ``inductor_configs`` and the global
     inductor configuration. ``machine_dir`` keeps the host's compile target between runs
-    (read-only with ``machine_read_only``)."""
+    (read-only with ``machine_read_only``); ``weight_digests`` holds the weights' digests
+    where they were taken during the export."""
     configs, persistable = _config_fingerprint(inductor_configs or {})
     device_text = f"{_device_fingerprint(device)} {platform_fingerprint()}"
     if device.type in _HOST_COMPILED:
         device_text += f" host {host_fingerprint(machine_dir, write=not machine_read_only)}"
     parts = {
         "graph": _digest_text(_graph_fingerprint(exported)),
-        "weights": _digest_tensors(_named_state(exported)),
+        "weights": _digest_tensors(_named_state(exported), weight_digests),
         "configs": _digest_text(configs),
         "device": _digest_text(device_text),
         "torch": _digest_text(_torch_fingerprint()),
@@ -116,8 +119,10 @@ def _named_state(exported: ExportedProgram) -> Iterable[tuple[str, Any]]:
     yield from sorted(exported.constants.items())
 
 
-def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
-    """Hash names, metadata and raw bytes of every tensor (sha256: ~25 ms per 42 MB)."""
+def _digest_tensors(
+    named: Iterable[tuple[str, Any]], weight_digests: WeightDigests | None = None
+) -> str:
+    """Hash names, metadata and the digest of each tensor's bytes (sha256: ~25 ms per 42 MB)."""
     import torch
 
     digest = hashlib.sha256()
@@ -125,11 +130,9 @@ def _digest_tensors(named: Iterable[tuple[str, Any]]) -> str:
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
-            flat = tensor.cpu().contiguous().reshape(-1)
-            if flat.numel() and flat.stride() != (1,):  # one element at another stride
-                flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
-            if flat.numel():
-                digest.update(flat.view(torch.uint8).numpy().data)
+            digest.update(
+                (weight_digests.digest(tensor) if weight_digests else tensor_digest(tensor)).encode()
+            )
         else:
             digest.update(f"{name}:{value!r}".encode())
     return digest.hexdigest()[:16]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from pytest_aoti.cache.store import ArtifactStore, CacheEntry
+    from pytest_aoti.cache.weight_digests import WeightDigests
 
 
 class RemoteFetched(Protocol):
@@ -164,10 +165,11 @@ class ProgramRegistry:
         inductor_configs: Mapping[str, Any] | None,
         label: str = "",
         after_compile: Callable[[Path], object] | None = None,
+        weight_digests: WeightDigests | None = None,
     ) -> AotiProgram:
         """An engine-backed program for ``exported``, compiled at most once per key; where it
         compiles, ``after_compile(package)`` is called as soon as the package is written
-        (before it is stored)."""
+        (before it is stored). ``weight_digests``: the weights' digests, taken meanwhile."""
         store = self._store if self._store is not None and self._store.readable else None
         key = program_key(
             exported,
@@ -175,6 +177,7 @@ class ProgramRegistry:
             inductor_configs=inductor_configs,
             machine_dir=store.root if store is not None else None,
             machine_read_only=store is None or not store.writable,
+            weight_digests=weight_digests,
         )
         decomposed = None
         with self._lock:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_aoti.cache.weight_digests import WeightDigests
 from pytest_aoti.checks import base as check_base
 from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult, Triage
 from pytest_aoti.checks.module_guard import eager_copy, parameter_write_error, parameter_writes
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 
     from pytest_aoti.cache.registry import ProgramRegistry
     from pytest_aoti.compiling.program import AotiProgram
+
+DIGESTS_DURING_EXPORT_FROM = 2**24
+"""Weight bytes from which the key's digests are taken in a thread during the export."""
 
 
 class CheckEvents(Protocol):
@@ -160,6 +164,7 @@ class CallRunner:
         # torch's own warnings are notes, said where this call compiled (or failed) only
         heard: list[str] = []
         with _say_when_compiled_here(heard, self._note) as done:  # said after the recording ends
+            digests = _digests_during_export(plan.module)
             exported = self._export(plan, heard, checks)
             if checks is not None:
                 checks.run("eager")  # the weights are safe: the program writes none
@@ -174,6 +179,7 @@ class CallRunner:
                     label=self.label,
                     # the engine child loads the package while this process stores it
                     after_compile=self._preload if screened else None,
+                    weight_digests=digests,
                 )
             if screened and not program.seconds_compiled_here:
                 self._preload(
@@ -302,6 +308,14 @@ def _say_when_compiled_here(
         if not (loaded and loaded[0]):
             for text in heard:
                 say(text)
+
+
+def _digests_during_export(module: torch.nn.Module) -> WeightDigests | None:
+    """The key's digests of a large module's weights, taken while it is exported; None for a
+    small one (read at the key in milliseconds)."""
+    if _weight_bytes(module) < DIGESTS_DURING_EXPORT_FROM:
+        return None
+    return WeightDigests((*module.parameters(), *module.buffers()))
 
 
 def _weight_bytes(module: torch.nn.Module) -> int:

@@ -192,3 +192,48 @@ def test_each_gpu_is_keyed_by_its_own_capability(
     assert first.digest != second.digest
     fake_gpus.current = 1
     assert cuda_key(exported) == second  # "cuda" follows torch.cuda.current_device()
+
+
+def test_weight_digests_taken_during_the_export_give_the_same_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The key's digests of the module's weights, read in a thread while it exports, are those
+    the export's state holds (none read again), and give the key read at the key."""
+    from pytest_aoti.cache import weight_digests
+
+    torch.manual_seed(0)
+    module = Linear()
+    digests = weight_digests.WeightDigests((*module.parameters(), *module.buffers()))
+    program = torch.export.export(module, (torch.ones(4, 3),))
+    read_again: list[tuple[int, ...]] = []
+    reading = weight_digests.tensor_digest
+
+    def counted(tensor: torch.Tensor) -> str:
+        read_again.append(tuple(tensor.shape))
+        return reading(tensor)
+
+    monkeypatch.setattr(weight_digests, "tensor_digest", counted)
+    during = program_key(
+        program, device=torch.device("cpu"), inductor_configs={}, weight_digests=digests
+    )
+    assert read_again == []
+    assert during.digest == key_of(program)
+
+
+def test_a_weight_written_after_its_digest_is_read_again() -> None:
+    """A weight written in place after the thread read it (its version moved) is digested
+    anew: the key holds the value the program was exported with."""
+    from pytest_aoti.cache.weight_digests import WeightDigests
+
+    torch.manual_seed(0)
+    module = Linear()
+    digests = WeightDigests((*module.parameters(), *module.buffers()))
+    digests.digest(module.layer.bias)  # the thread has read every weight
+    before = key_of(torch.export.export(module, (torch.ones(4, 3),)))
+    with torch.no_grad():
+        module.layer.bias.add_(1.0)
+    program = torch.export.export(module, (torch.ones(4, 3),))
+    after = program_key(
+        program, device=torch.device("cpu"), inductor_configs={}, weight_digests=digests
+    )
+    assert after.digest == key_of(program) != before

@@ -75,7 +75,7 @@ def test_the_budget_is_a_share_of_the_recorded_compile() -> None:
     budget.ran("values", 2, 16)
     budget.ran("probes", 3, 3)
     assert "cut values ran 2 of 16;" in budget.cut_short()
-    # a small model's few seconds of compile: at least a second, its searches all run
+    # a small model's few seconds of compile: at least the minimum, its searches all run
     assert CheckBudget.of(0.05, compile_seconds=6.0).seconds == MINIMUM_SECONDS
     # no recorded compile time (an older entry), or off: no limit, today's counts
     assert CheckBudget.of(0.25, compile_seconds=0.0).seconds is None
