@@ -13,10 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-MINIMUM_SECONDS = 0.5
-"""The least budget: what a small model's searches take in all, so that it keeps every draw,
-probe and shape (a share of a few seconds' compile would cut them): the 16 draws and 13
-probes of an 8.7M-parameter MLP take 0.36 s on 2 cores, a small model's far less."""
+MINIMUM_SECONDS = 1.0
+"""The least budget of a small package: what a small model's searches take in all, so that
+it keeps every draw, probe and shape (a share of a few seconds' compile would cut them)."""
+SHARE_ALONE_FROM_BYTES = 2**25
+"""Package bytes from which the budget is the share alone, with no least: a large model's
+draws cost tens of milliseconds each, so a least set for small ones would be most of what
+its check adds to the compile (the engine child's threshold, ``SERVED_FROM_BYTES``)."""
 
 
 @dataclass
@@ -41,14 +44,18 @@ class CheckBudget:
     per_input_set: float | None = None
     """Seconds one input set cost a search so far (eager, the engine, the comparison): what
     a later search estimates its cost from."""
+    least: float = 0.0
+    """The least the budget was raised to (:data:`MINIMUM_SECONDS`), 0 where none applied."""
 
     @classmethod
-    def of(cls, share: float | None, compile_seconds: float) -> CheckBudget:
-        """``share`` of ``compile_seconds``, at least :data:`MINIMUM_SECONDS`; no limit for an
-        infinite share (``off``) or an entry without a recorded compile time."""
+    def of(cls, share: float | None, compile_seconds: float, package_bytes: int = 0) -> CheckBudget:
+        """``share`` of ``compile_seconds``, at least :data:`MINIMUM_SECONDS` for a package
+        below :data:`SHARE_ALONE_FROM_BYTES`; no limit for an infinite share (``off``) or an
+        entry without a recorded compile time."""
         if share is None or math.isinf(share) or compile_seconds <= 0:
             return cls(None, share, compile_seconds)
-        return cls(max(share * compile_seconds, MINIMUM_SECONDS), share, compile_seconds)
+        least = MINIMUM_SECONDS if package_bytes < SHARE_ALONE_FROM_BYTES else 0.0
+        return cls(max(share * compile_seconds, least), share, compile_seconds, least=least)
 
     def left(self) -> float | None:
         """Seconds left (never below 0); None without a limit."""
@@ -102,8 +109,9 @@ class CheckBudget:
         ]
         if not cut or self.seconds is None or self.share is None:
             return ""
+        least = f"at least {self.least:g} s: " if self.least else ""
         return (
             f"the check budget ({self.share:.0%} of the {self.compile_seconds:.1f} s compile, "
-            f"at least {MINIMUM_SECONDS:g} s: {self.seconds:.1f} s) cut {', '.join(cut)}; "
+            f"{least}{self.seconds:.1f} s) cut {', '.join(cut)}; "
             "budget=off (or --aoti-budget=off) runs them all"
         )

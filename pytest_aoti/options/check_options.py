@@ -49,9 +49,9 @@ class CoreOptions:
     budget: float = per_check(
         DEFAULT_SHARE,
         "The share of the program's compile time (as recorded with its package) that the "
-        "searches beyond the example may take together, at least half a second: values draws, "
-        "deployment probes and generated shapes, each after its floor (two draws, the "
-        "boundary shapes); off: no limit (every draw, probe and shape). A number such as "
+        "searches beyond the example may take together (at least one second for a package "
+        "below 32 MiB): values draws, deployment probes and generated shapes, each after its "
+        "floor (two draws, the boundary shapes); off: no limit (every draw, probe and shape). A number such as "
         f"0.1, or a percentage written with a percent sign. Default: {DEFAULT_SHARE}.",
         parse=parse_share,
         check=check_share,

@@ -146,7 +146,9 @@ class PlanRun:
         calls = self.plan.calls
         self.context.calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
         # the compile as recorded with the package: the same budget on every run
-        self.context.budget = CheckBudget.of(self.plan.options.budget, program.compile_seconds)
+        self.context.budget = CheckBudget.of(
+            self.plan.options.budget, program.compile_seconds, program.package_bytes
+        )
 
     def run_engine_checks(self) -> CheckResult:
         """Run the ``"engine"`` checks; what every check measured."""

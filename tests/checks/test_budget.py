@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.checks.budget import MINIMUM_SECONDS, CheckBudget
+from pytest_aoti.checks.budget import MINIMUM_SECONDS, SHARE_ALONE_FROM_BYTES, CheckBudget
 
 BUDGETED = """
 from pytest_aoti.checks import budget as budget_module
@@ -75,8 +75,14 @@ def test_the_budget_is_a_share_of_the_recorded_compile() -> None:
     budget.ran("values", 2, 16)
     budget.ran("probes", 3, 3)
     assert "cut values ran 2 of 16;" in budget.cut_short()
-    # a small model's few seconds of compile: at least the minimum, its searches all run
+    # a small model's few seconds of compile: at least a second, its searches all run
     assert CheckBudget.of(0.05, compile_seconds=6.0).seconds == MINIMUM_SECONDS
+    # a large package's budget is its share alone, said without the least
+    large = CheckBudget.of(0.05, compile_seconds=9.0, package_bytes=SHARE_ALONE_FROM_BYTES)
+    assert large.seconds == pytest.approx(0.45)
+    large.ran("values", 6, 16)
+    assert "(5% of the 9.0 s compile, 0.5 s) cut values ran 6 of 16;" in large.cut_short()
+    assert "(25% of the 8.0 s compile, at least 1 s: 2.0 s) cut values ran 2" in budget.cut_short()
     # no recorded compile time (an older entry), or off: no limit, today's counts
     assert CheckBudget.of(0.25, compile_seconds=0.0).seconds is None
     assert CheckBudget.of(float("inf"), compile_seconds=8.0).left() is None
