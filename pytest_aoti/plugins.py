@@ -26,6 +26,8 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "aoti-values": "pytest_aoti.values.plugin",
     "aoti-precision": "pytest_aoti.precision.plugin",
     "aoti-probes": "pytest_aoti.probes.plugin",
+    "aoti-weights": "pytest_aoti.weights.plugin",
+    "aoti-cpp-loader": "pytest_aoti.cpp_loader.plugin",
     "aoti-timing": "pytest_aoti.timing.plugin",
     "aoti-triage": "pytest_aoti.triage.plugin",
     "aoti-models": "pytest_aoti.models.plugin",

@@ -83,3 +83,13 @@ COMPLEX_SCALAR_PROMOTED = TorchBug(
     "complex128, where eager keeps complex64",
     measured=("2.13.0", "2.15.0"),
 )
+
+FOLDED_WEIGHT_NOT_SWAPPABLE = TorchBug(
+    issue="no upstream issue found (raw reproduction: tests/weights/test_raw_swap.py; fixes "
+    "in this path: pytorch/pytorch PRs 161887, 179225)",
+    summary="compiled with default options, the engine of l2(relu(l1(x))) lists no l2.bias "
+    "among its constants (get_constant_fqns), nor that of tanh(l1(x)) * scale its l1.bias and "
+    "buffer scale: their values are folded into the compiled code, load_constants refuses "
+    "them and a swap of the others keeps the compiled values",
+    measured=("2.13.0", "2.15.0"),
+)

@@ -305,11 +305,13 @@ def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
     from pytest_aoti.values.check import STATEFUL_DRAWS
 
     aoti.check(Counter(), (example(),), calls=1)
-    # the example and each values draw: a fresh engine each, the draws capped
-    assert len(loads) == 1 + STATEFUL_DRAWS
+    # the example, each values draw and the C++ loader's first call from the exported
+    # state: a fresh engine each, the draws capped
+    assert len(loads) == 2 + STATEFUL_DRAWS
     aoti.check(Counter(), (example(),), calls=1)
-    # the same example again: the draws it passed are kept, only the example runs
-    assert len(loads) == 1 + STATEFUL_DRAWS + 1
+    # the same example again: the draws it passed are kept, only the example and the C++
+    # loader's call run
+    assert len(loads) == 2 + STATEFUL_DRAWS + 2
 """
     )
     result.assert_outcomes(passed=3)

@@ -214,7 +214,7 @@ def test_rows_and_settings_agree() -> None:
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
         "crash_screen=None, budget=None, examples=None, max_dim=None, values=None, "
         "values_draws=None, values_skip=None, precision=None, probes=None, probes_skip=None, "
-        "localize=None): "
+        "weights=None, cpp_loader=None, localize=None): "
     )
 
 
@@ -295,7 +295,15 @@ def test_command_line_value(aoti):
     assert result.figures["probe_level"] == 3
     # the checks that applied, in the catalog's order; timing's figures are on the result
     assert result.checks == (
-        "crash_screen", "parity", "aliasing", "values", "probes", "timing", "probe", "precision"
+        "crash_screen",
+        "parity",
+        "aliasing",
+        "values",
+        "probes",
+        "cpp_loader",  # no weights to swap
+        "timing",
+        "probe",
+        "precision",
     )
     assert result.engine_seconds > 0 and result.eager_seconds > 0
 
@@ -379,6 +387,8 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
         "generated",
         "values",
         "probes",
+        "weights",
+        "cpp_loader",
         "timing",
         "precision",  # trylast: it judges what every check before it compared
     ]
@@ -388,7 +398,16 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
     context = CheckContext(device=torch.device("cpu"))
     applying = [check.name for check in engine if check.applies(plan, context)]
     # no declaration, one thread, no memory limit, no dynamic dims; probes by default
-    assert applying == ["crash_screen", "parity", "aliasing", "values", "probes", "timing"]
+    assert applying == [
+        "crash_screen",
+        "parity",
+        "aliasing",
+        "values",
+        "probes",
+        "weights",
+        "cpp_loader",
+        "timing",
+    ]
     assert [check.name for check in checks if check.applies(plan, context)] == [
         "eager",
         *applying,
