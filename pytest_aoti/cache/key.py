@@ -131,7 +131,9 @@ def _digest_tensors(
             tensor = value.detach()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
             digest.update(
-                (weight_digests.digest(tensor) if weight_digests else tensor_digest(tensor)).encode()
+                (
+                    weight_digests.digest(tensor) if weight_digests else tensor_digest(tensor)
+                ).encode()
             )
         else:
             digest.update(f"{name}:{value!r}".encode())

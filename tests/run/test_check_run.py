@@ -63,7 +63,9 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     run.exported(exported)
     assert seen == ["first:", "graph:exported"]
     assert [op.op for op in run.context.random_ops] == ["aten.dropout.default"]  # read once
-    program = types.SimpleNamespace(mutated_buffers={"counter"}, compile_seconds=40.0, package_bytes=0)
+    program = types.SimpleNamespace(
+        mutated_buffers={"counter"}, compile_seconds=40.0, package_bytes=0
+    )
     run.compiled(program, None)  # type: ignore[arg-type]
     assert run.context.calls == 2  # buffer state: two calls by default
     assert run.context.budget.seconds == 2.0  # a twentieth of the compile as recorded
