@@ -70,6 +70,15 @@ class EnginePool:
                 self._trim()
             return engine
 
+    def forget(self, key: str, device: torch.device) -> None:
+        """Drop the engine of package ``key`` on ``device`` (one left in another state than
+        loaded): the next request loads the package again."""
+        slot = (key, str(device))
+        with self._lock:
+            self._recent.pop(slot, None)
+            self._pinned.pop(slot, None)
+            self._alive.pop(slot, None)
+
     def clear(self) -> int:
         """Drop every engine this pool keeps (at the session's end); how many it kept."""
         with self._lock:
@@ -240,6 +249,12 @@ class AotiProgram:
     def load_engine(self) -> Any:
         """Load a fresh engine from the package, with buffers in their exported state."""
         return load_engine(self.package_path, self.device)
+
+    def forget_engine(self) -> None:
+        """Let go of the shared engine (one whose weights could not be loaded back): the next
+        request for it loads the package again."""
+        if self._engines is not None:
+            self._engines.forget(self.key, self.device)
 
     def engine_in_exported_state(self) -> Any:
         """A fresh engine when the program mutates buffers, else the shared one."""

@@ -269,17 +269,24 @@ def _build(folder: Path, compiler: str, identity: Mapping[str, str]) -> Build:
             temporary.unlink()
         line = first_error(done.stderr + done.stdout)
         build = Build(None, f"the runner did not build against this torch: {line}", seconds, True)
+        if done.returncode < 0:  # killed (out of memory, say): tried again by a later run
+            return build
     else:
         why = _start_problem(temporary)
         if why:
             with contextlib.suppress(OSError):
                 temporary.unlink()
             build = Build(None, f"the runner built but does not start: {why}", seconds, True)
+            if why.startswith(_TIMED_OUT):  # a busy machine: tried again by a later run
+                return build
         else:
             os.replace(temporary, folder / BINARY)
             build = Build(folder / BINARY, "", seconds, True)
     write_record(folder / RECORD, identity, build, " ".join(command))
     return build
+
+
+_TIMED_OUT = "it did not say it was ready within"
 
 
 def _start_problem(binary: Path) -> str:
@@ -293,6 +300,8 @@ def _start_problem(binary: Path) -> str:
             timeout=START_SECONDS,
             check=False,
         )
+    except subprocess.TimeoutExpired:
+        return f"{_TIMED_OUT} {START_SECONDS:.0f} s"
     except (OSError, subprocess.SubprocessError) as error:
         return str(error)
     if done.returncode == 0 and done.stdout.startswith("ready"):

@@ -124,7 +124,7 @@ class _Engine:
     def refusal(self, values: Mapping[str, torch.Tensor], *, full: bool = False) -> str | None:
         """Load ``values``; None, or the loader's error in one line."""
         try:
-            self.engine.load_constants(dict(values), check_full_update=full)
+            self.engine.load_constants(_compact(values), check_full_update=full)
         except Exception as error:  # the loader's RuntimeError, in torch's words
             lines = str(error).strip().splitlines() or [type(error).__name__]
             return next((line for line in lines if "Constant" in line), lines[0])[:200]
@@ -135,7 +135,7 @@ class _Engine:
         """Load the compiled value of every constant loaded so far."""
         back = {name: originals[name] for name in self.loaded if name in originals}
         if back:
-            self.engine.load_constants(back, check_full_update=False)
+            self.engine.load_constants(_compact(back), check_full_update=False)
 
 
 class _Swap:
@@ -202,7 +202,13 @@ class _Swap:
             self._folded(constants)
             self._sets(constants, originals)
         finally:
-            constants.restore(originals)
+            try:
+                constants.restore(originals)
+            except Exception as error:  # the engine keeps swapped weights: let go of it
+                self.program.forget_engine()
+                raise _not_restored(
+                    f"load_constants raised {type(error).__name__}: {error}"
+                ) from None
         self._check_restored(before)
 
     def _originals(self) -> dict[str, torch.Tensor]:
@@ -410,15 +416,8 @@ class _Swap:
         try:
             compare_trees(before, self._call(), what="output", tolerance=self.plan.tolerance)
         except AotiCheckError as error:
-            raise AotiCheckError(
-                plain_finding(
-                    FindingKind.CHECK,
-                    "weight swap: the engine does not answer as before once its compiled "
-                    "weights are loaded back with load_constants\n"
-                    f"{error.finding.headline(stage=False)}",
-                    location="weights",
-                )
-            ) from None
+            self.program.forget_engine()  # later tests get the package loaded again
+            raise _not_restored(error.finding.headline(stage=False)) from None
 
     def _found(self, weight: Weight, reason: str, **fields: Any) -> None:
         found: dict[str, Any] = {"weight": weight.name, "reason": reason}
@@ -451,6 +450,31 @@ class _Swap:
 def _named(weight: Weight, value: torch.Tensor, listed: set[str]) -> dict[str, torch.Tensor]:
     """``value`` under each of the weight's names the engine lists."""
     return {name: value for name in weight.names if name in listed}
+
+
+def _not_restored(detail: str) -> AotiCheckError:
+    return AotiCheckError(
+        plain_finding(
+            FindingKind.CHECK,
+            "weight swap: the engine does not answer as before once its compiled weights are "
+            f"loaded back with load_constants\n{detail.splitlines()[0] if detail else ''}",
+            location="weights",
+        )
+    )
+
+
+def _compact(values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``values`` with each tensor that is a view into a larger storage (a slice of another
+    weight) copied into one of its own: the loader copies a constant's whole storage."""
+    return {
+        name: tensor
+        if tensor.storage_offset() == 0
+        and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        else torch.empty_strided(
+            tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
+        ).copy_(tensor)
+        for name, tensor in values.items()
+    }
 
 
 def _group(

@@ -106,7 +106,10 @@ def drawn_like(weight: Weight, generator: torch.Generator) -> torch.Tensor:
 
 
 def _range(tensor: torch.Tensor) -> tuple[float, float]:
-    low, high = torch.aminmax(tensor.detach())
+    data = tensor.detach()
+    if data.dtype.is_floating_point and data.dtype not in (torch.float32, torch.float64):
+        data = data.float()  # float8 has no aminmax; every narrower float fits float32
+    low, high = torch.aminmax(data)
     return float(low), float(high)
 
 

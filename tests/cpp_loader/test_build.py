@@ -214,3 +214,22 @@ def test_a_compiler_that_fails_leaves_the_reason_in_the_record(
     assert json.loads(record.read_text())["reason"] == got.reason
     assert not [p for p in record.parent.iterdir() if p.name.endswith(".tmp")]
     assert oct(os.stat(record.parent).st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_compiler_killed_by_a_signal_is_tried_again_by_a_later_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler killed (out of memory, say) says nothing of this torch: no record kept."""
+    compiler = tmp_path / "killed-g++"
+    compiler.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "g++ (Killed) 1.0"; exit 0; fi\n'
+        "kill -9 $$\n"
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    got = runner_build(tmp_path / "cache")
+    assert got.binary is None and got.reason.startswith("the runner did not build")
+    assert not list((tmp_path / "cache" / FOLDER).glob(f"*/{RECORD}"))
+    assert remembered_failure(tmp_path / "cache") == ""

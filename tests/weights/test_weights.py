@@ -1,13 +1,14 @@
 """Swapped weights: a weight the engine cannot take is a deployment hazard named in the
 summary by default, and fails the check under ``weights="swap"``.
 
-Four programs, compiled once and shared through the cache: the two-layer MLP of
+Five programs, compiled once and shared through the cache: the two-layer MLP of
 docs/weights.md with default options (its ``l2.bias`` folded into the code on the torch
 releases :data:`~pytest_aoti.torch_bugs.FOLDED_WEIGHT_NOT_SWAPPABLE` names), the same MLP
 with runtime constant folding (a correct program: every weight follows the swap), the MLP
 compiled with a post-grad pass of the suite's own that writes ``l1.bias`` into the code (on
-every torch), and a program that reads a buffer (folded, with its ``l1.bias``, on the same
-releases).
+every torch), a program that reads a buffer (folded, with its ``l1.bias``, on the same
+releases), and one whose weight is a view into a larger storage (its compiled value loaded
+back whole after the swap).
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ class Scaled(torch.nn.Module):
 
     def forward(self, x):
         return torch.tanh(self.l1(x)) * self.scale
+
+
+class Sliced(torch.nn.Module):
+    \"\"\"A weight that is a view into a larger storage: rows of a fused table.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(12, 8)[4:8])
+
+    def forward(self, x):
+        return x @ self.w.t()
 
 
 class BakesBias(CustomGraphPass):
@@ -101,6 +114,14 @@ def test_baked(aoti):
 
 def test_scaled(aoti):
     aoti.check(Scaled(), example())
+
+
+def test_sliced(aoti):
+    module = Sliced()
+    folding = {"aot_inductor.use_runtime_constant_folding": True}
+    engine = aoti.check(module, example(), inductor_configs=folding).program
+    # the compiled weights loaded back whole: the engine answers as eager does
+    torch.testing.assert_close(engine(*example()), module(*example()))
 """
 
 FOLDS = FOLDED_WEIGHT_NOT_SWAPPABLE.measured_in()
@@ -123,7 +144,7 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
     result = run_aoti(
         SWAPPED, f"--aoti-report={report}", f"--junitxml={junit}", "--aoti-probes=off"
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     section = result.stdout.str().split("weights a server cannot swap")[1]
     assert "test_folding" not in section, "every weight follows the swap"
     result.stdout.fnmatch_lines(
@@ -162,6 +183,8 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
         )
 
     found = records(report)
+    sliced = found["test_sliced"]["weights"]
+    assert sliced["findings"] == [] and sliced["ran"] == SETS, sliced
     folding = found["test_folding"]["weights"]
     assert folding["findings"] == [] and folding["ran"] == SETS, folding
     assert folding["runtime_folding"] is True and folding["swapped"] == 4
@@ -188,7 +211,7 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
 
     # the serving mode: the same programs, from the cache, fail on the weights they cannot take
     swap = run_aoti(SWAPPED, "--aoti-weights=swap", "--aoti-probes=off")
-    swap.assert_outcomes(passed=3 - 2 * FOLDS, failed=1 + 2 * FOLDS)
+    swap.assert_outcomes(passed=4 - 2 * FOLDS, failed=1 + 2 * FOLDS)
     swap.stdout.fnmatch_lines(
         [
             "E * weight swap: the engine cannot take * weight*: *'l1.bias'*",
@@ -212,7 +235,7 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
     assert "weights a server cannot swap" not in swap.stdout.str()
 
     off = run_aoti(SWAPPED, "--aoti-weights=off", "--aoti-probes=off", f"--aoti-report={report}")
-    off.assert_outcomes(passed=4)
+    off.assert_outcomes(passed=5)
     assert all(record["weights"] is None for record in records(report).values())
 
 
