@@ -5,15 +5,14 @@ hung is gone, and the next check starts another."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import selectors
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
+from pytest_aoti.api import LineReader, end_process
 from pytest_aoti.cpp_loader.protocol import READY, Answer, ProtocolError, parse_answer
 
 START_SECONDS = 60.0
@@ -36,7 +35,7 @@ class LoaderProcess:
         """Seconds the last start took, until a check takes them as its cost."""
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
-        self._buffered = b""
+        self._reader: LineReader | None = None
         self._owner = os.getpid()
         self._settings = ""
         self._settings_answer: Answer | None = None
@@ -106,7 +105,8 @@ class LoaderProcess:
             self.close()
             raise RunnerGone(f"the C++ loader's runner did not start: {error}") from None
         self._owner = os.getpid()
-        self._buffered = b""
+        assert self._process.stdout is not None
+        self._reader = LineReader(self._process.stdout)
         self._settings = ""
         self._settings_answer = None
         self._libraries = set()
@@ -121,23 +121,8 @@ class LoaderProcess:
 
     def _line(self, timeout: float) -> bytes | None:
         """The next line within ``timeout`` seconds (None on a time-out; partial at the end)."""
-        process = self._process
-        assert process is not None and process.stdout is not None
-        fd = process.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffered:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    return None
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    data, self._buffered = self._buffered, b""
-                    return data
-                self._buffered += chunk
-        line, _, self._buffered = self._buffered.partition(b"\n")
-        return line + b"\n"
+        assert self._reader is not None
+        return self._reader.line(timeout)
 
     def _gone(self) -> str:
         """Why the runner stopped (its exit and the last line it wrote); it is closed after."""
@@ -167,16 +152,7 @@ class LoaderProcess:
         """End the runner: end of input, then a kill if it does not exit."""
         process, self._process = self._process, None
         if process is not None and self._owner == os.getpid():
-            if process.stdin is not None:
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
-            try:
-                process.wait(timeout=CLOSE_WAIT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            end_process(process, CLOSE_WAIT)
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -263,20 +263,26 @@ class EngineChild:
         if process is not None and self._owner != os.getpid():
             return  # a forked copy of the process that started it: never its to end
         if process is not None:
-            if process.stdin is not None:
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
-            try:
-                # it holds nothing to save: a child slow to tear torch down is ended
-                process.wait(timeout=CLOSE_WAIT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            # it holds nothing to save: a child slow to tear torch down is ended
+            end_process(process, CLOSE_WAIT)
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+
+def end_process(process: subprocess.Popen[bytes], wait: float) -> None:
+    """End a child that reads its requests from stdin: the end of its input, then a kill
+    where it has not exited within ``wait`` seconds; its output pipe closed."""
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    try:
+        process.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 class LineReader:
