@@ -191,19 +191,24 @@ def test_no_compiler_skips_before_any_torch_build_is_looked_at(
     )
 
 
+def script_compiler(path: Path, body: str) -> Path:
+    """A compiler that is a shell script: it names itself for ``--version`` and runs
+    ``body`` for anything else."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "--version" ]; then echo "g++ ({path.name}) 1.0"; exit 0; fi\n{body}\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
 def test_a_compiler_that_fails_leaves_the_reason_in_the_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The build itself, with a compiler that fails at once: no real compile."""
-    compiler = tmp_path / "failing-g++"
-    compiler.write_text(
-        "#!/bin/sh\n"
-        'if [ "$1" = "--version" ]; then echo "g++ (Failing) 1.0"; exit 0; fi\n'
-        "echo 'runner.cpp:7:1: error: this compiler builds nothing' >&2\nexit 1\n"
-    )
-    compiler.chmod(0o755)
-    monkeypatch.setenv("CXX", str(compiler))
+    failing = "echo 'runner.cpp:7:1: error: this compiler builds nothing' >&2\nexit 1"
+    monkeypatch.setenv("CXX", str(script_compiler(tmp_path / "failing-g++", failing)))
     got = runner_build(tmp_path / "cache")
     assert got.binary is None and got.built_here
     assert got.reason == (
@@ -221,14 +226,7 @@ def test_a_compiler_killed_by_a_signal_is_tried_again_by_a_later_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A compiler killed (out of memory, say) says nothing of this torch: no record kept."""
-    compiler = tmp_path / "killed-g++"
-    compiler.write_text(
-        "#!/bin/sh\n"
-        'if [ "$1" = "--version" ]; then echo "g++ (Killed) 1.0"; exit 0; fi\n'
-        "kill -9 $$\n"
-    )
-    compiler.chmod(0o755)
-    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setenv("CXX", str(script_compiler(tmp_path / "killed-g++", "kill -9 $$")))
     got = runner_build(tmp_path / "cache")
     assert got.binary is None and got.reason.startswith("the runner did not build")
     assert not list((tmp_path / "cache" / FOLDER).glob(f"*/{RECORD}"))
