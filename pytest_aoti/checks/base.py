@@ -124,9 +124,16 @@ class Triage(Protocol):
         ...
 
     def replayed(
-        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
+        self,
+        error: AotiCheckError,
+        module: torch.nn.Module,
+        inputs: InputSet,
+        calls: int,
+        *,
+        weights: Mapping[str, torch.Tensor] | None = None,
     ) -> AotiCheckError:
-        """``error`` with the replay of ``inputs`` on ``module``."""
+        """``error`` with the replay of ``inputs`` on ``module``; ``weights`` (by state-dict
+        name) are loaded into the engine before the calls, ``module`` holding them too."""
         ...
 
 
@@ -218,6 +225,12 @@ class CheckContext:
         a program without buffer state whose package is at least :data:`SERVED_FROM_BYTES`."""
         program = self.program
         return not program.mutated_buffers and program.package_bytes >= SERVED_FROM_BYTES
+
+    def another_load_over_budget(self) -> bool:
+        """Whether loading the package once more (a second engine, another process's) is
+        beyond the check budget: the engine child is a large program's one engine and a
+        budget is set. A check that would do so is cut, and says why."""
+        return self.budget.left() is not None and self.served_by_child()
 
     def served_calls(self) -> Any:
         """The engine child's calls for this check (a ``ServedCalls``)."""

@@ -68,9 +68,7 @@ class CppLoaderCheck:
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         why = program_reason(context)
-        if not why and context.budget.left() is not None and context.served_by_child():
-            # a large program's one engine lives in the engine child: a third load (and
-            # copy of its weights) is beyond its budget, whose summary line says so
+        if not why and context.another_load_over_budget():  # the budget's line says so
             context.budget.ran("cpp_loader", 0, 1)
             return Outcome(record=skipped(SERVED, machine=False))
         if why:

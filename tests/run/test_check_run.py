@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pytest_aoti.checks.base import SERVED_FROM_BYTES, CheckContext, CheckPlan, Outcome, RecordPart
+from pytest_aoti.checks.budget import CheckBudget
 from pytest_aoti.checks.parity import _expectation_or
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
@@ -150,6 +151,12 @@ def test_without_buffer_state_the_checks_share_one_engine_loaded_here_on_first_n
     assert not small.served_by_child()
     assert small.engine() == "engine 2" == small.fresh_engine() == small.local_engine()
     assert small.engine_calls() is None and loads == [1, 1]
+
+    # loading a served program again (a weight swap, the C++ runner) is cut under a budget
+    assert not context.another_load_over_budget(), "no budget: budget='off'"
+    context.budget = CheckBudget.of(0.05, compile_seconds=20.0, package_bytes=SERVED_FROM_BYTES)
+    small.budget = context.budget
+    assert context.another_load_over_budget() and not small.another_load_over_budget()
 
 
 def test_eager_runs_a_copy_that_shares_the_weights_and_owns_the_rest() -> None:

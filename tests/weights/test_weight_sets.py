@@ -266,7 +266,7 @@ def test_a_program_the_engine_child_serves_is_swapped_only_when_asked(
     plan = SimpleNamespace(options=options, input_sets=[((torch.ones(2),), {})], module=None)
     context = SimpleNamespace(
         program=SimpleNamespace(mutated_buffers=frozenset()),
-        served_by_child=lambda: True,
+        another_load_over_budget=lambda: True,
         local_engine=local_engine,
         budget=CheckBudget.of(0.05, compile_seconds=20.0, package_bytes=2**25),
     )
