@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Protocol, TypeVar
 
@@ -49,6 +49,12 @@ class Replay(Protocol):
 
     @property
     def calls(self) -> int: ...
+
+    @property
+    def weights(self) -> Mapping[str, Any]:
+        """Weights loaded into the engine before the calls, by state-dict name (a weight
+        swap's); empty for the compiled ones."""
+        ...
 
     def eager_run(
         self, program: Any, *, buffers: bool = False

@@ -32,6 +32,7 @@ class FindingKind(str, Enum):
     CRASH = "crash"  # the engine crashed or hung the crash screen's child process
     PRECISION = "precision"  # eager rounds where the engine does not (fp64 sides with it)
     ATTRIBUTE = "python attribute"  # forward changes a Python attribute export froze
+    WEIGHTS = "weights"  # the engine cannot take a weight set the module takes
     CHECK = "check"  # a plain message (AotiCheckError raised with a string)
     EXPORT = "export"  # torch.export.export refused the module
     DECOMPOSE = "decompose"  # run_decompositions failed on the exported program

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.api import (
@@ -52,6 +52,8 @@ class Replay:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     calls: int
+    weights: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    """Loaded into the engine before the calls (a weight swap's); ``module`` holds them."""
 
     def eager_run(
         self, program: AotiProgram, *, buffers: bool = False
@@ -93,13 +95,19 @@ class Attribution:
         return self.replayed(error.amended(finding), run.module, run.fresh_inputs(), calls)
 
     def replayed(
-        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
+        self,
+        error: AotiCheckError,
+        module: torch.nn.Module,
+        inputs: InputSet,
+        calls: int,
+        *,
+        weights: Mapping[str, torch.Tensor] | None = None,
     ) -> AotiCheckError:
-        """``error`` with the replay of ``inputs`` on ``module`` (a new error: the one given
-        is left as it is)."""
+        """``error`` with the replay of ``inputs`` on ``module``, the engine holding
+        ``weights`` (a new error: the one given is left as it is)."""
         amended = error.amended(error.finding)
         args, kwargs = inputs
-        amended.replay = Replay(module, tuple(args), dict(kwargs), calls)
+        amended.replay = Replay(module, tuple(args), dict(kwargs), calls, dict(weights or {}))
         return amended
 
     def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:

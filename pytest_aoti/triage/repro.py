@@ -61,12 +61,18 @@ def reproduces(
     ``buffer``, located at the output or input) as that difference; a registered buffer the
     program mutates that the engine holds wrong as that buffer's difference (a buffer the
     program does not record as mutated is no engine's difference: no bundle); an engine that
-    killed its process by a signal as that signal (``location`` ``SIGABRT``).
+    killed its process by a signal as that signal (``location`` ``SIGABRT``); a weight set the
+    engine cannot take as the difference it made (the bundle loads the set into the engine
+    first; a finding that measured none gets no bundle).
     """
     kind = str(finding_json.get("kind", ""))
     location = str(finding_json.get("location") or "")
     if kind == FindingKind.SHAPE:
         kind = str((finding_json.get("extra") or {}).get("inner_kind", ""))
+    elif kind == FindingKind.WEIGHTS:
+        difference = ((finding_json.get("extra") or {}).get("weights") or {}).get("difference")
+        difference = difference if isinstance(difference, Mapping) else {}
+        kind, location = str(difference.get("kind", "")), str(difference.get("location") or "")
     if kind == FindingKind.PROBE:  # the bundle holds the variant input: some output differs on it
         return {"kind": FindingKind.OUTPUT.value, "location": ""}
     if kind == FindingKind.BUFFER and location.startswith("output"):
@@ -103,6 +109,7 @@ def write_bundle(
     mutated_inputs: Iterable[str] | None = None,
     eager_buffers: Sequence[Mapping[str, Any]] | None = None,
     custom_op_modules: Sequence[tuple[str, str]] = (),
+    weights: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a repro bundle for one failed check into ``directory``; return its ``repro.py``.
 
@@ -119,6 +126,7 @@ def write_bundle(
     ``eager_buffers``: for a program that mutates registered buffers, eager's buffers after
     each call (``{name: tensor}`` per call), compared with the engine's read back.
     ``custom_op_modules``: ``(name, file)`` of the modules that registered its custom ops.
+    ``weights``: the weight set eager held (``weights.pt``), loaded by ``repro.py`` first.
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
     ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py``: nothing in it needs
@@ -149,6 +157,7 @@ def write_bundle(
             "outputs": output_names,
             "mutated_inputs": mutated_inputs,
             **({"buffers": buffer_names} if buffer_names else {}),
+            **({"weights": sorted(weights)} if weights else {}),
             **(
                 {"custom_op_modules": [list(m) for m in custom_op_modules]}
                 if custom_op_modules
@@ -161,9 +170,21 @@ def write_bundle(
     flat = flat_inputs(exported, inputs["args"], inputs["kwargs"])
     torch.save({"args": tuple(flat), "kwargs": {}}, directory / "inputs.pt")
     torch.save(results, directory / "eager.pt")
+    _write_states(directory, eager_buffers, weights)
+    return _write_programs(directory, exported, package_path)
+
+
+def _write_states(
+    directory: Path,
+    eager_buffers: Sequence[Mapping[str, Any]] | None,
+    weights: Mapping[str, torch.Tensor] | None,
+) -> None:
+    """``eager_buffers.pt`` and ``weights.pt``, where the failure has them."""
     if eager_buffers:
         torch.save(clone_tree(list(eager_buffers)), directory / "eager_buffers.pt")
-    return _write_programs(directory, exported, package_path)
+    if weights:  # each in a storage of its own: the loader copies a constant's whole storage
+        owned = {name: tensor.detach().clone() for name, tensor in weights.items()}
+        torch.save(owned, directory / "weights.pt")
 
 
 def _mutated_by(exported: ExportedProgram) -> Iterable[str]:

@@ -17,6 +17,10 @@ as text, for reading. The files beside this script:
                    ([output leaves], {input name: that input tensor after the call})
     eager_buffers.pt  for a program that mutates registered buffers: eager's buffers after
                    each call, one {buffer name: tensor} per call
+    weights.pt     for a failed weight swap: the new weights eager held, {state-dict name:
+                   tensor}; loaded into the engine (load_constants, every name the engine
+                   lists in get_constant_fqns()) and into the exported and decomposed
+                   programs (load_state_dict) before their calls
     check.json     calls, rtol and atol (null: torch.testing.assert_close's defaults for the
                    dtype), the device, the torch version that wrote the bundle, the names of
                    the output leaves, the inputs the program mutates, the tree structure,
@@ -310,9 +314,10 @@ def replay_bundle() -> int:
     if raised:
         raise CouldNotRun(f"the engine raised, which is not the reported finding: {raised[0]}")
     title = "exported program (exported.module())"
-    export_differs = bool(replay(bundle, title, "exported", load_exported().module()))
+    exported = holding(load_exported().module(), bundle.weights)
+    export_differs = bool(replay(bundle, title, "exported", exported))
     try:
-        decomposed = load_exported().run_decompositions().module()
+        decomposed = holding(load_exported().run_decompositions().module(), bundle.weights)
     except Exception as error:
         print(f"\nrun_decompositions() failed: {type(error).__name__}: {error}")
         decompose_differs = None
@@ -338,6 +343,7 @@ class Bundle:
     inputs: dict[str, Any]
     eager: list[Any]
     buffers: list[dict[str, Any]] | None
+    weights: dict[str, Any] | None = None
 
 
 def read_bundle() -> Bundle:
@@ -359,7 +365,12 @@ def read_bundle() -> Bundle:
 
     register_custom_ops(check.get("custom_op_modules") or [])
     exported = load_exported()
-    engine = load_engine(device)
+    weights = None
+    if check.get("weights"):
+        weights = torch.load(HERE / "weights.pt", map_location=device, weights_only=True)
+        if check.get("buffers"):
+            raise CouldNotRun("a weight set for a program that mutates buffers is not replayed")
+    engine = load_engine(device, weights)
     # these files were written by pytest-aoti next to a compiled shared library, which runs
     # native code anyway: trust the bundle as a whole, or do not run it
     inputs = torch.load(HERE / "inputs.pt", map_location=device, weights_only=False)
@@ -369,7 +380,7 @@ def read_bundle() -> Bundle:
         path = HERE / "eager_buffers.pt"
         buffers = torch.load(path, map_location=device, weights_only=False)
         engine = buffer_runner(device)
-    return Bundle(check, exported, engine, inputs, eager, buffers)
+    return Bundle(check, exported, engine, inputs, eager, buffers, weights)
 
 
 def register_custom_ops(modules: Sequence[Sequence[str]]) -> None:
@@ -397,8 +408,11 @@ def load_exported() -> ExportedProgram:
     return torch.export.load(HERE / "exported.pt2")
 
 
-def load_engine(device: torch.device) -> Callable[..., list[Any]]:
-    """package.pt2 loaded by aoti_load_package, called with the flat tensors of a call."""
+def load_engine(
+    device: torch.device, weights: Mapping[str, Any] | None = None
+) -> Callable[..., list[Any]]:
+    """package.pt2 loaded by aoti_load_package, holding ``weights`` (see :func:`load_weights`),
+    called with the flat tensors of a call."""
     import torch
     import torch._inductor
 
@@ -410,6 +424,8 @@ def load_engine(device: torch.device) -> Callable[..., list[Any]]:
     except Exception as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise CouldNotRun(f"package.pt2 does not load: {first}") from error
+    if weights:
+        load_weights(package, weights)
 
     def engine(*leaves: Any) -> list[Any]:
         # the package's own call would rebuild the model's output types from their names;
@@ -418,6 +434,41 @@ def load_engine(device: torch.device) -> Callable[..., list[Any]]:
         return list(package.loader.boxed_run(tensors))
 
     return engine
+
+
+def load_weights(package: Any, weights: Mapping[str, Any]) -> None:
+    """Load the weight set into the engine as a server would: every name the engine lists
+    (get_constant_fqns()) at once, else one by one; say which it keeps compiled."""
+    listed = set(package.get_constant_fqns())
+    taken = {name: value for name, value in weights.items() if name in listed}
+    print(
+        f"weights.pt: {plural(len(weights), 'new weight', 'new weights')}, eager held them; "
+        f"load_constants loads {len(taken)} into the engine"
+    )
+    unlisted = sorted(set(weights) - listed)
+    if unlisted:
+        print(
+            "  not among the engine's constants, so it keeps their compiled values: "
+            + ", ".join(unlisted)
+        )
+    try:
+        package.load_constants(taken, check_full_update=False)
+        return
+    except Exception:  # one refused name refuses the whole map: load the others
+        pass
+    for name, value in taken.items():
+        try:
+            package.load_constants({name: value}, check_full_update=False)
+        except Exception as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            print(f"  refused by load_constants, so the engine keeps it compiled: {name} ({first})")
+
+
+def holding(module: Any, weights: Mapping[str, Any] | None) -> Any:
+    """``module`` (an uncompiled program) with the weight set loaded, where there is one."""
+    if weights:
+        module.load_state_dict(dict(weights), strict=False)
+    return module
 
 
 def buffer_runner(device: torch.device) -> LibraryRunner:

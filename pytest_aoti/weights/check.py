@@ -103,13 +103,13 @@ class WeightsCheck:
         part = swap.part()
         if part["findings"] and swap.mode == "swap":
             finding = plain_finding(
-                FindingKind.CHECK,
+                FindingKind.WEIGHTS,
                 failure_text(part),
                 location="weights",
                 extra={"weights": part},
                 record_fields={"weights": part},
             )
-            raise AotiCheckError(finding)
+            raise swap.replayed(AotiCheckError(finding))
         record = RecordPart({"weights": part})
         return Outcome(stats=tuple(swap.stats), input_sets=swap.ran, record=record)
 
@@ -154,9 +154,13 @@ class _Swap:
         self.stopped = ""
         self.skipped = ""
         self.difference: dict[str, Any] | None = None
+        self.differing_set: Mapping[str, torch.Tensor] = {}
+        """The new weights of the set that differed, by first name: the repro bundle's."""
         self.narrowing_runs = 0
         self.seconds = 0.0
         self.weights: list[Weight] = []
+        self.unread: list[Weight] = []
+        """Weights the program never reads: a full update still names those the engine lists."""
         self.kept: Counter[str] = Counter()
         self.fqns: list[str] = []
         self.engine: Any = None
@@ -177,10 +181,9 @@ class _Swap:
         if self.program.mutated_buffers:
             self.skipped = STATEFUL
             return
-        budget = self.context.budget
-        if self.mode != "swap" and budget.left() is not None and self.context.served_by_child():
-            self.skipped = SERVED  # a large program's one engine, within its budget
-            budget.ran("weights", 0, SETS)
+        if self.mode != "swap" and self.context.another_load_over_budget():
+            self.skipped = SERVED
+            self.context.budget.ran("weights", 0, SETS)
             return
         engine = self.context.local_engine()
         if not (hasattr(engine, "load_constants") and hasattr(engine, "get_constant_fqns")):
@@ -191,6 +194,7 @@ class _Swap:
         used = used_names(self.program.exported)
         every = module_weights(self.plan.module, self.program.mutated_buffers)
         self.weights = [weight for weight in every if used & set(weight.names)]
+        self.unread = [weight for weight in every if not used & set(weight.names)]
         self.kept = Counter(weight.kept for weight in self.weights if weight.kept)
         if not self.weights:
             self.stopped = "the program reads no weight"
@@ -214,7 +218,7 @@ class _Swap:
     def _originals(self) -> dict[str, torch.Tensor]:
         """Every constant the engine lists that this check can name -> its compiled value:
         the module's weights, and the exported program's other constants."""
-        values = with_values(self.weights, {})
+        values = with_values([*self.weights, *self.unread], {})
         constants = {**self.program.exported.constants, **values}
         return {
             name: value
@@ -280,9 +284,11 @@ class _Swap:
         self._error_line = error.finding.headline(stage=False)
         self.difference = {
             "set": index,
+            "kind": error.finding.kind.value,
             "max_abs": None if figures is None else figures.max_abs,
             "location": error.finding.location,
         }
+        self.differing_set = new
         folded = {found["weight"] for found in self.findings if found["reason"] == FOLDED}
         if folded & set(new):  # the listed weights alone: the folded ones may explain it all
             listed_only = [weight.name for weight in accepted]
@@ -404,6 +410,24 @@ class _Swap:
         self.stats += stats
         return None
 
+    def replayed(self, error: AotiCheckError) -> AotiCheckError:
+        """``error`` with the replay of the set that differed, for the repro bundle: the
+        example, eager holding the set, the engine loaded with it (none where no set
+        differed: the bundle would replay the compiled weights)."""
+        triage = self.context.triage
+        if not self.differing_set or triage is None:
+            return error
+        new = self.differing_set
+        values = with_values(self.weights, new)
+        swapped = {
+            name: values[name]
+            for weight in self.weights
+            if weight.name in new
+            for name in weight.names
+        }
+        module = module_holding(self.plan.module, values)
+        return triage.replayed(error, module, self.example, self.context.calls, weights=swapped)
+
     def _call(self) -> Any:
         """The engine's outputs on a clone of the example."""
         args, kwargs = clone_tree(self.example)
@@ -455,7 +479,7 @@ def _named(weight: Weight, value: torch.Tensor, listed: set[str]) -> dict[str, t
 def _not_restored(detail: str) -> AotiCheckError:
     return AotiCheckError(
         plain_finding(
-            FindingKind.CHECK,
+            FindingKind.WEIGHTS,
             "weight swap: the engine does not answer as before once its compiled weights are "
             f"loaded back with load_constants\n{detail.splitlines()[0] if detail else ''}",
             location="weights",

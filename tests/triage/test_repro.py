@@ -599,6 +599,17 @@ def test_only_failures_the_script_can_reproduce_get_a_bundle() -> None:
     counter = {"kind": "buffer", "location": "buffer 'counter'"}
     assert reproduces(counter, (), {"counter"}) == counter
     assert reproduces({"kind": "buffer", "location": "buffers 'a', 'b'"}, (), {"a", "b"}) is None
+    # a failed weight swap: the difference its set made, once the bundle loads the set; a
+    # swap that made none (a refused weight alone) has nothing to show
+    differed = {"set": 0, "kind": "output", "location": "output[1]", "max_abs": 0.14}
+    swap = {
+        "kind": "weights",
+        "location": "weights",
+        "extra": {"weights": {"difference": differed}},
+    }
+    assert reproduces(swap) == {"kind": "output", "location": "output[1]"}
+    none = {"kind": "weights", "location": "weights", "extra": {"weights": {"difference": None}}}
+    assert reproduces(none) is None
     for kind, location in [
         ("signature", ""),
         ("expectation", "input 'x'"),

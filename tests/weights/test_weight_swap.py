@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+import torch
 
 from pytest_aoti.torch_bugs import FOLDED_WEIGHT_NOT_SWAPPABLE
 from pytest_aoti.weights.check import SETS
@@ -138,7 +140,7 @@ def records(report: Path) -> dict[str, dict]:
 
 @pytest.mark.compiles
 def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap(
-    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, run_isolated: Any
 ) -> None:
     report, junit = tmp_path / "aoti.json", tmp_path / "junit.xml"
     result = run_aoti(
@@ -210,15 +212,20 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
     assert properties["test_folding[cpu]"]["aoti_weights_findings"] == "0"
 
     # the serving mode: the same programs, from the cache, fail on the weights they cannot take
-    swap = run_aoti(SWAPPED, "--aoti-weights=swap", "--aoti-probes=off")
+    bundles = tmp_path / "failed"
+    swap = run_aoti(
+        SWAPPED, "--aoti-weights=swap", "--aoti-probes=off", f"--aoti-keep-failed={bundles}"
+    )
     swap.assert_outcomes(passed=4 - 2 * FOLDS, failed=1 + 2 * FOLDS)
     swap.stdout.fnmatch_lines(
         [
             "E * weight swap: the engine cannot take * weight*: *'l1.bias'*",
             "E *'l1.bias': load_constants accepts a new value, and the engine does not follow it",
             "E *weight sets: 1 of * compared (stopped: a finding); weights='swap' fails *",
+            "E *repro bundle: *test_baked*exits 1 while it reproduces this failure*",
         ]
     )
+    assert_the_bundle_replays_the_swap(bundles, "test_baked", tmp_path, run_isolated)
     if FOLDS:
         swap.stdout.fnmatch_lines(
             [
@@ -233,10 +240,31 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
             ]
         )
     assert "weights a server cannot swap" not in swap.stdout.str()
+    if FOLDS:
+        assert_the_bundle_replays_the_swap(bundles, "test_mlp", tmp_path, run_isolated)
 
     off = run_aoti(SWAPPED, "--aoti-weights=off", "--aoti-probes=off", f"--aoti-report={report}")
     off.assert_outcomes(passed=5)
     assert all(record["weights"] is None for record in records(report).values())
+
+
+def assert_the_bundle_replays_the_swap(
+    bundles: Path, test: str, cwd: Path, run_isolated: Any
+) -> None:
+    """The failure's repro bundle carries the weight set that differed: ``repro.py``, with
+    torch alone, loads it into the engine and the uncompiled programs and shows the
+    difference again, made by the compile."""
+    [folder] = [folder for folder in bundles.iterdir() if test in folder.name]
+    check = json.loads((folder / "check.json").read_text())
+    assert check["weights"] == ["l1.bias", "l1.weight", "l2.bias", "l2.weight"], check
+    assert json.loads((folder / "finding.json").read_text())["kind"] == "weights"
+    weights = torch.load(folder / "weights.pt", weights_only=True)
+    assert sorted(weights) == check["weights"]
+    run = run_isolated(folder / "repro.py", cwd)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "load_constants loads" in run.stdout, run.stdout
+    assert "REPRODUCED: the AOTI engine differs from eager" in run.stdout, run.stdout
+    assert "The exported and the decomposed programs match eager" in run.stdout, run.stdout
 
 
 def test_the_option_is_checked_before_anything_is_exported(
