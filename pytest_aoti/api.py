@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.refused import ExportedRefusals as ExportedRefusals
     from pytest_aoti.checks.refused import Refusal as Refusal
     from pytest_aoti.checks.refused import refusal_lines as refusal_lines
+    from pytest_aoti.checks.replay import InputReplay as InputReplay
     from pytest_aoti.checks.side_by_side import call_history as call_history
     from pytest_aoti.checks.side_by_side import eager_module as eager_module
     from pytest_aoti.compare import compare_leaf as compare_leaf
@@ -149,6 +150,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "Float64Reference": "pytest_aoti.checks.float64",
     "has_own_elements": "pytest_aoti.trees",
     "InputBuilder": "pytest_aoti.shapes.generation",
+    "InputReplay": "pytest_aoti.checks.replay",
     "InputRun": "pytest_aoti.checks.parity",
     "install_hint": "pytest_aoti.errors",
     "is_view_op": "pytest_aoti.compiling.graph_ops",

@@ -50,7 +50,6 @@ class Replay(Protocol):
     @property
     def calls(self) -> int: ...
 
-    @property
     def weights(self) -> Mapping[str, Any]:
         """Weights loaded into the engine before the calls, by state-dict name (a weight
         swap's); empty for the compiled ones."""

@@ -124,16 +124,9 @@ class Triage(Protocol):
         ...
 
     def replayed(
-        self,
-        error: AotiCheckError,
-        module: torch.nn.Module,
-        inputs: InputSet,
-        calls: int,
-        *,
-        weights: Mapping[str, torch.Tensor] | None = None,
+        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
     ) -> AotiCheckError:
-        """``error`` with the replay of ``inputs`` on ``module``; ``weights`` (by state-dict
-        name) are loaded into the engine before the calls, ``module`` holding them too."""
+        """``error`` with the replay of ``inputs`` on ``module``."""
         ...
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.api import (
     PARITY_KINDS,
     FindingKind,
-    call_history,
-    eager_module,
+    InputReplay,
     quiet_torch_deprecations,
 )
 from pytest_aoti.triage.localize import localize
@@ -44,42 +43,6 @@ class Localizer(Protocol):
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> Any: ...
 
 
-@dataclass(frozen=True)
-class Replay:
-    """The input set and the number of calls a failure happened on."""
-
-    module: torch.nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    calls: int
-    weights: Mapping[str, torch.Tensor] = field(default_factory=dict)
-    """Loaded into the engine before the calls (a weight swap's); ``module`` holds them."""
-
-    def eager_run(
-        self, program: AotiProgram, *, buffers: bool = False
-    ) -> tuple[list[tuple[Any, dict[str, Any]]], list[dict[str, Any]] | None]:
-        """One eager run of the replay: per call, eager's outputs and every named input
-        after the call; with ``buffers``, also per call the registered buffers the program
-        mutates, after the call (else None)."""
-        eager = eager_module(self.module)
-        names = sorted(program.mutated_buffers)
-        states: list[dict[str, Any]] = []
-
-        def read_buffers() -> None:
-            live = dict(eager.named_buffers())
-            states.append({name: live[name].detach().clone() for name in names})
-
-        results = call_history(
-            program,
-            eager,
-            self.args,
-            self.kwargs,
-            self.calls,
-            after_call=read_buffers if buffers else None,
-        )
-        return results, (states if buffers else None)
-
-
 class Attribution:
     """Explains the failed input sets of one check: stage, node, replay."""
 
@@ -95,19 +58,13 @@ class Attribution:
         return self.replayed(error.amended(finding), run.module, run.fresh_inputs(), calls)
 
     def replayed(
-        self,
-        error: AotiCheckError,
-        module: torch.nn.Module,
-        inputs: InputSet,
-        calls: int,
-        *,
-        weights: Mapping[str, torch.Tensor] | None = None,
+        self, error: AotiCheckError, module: torch.nn.Module, inputs: InputSet, calls: int
     ) -> AotiCheckError:
-        """``error`` with the replay of ``inputs`` on ``module``, the engine holding
-        ``weights`` (a new error: the one given is left as it is)."""
+        """``error`` with the replay of ``inputs`` on ``module`` (a new error: the one given
+        is left as it is)."""
         amended = error.amended(error.finding)
         args, kwargs = inputs
-        amended.replay = Replay(module, tuple(args), dict(kwargs), calls, dict(weights or {}))
+        amended.replay = InputReplay(module, tuple(args), dict(kwargs), calls)
         return amended
 
     def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:

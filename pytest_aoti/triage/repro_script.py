@@ -314,15 +314,16 @@ def replay_bundle() -> int:
     if raised:
         raise CouldNotRun(f"the engine raised, which is not the reported finding: {raised[0]}")
     title = "exported program (exported.module())"
-    exported = holding(load_exported().module(), bundle.weights)
+    exported = holding(load_exported().module(), bundle.weights, "exported")
     export_differs = bool(replay(bundle, title, "exported", exported))
     try:
-        decomposed = holding(load_exported().run_decompositions().module(), bundle.weights)
+        decomposed = load_exported().run_decompositions().module()
     except Exception as error:
         print(f"\nrun_decompositions() failed: {type(error).__name__}: {error}")
         decompose_differs = None
     else:
         title = "decomposed program (run_decompositions().module())"
+        decomposed = holding(decomposed, bundle.weights, "decomposed")
         decompose_differs = bool(replay(bundle, title, "decomposed", decomposed))
     print()
     target = bundle.check.get("reproduces") or {}
@@ -366,8 +367,8 @@ def read_bundle() -> Bundle:
     register_custom_ops(check.get("custom_op_modules") or [])
     exported = load_exported()
     weights = None
-    if check.get("weights"):
-        weights = torch.load(HERE / "weights.pt", map_location=device, weights_only=True)
+    if check.get("weights"):  # each on the device it was swapped on
+        weights = torch.load(bundle_file("weights.pt"), weights_only=True)
         if check.get("buffers"):
             raise CouldNotRun("a weight set for a program that mutates buffers is not replayed")
     engine = load_engine(device, weights)
@@ -377,10 +378,18 @@ def read_bundle() -> Bundle:
     eager = torch.load(HERE / "eager.pt", map_location=device, weights_only=False)
     buffers = None
     if check.get("buffers"):
-        path = HERE / "eager_buffers.pt"
+        path = bundle_file("eager_buffers.pt")
         buffers = torch.load(path, map_location=device, weights_only=False)
         engine = buffer_runner(device)
     return Bundle(check, exported, engine, inputs, eager, buffers, weights)
+
+
+def bundle_file(name: str) -> Path:
+    """The bundle's file ``name``, which check.json says it holds."""
+    path = HERE / name
+    if not path.is_file():
+        raise CouldNotRun(f"{name} missing from the bundle {HERE}: copy the whole bundle directory")
+    return path
 
 
 def register_custom_ops(modules: Sequence[Sequence[str]]) -> None:
@@ -464,10 +473,13 @@ def load_weights(package: Any, weights: Mapping[str, Any]) -> None:
             print(f"  refused by load_constants, so the engine keeps it compiled: {name} ({first})")
 
 
-def holding(module: Any, weights: Mapping[str, Any] | None) -> Any:
-    """``module`` (an uncompiled program) with the weight set loaded, where there is one."""
+def holding(module: Any, weights: Mapping[str, Any] | None, label: str) -> Any:
+    """``module`` (the ``label`` program, uncompiled) with the weight set loaded, where
+    there is one."""
     if weights:
-        module.load_state_dict(dict(weights), strict=False)
+        unknown = module.load_state_dict(dict(weights), strict=False).unexpected_keys
+        if unknown:  # said: this program then runs with its own value of each
+            print(f"\nthe {label} program has no weight named {', '.join(sorted(unknown))}")
     return module
 
 

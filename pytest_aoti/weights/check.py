@@ -32,6 +32,7 @@ from pytest_aoti.api import (
     CheckPlan,
     EagerRaised,
     FindingKind,
+    InputReplay,
     InputRun,
     Outcome,
     Phase,
@@ -106,10 +107,13 @@ class WeightsCheck:
                 FindingKind.WEIGHTS,
                 failure_text(part),
                 location="weights",
+                tolerance=swap.difference_tolerance,  # the repro bundle's, where one differed
                 extra={"weights": part},
                 record_fields={"weights": part},
             )
-            raise swap.replayed(AotiCheckError(finding))
+            error = AotiCheckError(finding)
+            error.replay = swap.replay()
+            raise error
         record = RecordPart({"weights": part})
         return Outcome(stats=tuple(swap.stats), input_sets=swap.ran, record=record)
 
@@ -154,8 +158,7 @@ class _Swap:
         self.stopped = ""
         self.skipped = ""
         self.difference: dict[str, Any] | None = None
-        self.differing_set: Mapping[str, torch.Tensor] = {}
-        """The new weights of the set that differed, by first name: the repro bundle's."""
+        self.difference_tolerance: dict[str, Any] | None = None
         self.narrowing_runs = 0
         self.seconds = 0.0
         self.weights: list[Weight] = []
@@ -288,7 +291,7 @@ class _Swap:
             "max_abs": None if figures is None else figures.max_abs,
             "location": error.finding.location,
         }
-        self.differing_set = new
+        self.difference_tolerance = error.finding.tolerance
         folded = {found["weight"] for found in self.findings if found["reason"] == FOLDED}
         if folded & set(new):  # the listed weights alone: the folded ones may explain it all
             listed_only = [weight.name for weight in accepted]
@@ -410,23 +413,24 @@ class _Swap:
         self.stats += stats
         return None
 
-    def replayed(self, error: AotiCheckError) -> AotiCheckError:
-        """``error`` with the replay of the set that differed, for the repro bundle: the
-        example, eager holding the set, the engine loaded with it (none where no set
-        differed: the bundle would replay the compiled weights)."""
-        triage = self.context.triage
-        if not self.differing_set or triage is None:
-            return error
-        new = self.differing_set
-        values = with_values(self.weights, new)
-        swapped = {
-            name: values[name]
-            for weight in self.weights
-            if weight.name in new
-            for name in weight.names
-        }
-        module = module_holding(self.plan.module, values)
-        return triage.replayed(error, module, self.example, self.context.calls, weights=swapped)
+    def replay(self) -> InputReplay | None:
+        """What the repro bundle replays: the example, on eager and the engine holding the
+        set that differed (drawn again when the bundle asks); None where no set differed
+        (the bundle would replay the compiled weights)."""
+        if self.difference is None:
+            return None
+        weights = self.weights
+        drawn = [weight for weight in weights if not weight.kept]
+        seed = weight_seed(self.context.label, self.program.key, self.difference["set"])
+
+        def weight_set() -> dict[str, torch.Tensor]:
+            new = draw_set(drawn, seed)
+            return {name: new[weight.name] for weight in drawn for name in weight.names}
+
+        args, kwargs = self.example
+        return InputReplay(
+            self.plan.module, tuple(args), dict(kwargs), self.context.calls, weight_set
+        )
 
     def _call(self) -> Any:
         """The engine's outputs on a clone of the example."""

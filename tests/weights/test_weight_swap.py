@@ -111,7 +111,8 @@ def test_folding(aoti):
 
 
 def test_baked(aoti):
-    aoti.check(MLP(), example(), inductor_configs={"post_grad_custom_post_pass": BakesBias()})
+    configs = {"post_grad_custom_post_pass": BakesBias()}
+    aoti.check(MLP(), example(), inductor_configs=configs, rtol=1e-3, atol=1e-3)
 
 
 def test_scaled(aoti):
@@ -225,7 +226,9 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
             "E *repro bundle: *test_baked*exits 1 while it reproduces this failure*",
         ]
     )
-    assert_the_bundle_replays_the_swap(bundles, "test_baked", tmp_path, run_isolated)
+    baked_bundle = assert_the_bundle_replays_the_swap(bundles, "test_baked", tmp_path, run_isolated)
+    check = json.loads((baked_bundle / "check.json").read_text())
+    assert (check["rtol"], check["atol"]) == (1e-3, 1e-3), "the test's tolerance"
     if FOLDS:
         swap.stdout.fnmatch_lines(
             [
@@ -250,14 +253,15 @@ def test_a_weight_the_engine_cannot_take_is_a_hazard_by_default_and_fails_a_swap
 
 def assert_the_bundle_replays_the_swap(
     bundles: Path, test: str, cwd: Path, run_isolated: Any
-) -> None:
+) -> Path:
     """The failure's repro bundle carries the weight set that differed: ``repro.py``, with
     torch alone, loads it into the engine and the uncompiled programs and shows the
-    difference again, made by the compile."""
+    difference the check measured again, made by the compile; the bundle's folder."""
     [folder] = [folder for folder in bundles.iterdir() if test in folder.name]
     check = json.loads((folder / "check.json").read_text())
     assert check["weights"] == ["l1.bias", "l1.weight", "l2.bias", "l2.weight"], check
-    assert json.loads((folder / "finding.json").read_text())["kind"] == "weights"
+    finding = json.loads((folder / "finding.json").read_text())
+    assert finding["kind"] == "weights"
     weights = torch.load(folder / "weights.pt", weights_only=True)
     assert sorted(weights) == check["weights"]
     run = run_isolated(folder / "repro.py", cwd)
@@ -265,6 +269,9 @@ def assert_the_bundle_replays_the_swap(
     assert "load_constants loads" in run.stdout, run.stdout
     assert "REPRODUCED: the AOTI engine differs from eager" in run.stdout, run.stdout
     assert "The exported and the decomposed programs match eager" in run.stdout, run.stdout
+    measured = finding["extra"]["weights"]["difference"]["max_abs"]
+    assert f"max abs error {measured:.3g}," in run.stdout, "the set the check measured"
+    return folder
 
 
 def test_the_option_is_checked_before_anything_is_exported(
