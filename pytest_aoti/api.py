@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from pytest_aoti.reports.json_report import report_document as report_document
     from pytest_aoti.reports.json_report import write_report_document as write_report_document
     from pytest_aoti.reports.records import CheckRecord as CheckRecord
+    from pytest_aoti.reports.terminal import SectionWriter as SectionWriter
     from pytest_aoti.reports.terminal import durations_table as durations_table
     from pytest_aoti.reports.terminal import summary_line as summary_line
     from pytest_aoti.run.resolve import CALL_ARGUMENTS as CALL_ARGUMENTS
@@ -125,6 +126,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "CompileStats": "pytest_aoti.cache.registry",
     "ReportCollector": "pytest_aoti.reports.collector",
     "durations_table": "pytest_aoti.reports.terminal",
+    "SectionWriter": "pytest_aoti.reports.terminal",
     "summary_line": "pytest_aoti.reports.terminal",
     "aliased_inputs": "pytest_aoti.checks.aliasing",
     "AotiProgram": "pytest_aoti.compiling.program",

@@ -20,12 +20,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.api import CheckRecord, FindingKind
 from pytest_aoti.probes.feature import PROBE_LAYOUT_KINDS
 from pytest_aoti.probes.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.probes.outcomes import hazard_group
+
+if TYPE_CHECKING:
+    from pytest_aoti.api import SectionWriter
 
 _KIND_WORDS: dict[str, str] = {
     **{kind: "layouts" for kind in PROBE_LAYOUT_KINDS},
@@ -49,12 +52,6 @@ EDGE_REMEDY = (
     'served), or report the engine\'s result to PyTorch; values="edge" fails the check '
     "on them"
 )
-
-
-class _Terminal(Protocol):
-    def write_sep(self, sep: str, title: str) -> Any: ...
-
-    def write_line(self, line: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -219,7 +216,7 @@ def _every_variant(probed: Sequence[Probed]) -> list[str]:
 
 
 def write_hazards(
-    terminal: _Terminal,
+    terminal: SectionWriter,
     records: Sequence[CheckRecord],
     *,
     view: str = "summary",

@@ -6,13 +6,22 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_aoti.cache.history import SEED_ADVICE
 from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.progress import worker_lines
 from pytest_aoti.reports.records import CheckRecord
+
+
+class SectionWriter(Protocol):
+    """What a plugin's section of the terminal summary writes to: pytest's terminal
+    reporter (or a stand-in that keeps the lines)."""
+
+    def write_sep(self, sep: str, title: str) -> Any: ...
+
+    def write_line(self, line: str) -> Any: ...
 
 
 def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:

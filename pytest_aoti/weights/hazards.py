@@ -6,7 +6,10 @@ Pure text from the record's ``weights`` field: no torch."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_aoti.api import SectionWriter
 
 FOLDED = "folded"
 """Not among the engine's constants (``get_constant_fqns()``): folded into the compiled code."""
@@ -48,12 +51,6 @@ _SERVER = {
     UNSUPPLIED: "a server's load_constants(..., check_full_update=True) fails on every state "
     "dict: the engine also wants {names}, which no state dict holds",
 }
-
-
-class _Terminal(Protocol):
-    def write_sep(self, sep: str, title: str) -> Any: ...
-
-    def write_line(self, line: str) -> Any: ...
 
 
 def quoted(names: Sequence[str]) -> str:
@@ -158,7 +155,7 @@ def sets_line(part: Mapping[str, Any]) -> str:
     return f"{part.get('ran', 0)} of {part.get('planned', 0)} compared{tail}"
 
 
-def write_weights_hazards(terminal: _Terminal, records: Sequence[Any]) -> None:
+def write_weights_hazards(terminal: SectionWriter, records: Sequence[Any]) -> None:
     """The summary's section: per program (its first test), the weights its engine cannot
     take, what a server sees and the remedy; the checks that failed on them say it there."""
     shown: dict[str, tuple[str, Mapping[str, Any]]] = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from section_lines import SectionLines
 
 from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
@@ -292,19 +293,9 @@ def test_notes_travel_in_the_worker_payload_and_show_once() -> None:
     assert controller.notes == ["the program mutates registered buffers ['count']"]
     assert [r.notes for r in controller.records] == [record.notes, record.notes]
 
-    class Reporter:
-        def __init__(self) -> None:
-            self.lines: list[str] = []
-
-        def write_sep(self, sep: str, title: str) -> None:
-            self.lines.append(f"--- {title}")
-
-        def write_line(self, line: str) -> None:
-            self.lines.append(line)
-
     from pytest_aoti.reports.terminal import write_summary
 
-    reporter = Reporter()
+    reporter = SectionLines()
     write_summary(reporter, controller, CompileStats(), durations=-1, report=None)
     at = reporter.lines.index("--- aoti: notes (not failures)")
     assert reporter.lines[at + 1 :] == ["the program mutates registered buffers ['count']"]

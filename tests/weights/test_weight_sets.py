@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from section_lines import SectionLines
 
 from pytest_aoti.weights.draws import (
     KEPT_INTEGER,
@@ -192,19 +193,8 @@ class Record:
         self.other_fields = {"weights": fields}
 
 
-class Terminal:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write_sep(self, sep: str, title: str) -> None:
-        self.lines.append(f"--- {title}")
-
-    def write_line(self, line: str) -> None:
-        self.lines.append(line)
-
-
 def test_the_summary_names_each_program_s_weights_once() -> None:
-    terminal = Terminal()
+    terminal = SectionLines()
     write_weights_hazards(
         terminal,
         [
@@ -221,7 +211,7 @@ def test_the_summary_names_each_program_s_weights_once() -> None:
     )
     assert FOLDING_REMEDY in "\n".join(terminal.lines)
     assert not [line for line in terminal.lines if "test_b" in line or "test_c" in line]
-    empty = Terminal()
+    empty = SectionLines()
     write_weights_hazards(empty, [Record("t.py::test_d[cpu]", "k3", part(findings=[]))])
     assert empty.lines == []
 
