@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from pytest_aoti.folder_names import bundle_dir_name as bundle_dir_name
     from pytest_aoti.isolation.process import LineReader as LineReader
     from pytest_aoti.isolation.process import end_process as end_process
+    from pytest_aoti.isolation.process import exit_and_last_line as exit_and_last_line
     from pytest_aoti.isolation.process import run_jobs as run_jobs
     from pytest_aoti.mutation_maps import flat_user_inputs as flat_user_inputs
     from pytest_aoti.mutation_maps import named_user_inputs as named_user_inputs
@@ -175,6 +176,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "run_jobs": "pytest_aoti.isolation.process",
     "LineReader": "pytest_aoti.isolation.process",
     "end_process": "pytest_aoti.isolation.process",
+    "exit_and_last_line": "pytest_aoti.isolation.process",
     "session_of": "pytest_aoti.session",
     "shapes_from_assignment": "pytest_aoti.shapes.boundaries",
     "tensor_bytes": "pytest_aoti.trees",

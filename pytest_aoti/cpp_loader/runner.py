@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from pytest_aoti.api import LineReader, end_process
+from pytest_aoti.api import LineReader, end_process, exit_and_last_line
 from pytest_aoti.cpp_loader.protocol import READY, Answer, ProtocolError, parse_answer
 
 START_SECONDS = 60.0
@@ -126,18 +126,9 @@ class LoaderProcess:
 
     def _gone(self) -> str:
         """Why the runner stopped (its exit and the last line it wrote); it is closed after."""
-        process = self._process
-        code = None
-        if process is not None:
-            try:
-                code = process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                code = None
-        tail = ""
-        if self._stderr is not None:
-            self._stderr.seek(0)
-            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-            tail = lines[-1].strip() if lines else ""
+        assert self._process is not None
+        code, tail = exit_and_last_line(self._process, self._stderr)
+        tail = tail.strip()
         self.close()
         how = (
             f"crashed (signal {-code})"

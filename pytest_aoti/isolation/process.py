@@ -238,17 +238,8 @@ class EngineChild:
 
     def _failed(self) -> str:
         """Why the child stopped without an answer; the child is gone after it."""
-        process = self._process
-        assert process is not None
-        try:
-            code = process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        tail = ""
-        if self._stderr is not None:
-            self._stderr.seek(self._stderr_start)
-            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-            tail = lines[-1] if lines else ""
+        assert self._process is not None
+        code, tail = exit_and_last_line(self._process, self._stderr, self._stderr_start)
         self.close()
         if code is not None and code < 0:
             self.last_signal = -code
@@ -283,6 +274,23 @@ def end_process(process: subprocess.Popen[bytes], wait: float) -> None:
         process.wait()
     if process.stdout is not None:
         process.stdout.close()
+
+
+def exit_and_last_line(
+    process: subprocess.Popen[bytes], stderr: IO[bytes] | None, start: int = 0
+) -> tuple[int | None, str]:
+    """Why a child stopped answering, as far as it tells: its exit status (None where it
+    has not exited within five seconds) and the last line it wrote to ``stderr`` (a file)
+    from byte ``start`` on."""
+    try:
+        code = process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        code = None
+    if stderr is None:
+        return code, ""
+    stderr.seek(start)
+    lines = stderr.read().decode(errors="replace").strip().splitlines()
+    return code, lines[-1] if lines else ""
 
 
 class LineReader:
