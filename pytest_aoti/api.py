@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.side_by_side import eager_module as eager_module
     from pytest_aoti.compare import compare_leaf as compare_leaf
     from pytest_aoti.compare import compare_trees as compare_trees
+    from pytest_aoti.compare import same_answers as same_answers
     from pytest_aoti.compiling.custom_ops import child_preparation as child_preparation
     from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
     from pytest_aoti.compiling.graph_ops import control_flow_name as control_flow_name
@@ -143,6 +144,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "clone_tree": "pytest_aoti.trees",
     "compare_leaf": "pytest_aoti.compare",
     "compare_trees": "pytest_aoti.compare",
+    "same_answers": "pytest_aoti.compare",
     "control_flow_name": "pytest_aoti.compiling.graph_ops",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
     "distinct_shape": "pytest_aoti.trees",

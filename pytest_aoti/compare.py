@@ -191,6 +191,24 @@ def assert_unchanged(
     raise frame.error(f"{count} of {old_t.numel()} elements changed", details=details)
 
 
+def same_answers(first: Any, second: Any) -> bool:
+    """Whether two answers of one program are the same: one tree structure, and leaf by leaf
+    equal values (tensors of one shape and dtype, NaN where NaN was)."""
+    leaves, spec = tree_flatten(first)
+    others, other_spec = tree_flatten(second)
+    return spec == other_spec and all(map(_same_leaf, leaves, others))
+
+
+def _same_leaf(one: Any, other: Any) -> bool:
+    if not (isinstance(one, torch.Tensor) and isinstance(other, torch.Tensor)):
+        return bool(one == other)
+    if one.shape != other.shape or one.dtype != other.dtype:
+        return False
+    return torch.equal(one, other) or (
+        one.is_floating_point() and bool(torch.isclose(one, other, 0, 0, equal_nan=True).all())
+    )
+
+
 class _LazyReference:
     """Calls the tree-level fp64 reference once, on first demand, and hands out leaves."""
 

@@ -30,6 +30,7 @@ from pytest_aoti.api import (
     call_history,
     child_preparation,
     flat_user_inputs,
+    same_answers,
     session_of,
 )
 from pytest_aoti.cpp_loader.agreement import Agreement, loader_failed, max_abs, perturbed
@@ -295,13 +296,7 @@ class LoaderRun:
         if self.stateful:
             return True  # a fresh engine per input set: its first call is the one compared
         ((again, _),) = call_history(self.program, engine, args, kwargs, 1)
-        pairs = zip(tree_flatten_with_path(first)[0], tree_flatten_with_path(again)[0])
-        return all(
-            torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, 0, 0, True))
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            else a == b
-            for (_, a), (_, b) in pairs
-        )
+        return same_answers(first, again)
 
     def _mode(self, exact: bool) -> str:
         """How the results must agree with the Python engine's, in words for the failure."""

@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from pytest_aoti.api import (
     AotiCheckError,
@@ -40,6 +39,7 @@ from pytest_aoti.api import (
     clone_tree,
     compare_trees,
     plain_finding,
+    same_answers,
 )
 from pytest_aoti.weights.draws import (
     Weight,
@@ -383,7 +383,7 @@ class _Swap:
         try:
             names = [weight.name for weight in group]
             differs = self._differs(index, with_values(self.weights, new, names)) is not None
-            moved = differs and len(group) == 1 and not _same(self.before, self._call())
+            moved = differs and len(group) == 1 and not same_answers(self.before, self._call())
             return differs, moved
         except EagerRaised:
             return False, False
@@ -514,24 +514,6 @@ def _group(
     for weight in group:
         values.update(_named(weight, weight.tensor if new is None else new[weight.name], listed))
     return values
-
-
-def _same(before: Any, after: Any) -> bool:
-    """Whether two engine answers are the same, leaf by leaf (NaN where NaN was)."""
-    first, second = pytree.tree_leaves(before), pytree.tree_leaves(after)
-    if len(first) != len(second):
-        return False
-    for one, other in zip(first, second):
-        if not isinstance(one, torch.Tensor) or not isinstance(other, torch.Tensor):
-            if one != other:
-                return False
-        elif one.shape != other.shape or one.dtype != other.dtype:
-            return False
-        elif one.is_floating_point() and not torch.equal(one.nan_to_num(), other.nan_to_num()):
-            return False
-        elif not one.is_floating_point() and not torch.equal(one, other):
-            return False
-    return True
 
 
 def _halves(group: list[Weight]) -> list[list[Weight]]:

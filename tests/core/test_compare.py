@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_aoti.compare import assert_unchanged, assert_values, compare_leaf, compare_trees
+from pytest_aoti.compare import (
+    assert_unchanged,
+    assert_values,
+    compare_leaf,
+    compare_trees,
+    same_answers,
+)
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.tolerance import LeafStats, Tolerance
 
@@ -695,3 +701,17 @@ def test_python_number_output_matches_engine_zero_dim_tensor():
         compare_trees(3, torch.tensor([3]), what="output")
     with pytest.raises(AotiCheckError, match="type differs"):
         compare_trees(3, torch.tensor(3.0), what="output")
+
+
+def test_same_answers_are_one_structure_of_equal_values_nan_where_nan() -> None:
+    nan = float("nan")
+    answer = (torch.tensor([1.0, nan, float("inf")]), {"count": 3, "mask": torch.tensor([True])})
+    again = (torch.tensor([1.0, nan, float("inf")]), {"count": 3, "mask": torch.tensor([True])})
+    assert same_answers(answer, again)
+    assert same_answers(torch.tensor([-0.0]), torch.tensor([0.0])), "equal values"
+    assert not same_answers(torch.tensor([float("inf")]), torch.tensor([torch.finfo().max]))
+    assert not same_answers(torch.tensor([nan]), torch.tensor([0.0]))
+    assert not same_answers(torch.ones(1), torch.ones(3)), "no broadcasting"
+    assert not same_answers(torch.ones(2), torch.ones(2, dtype=torch.float64))
+    assert not same_answers((torch.ones(2),), (torch.ones(2), torch.ones(2)))
+    assert not same_answers({"count": 3}, {"count": 4})
