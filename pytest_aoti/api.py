@@ -114,6 +114,7 @@ if TYPE_CHECKING:
     from pytest_aoti.tester import AotiTester as AotiTester
     from pytest_aoti.tolerance import LeafStats as LeafStats
     from pytest_aoti.tolerance import Tolerance as Tolerance
+    from pytest_aoti.tolerance import abs_diff as abs_diff
     from pytest_aoti.tolerance import mismatch_counts as mismatch_counts
     from pytest_aoti.trees import clone_tree as clone_tree
     from pytest_aoti.trees import distinct_shape as distinct_shape
@@ -162,6 +163,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "keyword_options": "pytest_aoti.options.table",
     "laid_out_like": "pytest_aoti.trees",
     "LeafStats": "pytest_aoti.tolerance",
+    "abs_diff": "pytest_aoti.tolerance",
     "MAX_NAME_LENGTH": "pytest_aoti.folder_names",
     "mismatch_counts": "pytest_aoti.tolerance",
     "named_user_inputs": "pytest_aoti.mutation_maps",

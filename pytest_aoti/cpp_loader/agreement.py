@@ -13,6 +13,7 @@ from pytest_aoti.api import (
     Finding,
     FindingKind,
     Tolerance,
+    abs_diff,
     clone_tree,
     compare_leaf,
     plain_finding,
@@ -141,7 +142,8 @@ class Agreement:
 
 
 def max_abs(expected: Any, actual: Any) -> float:
-    """The largest absolute difference (NaN where NaN: none); 0 for equal non-numbers."""
+    """The largest absolute difference as parity measures it (none where both are NaN or
+    the same infinity; an infinite one where only one side is NaN); 0 for non-numbers."""
     if not isinstance(actual, torch.Tensor):
         return 0.0
     if not isinstance(expected, torch.Tensor):
@@ -152,16 +154,7 @@ def max_abs(expected: Any, actual: Any) -> float:
     want, got = _cpu(expected), actual
     if want.shape != got.shape or want.numel() == 0:
         return 0.0
-    if want.is_complex() or got.is_complex():
-        want, got = (
-            torch.view_as_real(want.to(torch.complex128)),
-            torch.view_as_real(got.to(torch.complex128)),
-        )
-    want, got = want.to(torch.float64), got.to(torch.float64)
-    both_nan = want.isnan() & got.isnan()
-    same_inf = want.isinf() & (want == got)
-    diff = (want - got).abs().masked_fill(both_nan | same_inf, 0.0)
-    largest = float(diff.max())
+    largest = float(abs_diff(want, got).max())
     return largest if not math.isnan(largest) else math.inf
 
 
