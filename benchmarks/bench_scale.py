@@ -2,12 +2,16 @@
 
     python benchmarks/bench_scale.py [--widths W,W,...] [--reps N] [--quick]
                                      [--device cpu|cuda] [--cprofile] [--keep DIR]
-                                     [--json PATH]
+                                     [--model mlp|transformer] [--busy N] [--json PATH]
 
 The models are 4-layer MLPs (``Sequential`` of 4 x ``Linear(W, W)``, ``ReLU``), batch 8,
 float32, weights seeded from the width alone: widths 1472 (8.7M parameters), 2912 (34M)
 and 5824 (135M) by default; 16384 is about 1.07B parameters (4.3 GB of weights: the
 user's choice, with the memory for it). ``--quick``: width 1472 only, one rep.
+``--model transformer``: a 2-layer ``TransformerEncoder`` (two heads, feed-forward four
+times the width) on 2 sequences of 16 tokens instead, e.g. ``--widths 32,64``. ``--busy N``:
+N other processes each spin on one core for the whole benchmark (a loaded machine). Each
+run's JSON has ``searches``: per search of the check, ``[ran, planned, left]``.
 
 Each rep runs, for each width in turn, three fresh processes one after the other:
 
@@ -29,8 +33,8 @@ which sampling cannot miss. A process reparented away from the tree is not count
 
 Every cold and warm run has its own directory (its rootdir, with a ``pytest.ini``, and its
 ``--basetemp``); each rep's cold run starts from a new ``--aoti-cache-dir`` that holds no
-package, only the machine's compile target (found once per cache by the plugin, as for
-every cold program on a machine but the first). All processes share one
+package, only the machine's compile target and the C++ loader's runner (found and built
+once per cache by the plugin, as for every cold program on a machine but the first). All processes share one
 ``TORCHINDUCTOR_CACHE_DIR``, new for the benchmark run, so raw and cold pay the same compile
 (inductor's FX graph cache is off in AOT mode: no process reuses another's compile); one
 untimed raw process at the smallest width runs first, since the first compile on a machine
@@ -131,6 +135,30 @@ def make(width, device="cpu"):
     return torch.nn.Sequential(*blocks).to(device), x.to(device)
 '''
 
+TRANSFORMER_LAYERS = 2
+TRANSFORMER_BATCH, TRANSFORMER_SEQUENCE = 2, 16
+TRANSFORMER_SOURCE = f'''
+import torch
+
+LAYERS = {TRANSFORMER_LAYERS}
+
+
+def make(width, device="cpu"):
+    """A {TRANSFORMER_LAYERS}-layer ``width``-wide transformer encoder (two heads, feed-forward
+    four times as wide, eval mode) and its float32 input of {TRANSFORMER_BATCH} sequences of
+    {TRANSFORMER_SEQUENCE}, from the width alone."""
+    torch.manual_seed(width)
+    layer = torch.nn.TransformerEncoderLayer(
+        width, nhead=2, dim_feedforward=4 * width, dropout=0.0, batch_first=True
+    )
+    model = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).eval()
+    generator = torch.Generator().manual_seed(width)
+    x = torch.randn({TRANSFORMER_BATCH}, {TRANSFORMER_SEQUENCE}, width, generator=generator)
+    return model.to(device), x.to(device)
+'''
+MODELS = {"mlp": MODEL_SOURCE, "transformer": TRANSFORMER_SOURCE}
+"""``--model``: the source of ``make(width, device)``, shared by the raw script and the test."""
+
 RAW_SOURCE = """
 import time
 
@@ -206,7 +234,9 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def parameters(width: int) -> int:
+def parameters(width: int, model: str = "mlp") -> int:
+    if model == "transformer":  # attention 4w^2+4w, feed-forward 8w^2+5w, two norms 4w
+        return TRANSFORMER_LAYERS * (12 * width * width + 13 * width)
     return LAYERS * (width * width + width)
 
 
@@ -422,6 +452,12 @@ def run_plugin(
         raise RuntimeError(f"{kind}: expected one passing check, got {outcomes}; see {rundir}")
     figures["parts"] = report_parts(document)
     figures["cache_hit"] = document["checks"][0].get("cache_hit")
+    # how deep each search went: [ran this run, planned, left for later runs]
+    searches = (document["checks"][0].get("budget") or {}).get("checks") or {}
+    figures["searches"] = {
+        name: [item.get("ran"), item.get("planned"), item.get("left")]
+        for name, item in searches.items()
+    }
     checked = figures["parts"].get("check_seconds")
     if checked is not None:  # pytest's start-up, import, collection, teardown and report
         figures["outside_check_s"] = round(figures["wall_s"] - checked, 3)
@@ -536,9 +572,17 @@ def summarize(runs: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]
 
 
 def benchmark(
-    widths: Sequence[int], reps: int, device: str, profile: bool, keep: Path | None
+    widths: Sequence[int],
+    reps: int,
+    device: str,
+    profile: bool,
+    keep: Path | None,
+    model: str = "mlp",
+    busy: int = 0,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    # other processes, each spinning on one core for the whole benchmark: a loaded machine
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="aoti-bench-scale-", dir=keep))
@@ -549,7 +593,7 @@ def benchmark(
     try:
         shared = work / "shared"
         shared.mkdir()
-        (shared / "scale_model.py").write_text(MODEL_SOURCE)
+        (shared / "scale_model.py").write_text(MODELS[model])
         (shared / "raw_scale.py").write_text(RAW_SOURCE)
         env = child_env(shared, work / "inductor-cache")
 
@@ -566,8 +610,11 @@ def benchmark(
             for width in widths:
                 base = work / f"w{width}" / f"rep{rep}"
                 cache = base / "aoti-cache"
-                # a cold program on a machine the cache knows (its compile target, found once)
-                shutil.copytree(machine_cache / "machine", cache / "machine")
+                # a cold program on a machine the cache knows: its compile target, found once,
+                # and the C++ loader's runner, built once per torch build and compiler
+                for known in ("machine", "cpp-loader"):
+                    if (machine_cache / known).is_dir():
+                        shutil.copytree(machine_cache / known, cache / known, symlinks=True)
                 run: dict[str, Any] = {"raw": run_raw(base / "raw", width, device, shared, env)}
                 for kind in ("cold", "warm"):
                     run[kind] = run_plugin(kind, base / kind, width, device, cache, env, profile)
@@ -584,13 +631,15 @@ def benchmark(
         result: dict[str, Any] = {
             "benchmark": "scale",
             "device": device,
-            "layers": LAYERS,
-            "batch": BATCH,
+            "model": model,
+            "busy": busy,
+            "layers": LAYERS if model == "mlp" else TRANSFORMER_LAYERS,
+            "batch": BATCH if model == "mlp" else TRANSFORMER_BATCH,
             "reps": reps,
             "cprofile": profile,
             "widths": {
                 str(width): {
-                    "parameters": parameters(width),
+                    "parameters": parameters(width, model),
                     "summary": summarize(runs[width]),
                     "runs": runs[width],
                 }
@@ -611,6 +660,9 @@ def benchmark(
             print_profiles(runs)
         return result
     finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
         if cleanup is not None:
             cleanup.cleanup()
 
@@ -673,6 +725,15 @@ def print_table(result: Mapping[str, Any]) -> None:
                 for name, values in per_rep.items()
             )
         )
+        for kind in ("cold", "warm"):
+            searches = [run[kind].get("searches") for run in figures["runs"]]
+            lines.append(
+                f"  {kind} searches (ran, planned, left) per rep: "
+                + "; ".join(
+                    ", ".join(f"{name} {tuple(counts)}" for name, counts in (each or {}).items())
+                    for each in searches
+                )
+            )
         for kind in KINDS:
             parts = summary[kind]["parts"]
             if parts:
@@ -727,6 +788,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help=f"cold and warm under cProfile; print the top {PROFILE_LINES} cumulative entries",
     )
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="mlp",
+        help="the 4-layer MLP at batch 8 (default), or a 2-layer transformer encoder at 2x16 tokens",
+    )
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N other processes each keep one core busy for the whole benchmark (default 0)",
+    )
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the work dirs under DIR")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the JSON line here")
     options = parser.parse_args(argv)
@@ -739,7 +813,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not torch.cuda.is_available():
             parser.error("--device cuda: torch.cuda.is_available() is False here")
 
-    result = benchmark(widths, reps, options.device, options.cprofile, options.keep)
+    result = benchmark(
+        widths,
+        reps,
+        options.device,
+        options.cprofile,
+        options.keep,
+        model=options.model,
+        busy=options.busy,
+    )
     print_table(result)
     line = json.dumps(result)
     print(line)

@@ -179,6 +179,8 @@ def assert_unchanged(
         if old != new:
             raise frame.error(f"{attribute} changed from {old} to {new}")
     old_t, new_t = plain_tensor(before), plain_tensor(after)
+    if torch.equal(dense_bytes(old_t), dense_bytes(new_t)):
+        return  # every bit as it was: the mask below is for what changed
     changed = _bitwise_changed(old_t, new_t)
     count = int(changed.sum())
     if count == 0:
@@ -317,6 +319,10 @@ def _check_tensor(
         if want != got:
             raise frame.error(f"{frame.expected_name} {want}, engine {got}", attribute)
     want_t, got_t = plain_tensor(expected), plain_tensor(actual)
+    if torch.equal(dense_bytes(want_t), dense_bytes(got_t)):
+        # every bit alike (an input no call writes, an exact output): nothing differs, no
+        # element is NaN on one side only, and every figure below would be zero
+        return LeafStats(frame.location, 0.0, 0.0)
     if want_t.is_floating_point() or want_t.is_complex():
         return _check_inexact(want_t, got_t, frame, tolerance, reference, accumulates)
     return _check_exact(want_t, got_t, frame)
@@ -424,13 +430,19 @@ def _as_expected_tensor(expected: Any, actual: torch.Tensor, frame: _Frame) -> t
     return converted
 
 
+def dense_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The elements' bytes in order, as one flat uint8 tensor (a view where they lie dense)."""
+    if tensor.is_contiguous() and tensor.numel() and tensor.dim() and tensor.stride(-1) == 1:
+        return tensor.reshape(-1).view(torch.uint8)
+    # a fresh dense copy: contiguous() keeps a one-element or expanded view's strides
+    return tensor.new_empty(tensor.numel()).copy_(tensor.reshape(-1)).view(torch.uint8)
+
+
 def _bitwise_changed(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """Per-element mask of changed bits; two NaNs count as unchanged whatever their payload."""
     itemsize = before.element_size()
-    # a fresh dense copy: contiguous() keeps a one-element or expanded view's strides
-    old = before.new_empty(before.numel()).copy_(before.reshape(-1)).view(torch.uint8)
-    new = after.new_empty(after.numel()).copy_(after.reshape(-1)).view(torch.uint8)
-    old, new = old.reshape(-1, itemsize), new.reshape(-1, itemsize)
+    old = dense_bytes(before).reshape(-1, itemsize)
+    new = dense_bytes(after).reshape(-1, itemsize)
     changed = (old != new).any(dim=1).reshape(before.shape)
     if before.is_floating_point() or before.is_complex():
         changed &= ~(before.isnan() & after.isnan())

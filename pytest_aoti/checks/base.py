@@ -168,9 +168,10 @@ class CheckContext:
     """The figures of the checks that ran so far, by name (``engine_seconds``)."""
     stats: Sequence[tuple[str, LeafStats]] = ()
     """``(context, stats)`` of every leaf the checks so far compared."""
-    budget: CheckBudget = field(default_factory=lambda: CheckBudget(None))
-    """Seconds the searches beyond the example share (``"engine"`` phase): values draws,
-    probes, generated shapes; a check takes from it (:mod:`~pytest_aoti.checks.budget`)."""
+    budget: CheckBudget = field(default_factory=CheckBudget)
+    """How deep the searches beyond the example go (``"engine"`` phase): values draws,
+    probes, generated shapes, weight sets, the C++ loader's sets, each planned from the
+    program's size before its first item (:mod:`~pytest_aoti.checks.budget`)."""
     _engine: Any = field(default=None, init=False, repr=False)
     _engine_handed_out: bool = field(default=False, init=False, repr=False)
     _served: Any = field(default=None, init=False, repr=False)
@@ -221,9 +222,10 @@ class CheckContext:
 
     def another_load_over_budget(self) -> bool:
         """Whether loading the package once more (a second engine, another process's) is
-        beyond the check budget: the engine child is a large program's one engine and a
-        budget is set. A check that would do so is cut, and says why."""
-        return self.budget.left() is not None and self.served_by_child()
+        beyond the check budget: a large program (by its weights and example, never its
+        package or the clock) and a budget set. A check that would do so leaves its items
+        to ``budget="off"``, and the summary says so."""
+        return self.budget.limited
 
     def served_calls(self) -> Any:
         """The engine child's calls for this check (a ``ServedCalls``)."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_aoti.checks.base import (
     CheckContext,
@@ -109,6 +109,9 @@ class CrashScreen:
     """Also time the first input set's calls in the child (:data:`TIMED_CALLS`)."""
     _preparation: ChildPreparation | None = None
     _verdicts: dict[str, Any] | None = None
+    _search_calls: dict[int, tuple[InputSet, InputSetCalls]] = field(default_factory=dict)
+    """The child's calls on each input set of the last request :meth:`screen_all` served
+    (see ``serve``), by the input set's identity."""
 
     @classmethod
     def for_check(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen:
@@ -130,18 +133,28 @@ class CrashScreen:
         __tracebackhide__ = True
         self.screen_all([input_set], [label])
 
-    def screen_all(self, input_sets: Sequence[InputSet], labels: Sequence[str]) -> None:
-        """Screen several input sets in one request; raise the first crash's finding."""
+    def screen_all(
+        self, input_sets: Sequence[InputSet], labels: Sequence[str], *, serve: bool = False
+    ) -> None:
+        """Screen several input sets in one request; raise the first crash's finding.
+        ``serve``: the input sets of a search, each run once: the child's calls are kept for
+        :meth:`search_engine` (a program without buffer state), so the check takes them
+        rather than calling the engine again here, and no verdict is kept for them."""
         __tracebackhide__ = True
+        search = serve and self.served is None and not self.program.mutated_buffers
+        if search:
+            self._search_calls = {}  # the last request's calls go
+        serving = self.served is not None or search
         pending: list[tuple[int, str]] = []
         verdicts: dict[int, dict[str, Any]] = {}
+        kept: list[tuple[str, dict[str, Any]]] = []
         for position, input_set in enumerate(input_sets):
-            key = self._key(input_set)
             # the child serves the check's calls: it makes them, kept verdict or not
-            kept = self._kept().get(key) if self.served is None else None
-            if kept is not None:
+            key = "" if serving else self._key(input_set)
+            verdict = self._kept().get(key) if not serving else None
+            if verdict is not None:
                 self.cached += 1
-                verdicts[position] = kept
+                verdicts[position] = verdict
                 continue
             if why_not := self._why_unprotected(input_set):
                 if why_not not in self.unprotected:
@@ -149,7 +162,7 @@ class CrashScreen:
                 continue
             pending.append((position, key))
         for chunk in _chunks(pending, [input_sets[position] for position, _ in pending]):
-            ran = self._run_many([input_sets[position] for position, _ in chunk])
+            ran = self._run_many([input_sets[position] for position, _ in chunk], serving, search)
             for (position, key), verdict in zip(chunk, ran):
                 self.screened += 1
                 if verdict.get("unprotected"):
@@ -157,8 +170,9 @@ class CrashScreen:
                     continue
                 verdicts[position] = verdict
                 # a served check never reads kept verdicts: the child makes its calls anyway
-                if verdict["verdict"] != "hang" and self.served is None:
-                    self._keep(key, verdict)
+                if verdict["verdict"] != "hang" and not serving:
+                    kept.append((key, verdict))
+        self._keep(kept)  # one write of the sidecar for the whole request
         for position in sorted(verdicts):
             if verdicts[position]["verdict"] != "ok":
                 raise self._failure(verdicts[position], input_sets[position], labels[position])
@@ -189,7 +203,25 @@ class CrashScreen:
             self._preparation = child_preparation(self.program)
         return self._preparation
 
-    def _run_many(self, input_sets: Sequence[InputSet]) -> list[dict[str, Any]]:
+    def search_engine(self, load: Callable[[], Any], input_set: InputSet) -> Callable[[], Any]:
+        """The engine of a search's ``input_set`` (``load``: the check's own): the one
+        answering the calls the child made on it, where :meth:`screen_all` served them; else
+        ``load``'s. A call the child did not make goes to ``load``'s engine."""
+
+        def engine() -> Any:
+            kept = self._search_calls.get(id(input_set)) if self._search_calls else None
+            if kept is None or kept[0] is not input_set:
+                return load()
+            from pytest_aoti.checks.served_calls import ServedEngine  # imports torch
+
+            # it answers as ServedCalls do (answer, served, made_here), by input set
+            return ServedEngine(self.program, cast("ServedCalls", kept[1]), load)
+
+        return engine
+
+    def _run_many(
+        self, input_sets: Sequence[InputSet], serving: bool, search: bool = False
+    ) -> list[dict[str, Any]]:
         import torch
 
         inputs = []
@@ -198,7 +230,7 @@ class CrashScreen:
             inputs.append([leaf for leaf in clone_tree(flat) if isinstance(leaf, torch.Tensor)])
         device = self.program.device
         preparation = self._prepared()
-        keep = self.served is not None and sum(map(tensor_bytes, inputs)) <= MAX_KEPT_BYTES
+        keep = serving and sum(map(tensor_bytes, inputs)) <= MAX_KEPT_BYTES
         request = {
             "package": str(self.program.package_path),
             "device_index": device.index if device.type == "cuda" else None,
@@ -208,6 +240,8 @@ class CrashScreen:
             "repeat": self.calls,
             "discard": True,
             "keep_calls": keep,
+            # a search's outputs are held until its checks take them: as many as inputs
+            **({"keep_bytes": MAX_KEPT_BYTES} if keep and search else {}),
             **({"time_calls": TIMED_CALLS, "time_budget": TIMED_SECONDS} if self.timed else {}),
             **preparation.request(),
         }
@@ -215,11 +249,16 @@ class CrashScreen:
         # each set gets the deadline it would get screened alone
         results = run_jobs(request, jobs, SCREEN_TIMEOUT * len(jobs), preparation.path)
         verdicts = [_verdict(results[job]) for job in jobs]
-        if self.served is not None:
-            for sent, job, verdict in zip(inputs, jobs, verdicts):
-                if verdict.get("verdict") == "ok":
-                    self.served.keep(sent, results[job].get("calls") or ())
-                    self.served.keep_seconds(sent, results[job].get("seconds") or ())
+        for input_set, sent, job, verdict in zip(input_sets, inputs, jobs, verdicts):
+            calls = results[job].get("calls") or ()
+            if verdict.get("verdict") != "ok":
+                continue
+            if self.served is not None:
+                self.served.keep(sent, calls)
+                self.served.keep_seconds(sent, results[job].get("seconds") or ())
+            elif search and calls:
+                answers = InputSetCalls(device, sent, calls)
+                self._search_calls[id(input_set)] = (input_set, answers)
         return verdicts
 
     def _failure(self, verdict: dict[str, Any], input_set: InputSet, label: str) -> AotiCheckError:
@@ -239,9 +278,12 @@ class CrashScreen:
             self._verdicts = dict(kept or {})
         return self._verdicts
 
-    def _keep(self, key: str, verdict: dict[str, Any]) -> None:
+    def _keep(self, verdicts: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Keep ``(key, verdict)`` pairs with the package: one write of the sidecar."""
+        if not verdicts:
+            return
         kept = self._kept()
-        kept[key] = verdict
+        kept.update(verdicts)
         if self.attachments is None:
             return
         try:
@@ -262,6 +304,57 @@ def _verdict(result: dict[str, Any]) -> dict[str, Any]:
     if str(crashed).startswith(HUNG):
         return {"verdict": "hang", "why": crashed}
     return {"verdict": "crash", "signal": result.get("signal"), "why": crashed}
+
+
+class InputSetCalls:
+    """The child's calls on one input set of a search, for its engine (a
+    :class:`~pytest_aoti.checks.served_calls.ServedEngine`, which asks them as it asks a
+    ``ServedCalls``): answered in order, call k on what call k-1 left in the inputs, each
+    only where the inputs it is given are, bit for bit and in layout, what the child's call
+    received (else the check's engine makes it). No digest of the inputs: they are compared."""
+
+    def __init__(
+        self, device: torch.device, sent: Sequence[torch.Tensor], calls: Sequence[dict[str, Any]]
+    ) -> None:
+        self.served = 0
+        """Calls answered (ServedEngine counts them)."""
+        self.made_here = 0
+        """Calls the check's engine made instead (ServedEngine counts them)."""
+        self._received: list[list[torch.Tensor]] = []
+        self._answers: list[dict[str, Any]] = []
+        received = list(sent)
+        for call in calls:
+            self._received.append(received)
+            # what the child returns comes back on the CPU: to the inputs' devices
+            received = [after.to(mine.device) for after, mine in zip(call["inputs"], received)]
+            outputs = _on_device(call["outputs"], device)
+            self._answers.append({**call, "inputs": received, "outputs": outputs})
+
+    def answer(self, inputs: Sequence[torch.Tensor]) -> dict[str, Any] | None:
+        position = self.served + self.made_here
+        if position >= len(self._answers) or not _same_bits(inputs, self._received[position]):
+            return None
+        return self._answers[position]
+
+
+def _on_device(tree: Any, device: torch.device) -> Any:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map_only(torch.Tensor, lambda leaf: leaf.to(device), tree)
+
+
+def _same_bits(mine: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor]) -> bool:
+    """Whether two lists of tensors match in layout and every bit of every element."""
+    import torch
+
+    from pytest_aoti.compare import dense_bytes  # imports torch
+
+    return len(mine) == len(theirs) and all(
+        (a.shape, a.stride(), a.dtype, a.device) == (b.shape, b.stride(), b.dtype, b.device)
+        and torch.equal(dense_bytes(a), dense_bytes(b))
+        for a, b in zip(mine, theirs)
+    )
 
 
 def _chunks(

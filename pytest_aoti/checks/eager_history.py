@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.module_guard import (
     AttributeChange,
+    FirstState,
+    ModuleCopies,
     assert_weights_unwritten,
-    attribute_changes,
+    changes_between,
     plain_attributes,
     weight_versions,
 )
@@ -35,22 +37,38 @@ def record_eager(
     *,
     context: Callable[[int, int], str],
     label: str,
+    copies: ModuleCopies | None = None,
+    named_inputs: Mapping[str, Any] | None = None,
+    cloned: tuple[tuple[tuple[Any, ...], dict[str, Any]], Mapping[str, Any]] | None = None,
 ) -> list[EagerCall]:
     """``calls`` eager calls on a clone of ``inputs``, recorded; raises :class:`EagerRaised`
     where the module raises, and the finding of an unrecorded write (``context(call, calls)``
-    says where)."""
+    says where). ``copies``: the search's copies of ``module`` (else a copy of its own);
+    ``named_inputs``: ``inputs`` by user-input name, where the caller has them; ``cloned``:
+    a clone of ``inputs`` for eager and its inputs by name, where the caller made one."""
     __tracebackhide__ = True
     import torch
 
-    eager = eager_module(module)
+    start = copies.eager() if copies is not None else FirstState(eager_module(module))
+    eager = start.module
     versions = weight_versions(eager)
-    args, kwargs = clone_tree(inputs)
-    named = named_user_inputs(program.exported, args, kwargs)
+    if cloned is None:
+        (args, kwargs), named = clone_tree(inputs), None
+    else:
+        (args, kwargs), named = cloned
+    if named is None:
+        named = named_user_inputs(program.exported, args, kwargs)
+    if named_inputs is None:
+        named_inputs = named_user_inputs(program.exported, *inputs)
+    # what eager may not change, as it was before the first call: a change fails at once,
+    # so it is what a later call starts from too
+    before = _EagerState(
+        eager, named_inputs, skip_inputs=program.mutated_inputs, buffers=start.buffers
+    )
     buffers = sorted(program.mutated_buffers)
+    attributes = start.attributes if start.attributes is not None else plain_attributes(eager)
     history: list[EagerCall] = []
     for call in range(1, calls + 1):
-        before = _EagerState(eager, named, skip_inputs=program.mutated_inputs)
-        attributes = plain_attributes(eager)
         try:
             with torch.no_grad():
                 outputs = clone_tree(eager(*args, **kwargs))
@@ -58,21 +76,23 @@ def record_eager(
             raise EagerRaised(error) from error
         assert_weights_unwritten(eager, versions)
         try:
-            before.assert_recorded(program, context(call, calls))
+            before.assert_recorded(program, context(call, calls), named)
         except AotiCheckError as error:
             finding = error.finding.with_call(call, calls, label, error.finding.context)
             raise error.amended(finding) from None
         live = dict(eager.named_buffers())
         # a later call writes the inputs again: earlier calls keep a copy
         after = named if call == calls else clone_tree(named)
+        now = plain_attributes(eager)
         history.append(
             EagerCall(
                 outputs,
                 after,
                 {name: live[name].detach().clone() for name in buffers},
-                tuple(attribute_changes(attributes, eager)),
+                tuple(changes_between(attributes, now)),
             )
         )
+        attributes = now
     return history
 
 
@@ -98,23 +118,37 @@ class EagerRaised(Exception):
 
 
 class _EagerState:
-    """What eager's module and inputs hold before a call, to see what it changed."""
+    """What eager's module and inputs held before its first call, to see what it changed:
+    the buffers (``buffers``: their values, where the caller holds them; else cloned here)
+    and the inputs as given (the calls run on clones of them)."""
 
     def __init__(
-        self, module: torch.nn.Module, inputs: Mapping[str, Any], *, skip_inputs: set[str]
+        self,
+        module: torch.nn.Module,
+        inputs: Mapping[str, Any],
+        *,
+        skip_inputs: set[str],
+        buffers: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         import torch
 
         self._module = module
-        self._buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
-        self._inputs = inputs
+        self._buffers = (
+            dict(buffers)
+            if buffers is not None
+            else {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+        )
         self._input_values = {
-            name: leaf.detach().clone()
+            name: leaf
             for name, leaf in inputs.items()
             if isinstance(leaf, torch.Tensor) and name not in skip_inputs
         }
 
-    def assert_recorded(self, program: AotiProgram, context: str) -> None:
+    def assert_recorded(
+        self, program: AotiProgram, context: str, inputs: Mapping[str, Any]
+    ) -> None:
+        """Raise the finding of a buffer or an input (``inputs``: eager's, by name) that
+        eager changed although the program does not record it as mutated."""
         __tracebackhide__ = True
         changed = sorted(
             name
@@ -125,7 +159,7 @@ class _EagerState:
         if changed:
             raise AotiCheckError(_unrecorded_buffers(changed, program, context))
         for name, before in self._input_values.items():
-            if _changed(before, self._inputs[name]):
+            if _changed(before, inputs[name]):
                 raise AotiCheckError(_unrecorded_input(name, context))
 
 

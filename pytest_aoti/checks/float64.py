@@ -28,7 +28,9 @@ def precision_dependent(exported: Any) -> str | None:
 
 
 class Float64Reference:
-    """Eager in float64 on the same inputs, run only if a comparison needs it."""
+    """Eager in float64 on the same inputs, run only if a comparison needs it. ``shared``
+    gives a search's float64 copy of the module in its first state (the input sets of a
+    search share one); without it, the reference makes a copy of its own."""
 
     def __init__(
         self,
@@ -36,9 +38,12 @@ class Float64Reference:
         module: torch.nn.Module,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        shared: Callable[[], torch.nn.Module] | None = None,
     ) -> None:
         self._program = program
         self._module = module
+        self._shared = shared
         self._inputs = (args, kwargs)
         self._state: tuple[Any, Any, Any] | None = None
         self._history: list[tuple[Any, dict[str, Any]]] = []
@@ -65,13 +70,20 @@ class Float64Reference:
         return reference
 
     def _run_until(self, call: int) -> tuple[Any, dict[str, Any]]:
-        if self._state is None:
+        if len(self._history) >= call:
+            return self._history[call - 1]
+        if self._state is None or self._shared is not None:
             if (op := precision_dependent(self._program.exported)) is not None:
                 raise NoReference(
                     f"the program calls {op}, whose result depends on the dtype's precision: "
                     "float64 is no reference for it"
                 )
-            module = copy.deepcopy(self._module).to(torch.float64)
+            if self._shared is not None:
+                # another input set may have run the shared copy since: from the first call
+                module = self._shared()
+                self._history, self._buffers = [], []
+            else:
+                module = copy.deepcopy(self._module).to(torch.float64)
             args, kwargs = to_float64(clone_tree(self._inputs))
             self._state = (module, args, kwargs)
         module, args, kwargs = self._state

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from pytest_aoti.checks.base import (
     CheckContext,
@@ -22,7 +23,7 @@ from pytest_aoti.checks.base import (
 from pytest_aoti.checks.eager import eager_finding
 from pytest_aoti.checks.eager_history import EagerCall, EagerRaised, record_eager
 from pytest_aoti.checks.float64 import Float64Reference
-from pytest_aoti.checks.module_guard import AttributeChange, describe_changes
+from pytest_aoti.checks.module_guard import AttributeChange, ModuleCopies, describe_changes
 from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
 from pytest_aoti.compare import assert_unchanged, assert_values, compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError
@@ -30,7 +31,7 @@ from pytest_aoti.findings import PARITY_KINDS, Finding, FindingKind
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
-from pytest_aoti.trees import clone_tree
+from pytest_aoti.trees import clone_like, clone_tree
 
 if TYPE_CHECKING:
     from pytest_aoti.compiling.program import AotiProgram
@@ -101,8 +102,13 @@ def sample_label(index: int, count: int) -> str:
 
 class InputRun:
     """Eager and engine side by side on their own clones of one input set: eager on
-    :func:`~pytest_aoti.checks.side_by_side.eager_module`'s copy, the engine in its exported
-    state (``engine``: default the program's). They never share a tensor."""
+    :func:`~pytest_aoti.checks.side_by_side.eager_module`'s copy (``copies``: the copy a
+    search's input sets share, :meth:`module_copies`), the engine in its exported state
+    (``engine``: default the program's). They never share a tensor. ``inputs_owned``: the
+    caller never changes ``args`` and ``kwargs`` while the run lives (a search's drawn input
+    set), so they are not cloned first; ``validated``: they have the shapes, dtypes, devices
+    and layout of inputs the program validated (a draw of the example's values), so
+    :meth:`check` does not validate them again."""
 
     def __init__(
         self,
@@ -116,14 +122,27 @@ class InputRun:
         triage: Triage | None = None,
         attribute: bool = True,
         engine: Callable[[], Any] | None = None,
+        copies: ModuleCopies | None = None,
+        inputs_owned: bool = False,
+        validated: bool = False,
     ) -> None:
         self.program = program
         self.module = module
         self._attribute = attribute
         self.tolerance = tolerance
         self.label = label
-        self._originals = clone_tree((tuple(args), dict(kwargs)))
-        self._reference = Float64Reference(program, module, *self._originals)
+        self._originals = (
+            (tuple(args), dict(kwargs)) if inputs_owned else clone_tree((tuple(args), dict(kwargs)))
+        )
+        self._copies = copies
+        self._reference = Float64Reference(
+            program,
+            module,
+            *self._originals,
+            shared=copies.float64 if copies is not None else None,
+        )
+        self._named: dict[str, Any] | None = None
+        self._validated = validated
         self._triage = triage
         self._engine = engine or program.engine_in_exported_state
         self._history: list[EagerCall] = []
@@ -144,7 +163,8 @@ class InputRun:
         :class:`EagerRaised` (else fail with stage ``"eager"``). ``values_too``: also check plain
         ``mutates`` values (first input set only). A difference goes to the triage first."""
         __tracebackhide__ = True
-        self.program.validate(*self._originals[0], **self._originals[1])
+        if not self._validated:
+            self.program.validate(*self._originals[0], **self._originals[1])
         try:
             if calls == 1 and any(call.attributes for call in self.eager_history(1)):
                 calls = 2  # a changed attribute shows in the next call: make it
@@ -164,6 +184,43 @@ class InputRun:
             if self._triage is None:
                 raise
             raise self._triage.explain(error, self, calls, attribute=self._attribute) from None
+
+    @staticmethod
+    def module_copies(module: torch.nn.Module) -> ModuleCopies:
+        """The copies of ``module`` that the input sets of one search share (pass it to each
+        as ``copies``): eager's and a float64 one, each made once and put back in its first
+        state before every input set."""
+        return ModuleCopies(module)
+
+    @property
+    def named_originals(self) -> dict[str, Any]:
+        """The input set as the check received it, by user-input name (read once)."""
+        if self._named is None:
+            self._named = named_user_inputs(self.program.exported, *self._originals)
+        return self._named
+
+    def _clone_named(self) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+        """A clone of the input set, and its user inputs by name: read off
+        :attr:`named_originals` where each tensor of the set is a tensor of its own."""
+        named = self.named_originals
+        tensors = [id(leaf) for leaf in named.values() if isinstance(leaf, torch.Tensor)]
+        if len(set(tensors)) < len(tensors):  # one tensor given twice: named anew
+            args, kwargs = clone_tree(self._originals)
+            return (args, kwargs), named_user_inputs(self.program.exported, args, kwargs)
+        clones: dict[int, torch.Tensor] = {}
+
+        def clone(leaf: Any) -> Any:
+            if not isinstance(leaf, torch.Tensor):
+                return leaf
+            clones[id(leaf)] = copied = clone_like(leaf)
+            return copied
+
+        args, kwargs = pytree.tree_map(clone, self._originals)
+        by_name = {
+            name: clones[id(leaf)] if isinstance(leaf, torch.Tensor) else leaf
+            for name, leaf in named.items()
+        }
+        return (args, kwargs), by_name
 
     def fresh_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """New clones of this run's input set, as the check received it."""
@@ -188,6 +245,9 @@ class InputRun:
                 calls,
                 context=self._context,
                 label=self.label,
+                copies=self._copies,
+                named_inputs=self.named_originals,
+                cloned=self._clone_named(),
             )
         return self._history[:calls]
 
@@ -213,10 +273,8 @@ class InputRun:
         """``engine`` against eager's history, call by call (a replay, uncompiled: parity only)."""
         __tracebackhide__ = True
         history = self.eager_history(calls)
-        exported = self.program.exported
-        engine_args, engine_kwargs = clone_tree(self._originals)
-        engine_inputs = named_user_inputs(exported, engine_args, engine_kwargs)
-        original_inputs = named_user_inputs(exported, *self._originals)
+        (engine_args, engine_kwargs), engine_inputs = self._clone_named()
+        original_inputs = self.named_originals
         addresses = {
             name: leaf.data_ptr()
             for name, leaf in engine_inputs.items()

@@ -1,7 +1,9 @@
 """The runner's build (:file:`runner.cpp`), once per torch build and compiler: its key, the
 folder it is kept in (``cpp-loader/<key>/`` under the cache root), the build under a file lock
 (xdist workers build it once) in a child process with a time limit, and a failed build
-remembered with its reason, so that it is not tried again at every check."""
+remembered with its reason, so that it is not tried again at every check. The session starts
+the build in a thread of its own (:class:`BackgroundBuild`) before its first check needs it;
+the check then waits only for what remains of it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -29,6 +32,7 @@ from pytest_aoti.cpp_loader.toolchain import (
     compiler_identity,
     find_compiler,
     headers_reason,
+    machine_reason,
     torch_folder,
 )
 
@@ -45,6 +49,8 @@ START_SECONDS = 60.0
 """Seconds the built runner may take to start (load torch's libraries) before it is given up."""
 LOCK_SECONDS = BUILD_SECONDS + START_SECONDS + 60.0
 """Seconds a process waits for another's build of the same key."""
+STOP_SECONDS = 5.0
+"""Seconds the end of a session waits for a background build it stopped to clean up."""
 _RECORD_LIMIT = 64 * 1024
 
 
@@ -182,14 +188,130 @@ def remembered_failure(root: Path | None, environ: Mapping[str, str] | None = No
     return str(record.get("reason") or "the runner did not build")
 
 
+class BuildStopped(Exception):
+    """The session ended during a background build: its child was killed, nothing was kept
+    or remembered, and a later run builds again."""
+
+
+class Stop:
+    """The children of one build, and the switch that ends them (:meth:`set`): each runs as
+    ``subprocess.run`` would, in a process group of its own, so that a compiler's own
+    children end with it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._guard = threading.Lock()
+        self._children: set[subprocess.Popen[str]] = set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        """End the build: its running child is killed; it starts no other."""
+        with self._guard:
+            self._event.set()
+            for child in self._children:
+                _kill(child)
+
+    def run(self, command: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        """``command``'s exit and output, as ``subprocess.run`` with ``capture_output`` and
+        ``timeout`` gives them; :class:`BuildStopped` where the build was ended."""
+        with self._guard:
+            if self._event.is_set():
+                raise BuildStopped
+            child = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            self._children.add(child)
+        try:
+            try:
+                out, err = child.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill(child)
+                child.communicate()
+                raise
+            except BaseException:
+                _kill(child)
+                child.wait()
+                raise
+        finally:
+            with self._guard:
+                self._children.discard(child)
+        if self._event.is_set():
+            raise BuildStopped
+        return subprocess.CompletedProcess(list(command), child.returncode, out, err)
+
+
+def _kill(child: subprocess.Popen[str]) -> None:
+    """Kill ``child`` and its process group (a compiler's ``cc1plus``, its linker)."""
+    if child.returncode is not None:
+        return
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            child.kill()
+
+
+class BackgroundBuild:
+    """:func:`runner_build` in a thread of its own, started before the first check needs the
+    runner: the check's own call then finds it built, or waits for what remains. Whatever
+    goes wrong here the check meets again and reports; :meth:`stop` ends a build still
+    running when the session ends."""
+
+    def __init__(self, root: Path | None, *, writable: bool) -> None:
+        self.stopping = Stop()
+        self.thread = threading.Thread(
+            target=self._build,
+            args=(root, writable),
+            name="pytest-aoti-cpp-loader-build",
+            daemon=True,
+        )
+
+    def _build(self, root: Path | None, writable: bool) -> None:
+        with contextlib.suppress(Exception):  # stopped, or met again by the check
+            runner_build(root, writable=writable, stop=self.stopping)
+
+    def stop(self, wait: float = STOP_SECONDS) -> None:
+        """End the build if it still runs (its compiler killed, its output removed, nothing
+        recorded), waiting at most ``wait`` seconds for it to clean up."""
+        if self.thread.is_alive():
+            self.stopping.set()
+            self.thread.join(wait)
+
+
+def start_runner_build(root: Path | None, *, writable: bool = True) -> BackgroundBuild | None:
+    """Start building this machine's runner in the background (None where the machine has no
+    compiler or headers: the check says why)."""
+    if machine_reason():
+        return None
+    try:  # imported here, not in the thread beside the test's own imports
+        import torch.utils.cpp_extension  # noqa: F401
+    except Exception:  # the check meets it again and says why
+        return None
+    background = BackgroundBuild(root, writable=writable)
+    background.thread.start()
+    return background
+
+
 _lock = threading.Lock()
+_locks: dict[tuple[str, str], threading.Lock] = {}
+"""One lock per build (key, folder): a check waits for a build under way in the background."""
 _built: dict[tuple[str, str], Build] = {}
 """This process's builds by (key, folder): found once, then read from here."""
+_FOREGROUND = Stop()
+"""The stop of builds made where a check needs them: never set."""
 
 
-def runner_build(root: Path | None, *, writable: bool = True) -> Build:
+def runner_build(root: Path | None, *, writable: bool = True, stop: Stop = _FOREGROUND) -> Build:
     """This machine's runner: kept under ``root`` (built there under its lock where missing
-    and ``writable``), else built in a folder of this process's own."""
+    and ``writable``), else built in a folder of this process's own. A build that ``stop``
+    ended raises :class:`BuildStopped` and is not remembered."""
     compiler, why = find_compiler()
     if compiler is None:
         return Build(None, why)
@@ -199,31 +321,56 @@ def runner_build(root: Path | None, *, writable: bool = True) -> Build:
         return Build(None, why)
     identity = build_identity(compiler, folder)
     key = build_key(identity)
+    place = root / FOLDER if root is not None else None
+    memo = (key, str(place))
     with _lock:
-        place = root / FOLDER if root is not None else None
-        memo = (key, str(place))
+        lock = _locks.setdefault(memo, threading.Lock())
+    with lock:
         if memo not in _built:
-            _built[memo] = _kept_or_built(place, writable, compiler, identity, key)
+            _built[memo] = _kept_or_built(place, writable, compiler, identity, key, stop)
         return _built[memo]
 
 
 def _kept_or_built(
-    place: Path | None, writable: bool, compiler: str, identity: dict[str, str], key: str
+    place: Path | None,
+    writable: bool,
+    compiler: str,
+    identity: dict[str, str],
+    key: str,
+    stop: Stop,
 ) -> Build:
     if place is not None:
         kept = _kept(place / key, identity)
         if kept is not None or not writable:
-            return kept if kept is not None else _build(_own_folder() / key, compiler, identity)
+            if kept is not None:
+                return kept
+            return _build(_own_folder() / key, compiler, identity, stop)
         try:
             place.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with FileLock(str(place / f"{key}.lock"), timeout=LOCK_SECONDS, mode=0o600):
+            with _acquired(place / f"{key}.lock", stop):
                 kept = _kept(place / key, identity)  # another process may have built it
-                return kept if kept is not None else _build(place / key, compiler, identity)
+                return kept if kept is not None else _build(place / key, compiler, identity, stop)
         except Timeout:
             return Build(None, f"another process held the runner's build lock {LOCK_SECONDS:.0f} s")
         except OSError:
             pass  # the cache folder cannot take it: a folder of this process's own
-    return _build(_own_folder() / key, compiler, identity)
+    return _build(_own_folder() / key, compiler, identity, stop)
+
+
+def _acquired(path: Path, stop: Stop) -> contextlib.AbstractContextManager[object]:
+    """``path``'s file lock, held (a context manager that releases it), waited for at most
+    :data:`LOCK_SECONDS` while another process builds; :class:`BuildStopped` if ``stop``
+    ends the wait."""
+    lock = FileLock(str(path), mode=0o600)
+    deadline = time.monotonic() + LOCK_SECONDS
+    while True:
+        try:
+            return lock.acquire(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+        except Timeout:
+            if stop.is_set():
+                raise BuildStopped from None
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _kept(folder: Path, identity: Mapping[str, str]) -> Build | None:
@@ -237,13 +384,30 @@ def _kept(folder: Path, identity: Mapping[str, str]) -> Build | None:
     return Build(binary) if os.access(binary, os.X_OK) else None
 
 
-def _build(folder: Path, compiler: str, identity: Mapping[str, str]) -> Build:
-    """Build into ``folder`` and record the result there (a time-out only in this process)."""
+def _build(folder: Path, compiler: str, identity: Mapping[str, str], stop: Stop) -> Build:
+    """Build into ``folder`` and record the result there (a time-out only in this process);
+    the runner appears there under its name only once it built and started."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # one build at a time holds the folder (its lock, or a folder of this process's own):
+    # another's temporary binary was left by a process that ended during its build
+    for stale in folder.glob(f".{BINARY}.*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    temporary = folder / f".{BINARY}.{os.getpid()}.tmp"
+    try:
+        return _build_to(temporary, folder, compiler, identity, stop)
+    except BaseException:  # stopped, interrupted: no half-written binary stays
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
+def _build_to(
+    temporary: Path, folder: Path, compiler: str, identity: Mapping[str, str], stop: Stop
+) -> Build:
     import torch
     from torch.utils import cpp_extension
 
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = folder / f".{BINARY}.{os.getpid()}.tmp"
     command = compile_command(
         compiler,
         SOURCE,
@@ -254,9 +418,7 @@ def _build(folder: Path, compiler: str, identity: Mapping[str, str]) -> Build:
     )
     started = time.perf_counter()
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=BUILD_SECONDS, check=False
-        )
+        done = stop.run(command, BUILD_SECONDS)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             temporary.unlink()
@@ -272,7 +434,7 @@ def _build(folder: Path, compiler: str, identity: Mapping[str, str]) -> Build:
         if done.returncode < 0:  # killed (out of memory, say): tried again by a later run
             return build
     else:
-        why = _start_problem(temporary)
+        why = _start_problem(temporary, stop)
         if why:
             with contextlib.suppress(OSError):
                 temporary.unlink()
@@ -289,17 +451,10 @@ def _build(folder: Path, compiler: str, identity: Mapping[str, str]) -> Build:
 _TIMED_OUT = "it did not say it was ready within"
 
 
-def _start_problem(binary: Path) -> str:
+def _start_problem(binary: Path, stop: Stop) -> str:
     """Why ``binary`` does not start and say ``ready`` ("" when it does)."""
     try:
-        done = subprocess.run(
-            [str(binary)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=START_SECONDS,
-            check=False,
-        )
+        done = stop.run([str(binary)], START_SECONDS)
     except subprocess.TimeoutExpired:
         return f"{_TIMED_OUT} {START_SECONDS:.0f} s"
     except (OSError, subprocess.SubprocessError) as error:
@@ -314,7 +469,8 @@ _own: list[Path] = []
 
 def _own_folder() -> Path:
     """A folder of this process's own, removed at its exit (no cache folder to keep it in)."""
-    if not _own:
-        _own.append(Path(tempfile.mkdtemp(prefix="pytest-aoti-cpp-loader-")))
-        atexit.register(shutil.rmtree, _own[0], True)
-    return _own[0]
+    with _lock:
+        if not _own:
+            _own.append(Path(tempfile.mkdtemp(prefix="pytest-aoti-cpp-loader-")))
+            atexit.register(shutil.rmtree, _own[0], True)
+        return _own[0]

@@ -40,6 +40,8 @@ from pytest_aoti.cpp_loader.protocol import lib_request, run_request, set_reques
 from pytest_aoti.cpp_loader.runner import LoaderProcess, RunnerGone, loader_process
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_aoti.api import AotiProgram, InputSet
 
 PERTURB_ENV = "PYTEST_AOTI_CPP_LOADER_PERTURB"
@@ -50,8 +52,6 @@ RUNNERS = 2
 """``num_runners`` of the loader for a program without buffer state (a server's runners)."""
 CALL_SECONDS = 300.0
 """Seconds the runner may take to load a package and run it once."""
-FLOOR = 1
-"""Input sets run whatever the budget: the example."""
 _PAID: set[Path] = set()
 """Runners built by this process whose build a check's record already counts."""
 
@@ -69,14 +69,16 @@ class CppLoaderCheck:
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
         why = program_reason(context)
-        if not why and context.another_load_over_budget():  # the budget's line says so
-            context.budget.ran("cpp_loader", 0, 1)
-            return Outcome(record=skipped(SERVED, machine=False))
+        if not why and context.another_load_over_budget():  # the summary's line says so
+            context.budget.left_out("cpp_loader", len(plan.input_sets))
+            return Outcome(record=skipped(SERVED, machine=False, budget=True))
         if why:
             note = f"{context.label or 'a check'}: the C++ loader check skipped: {why}"
             return Outcome(record=skipped(why, machine=False, notes=(note,)))
         root, writable = cache_place(context)
+        waiting = time.perf_counter()  # for the build the session started, where it still runs
         build = runner_build(root, writable=writable)
+        waited = time.perf_counter() - waiting
         if build.binary is None:
             return Outcome(record=skipped(build.reason, machine=True))
         run = LoaderRun(plan, context, loader_process(build.binary))
@@ -88,18 +90,24 @@ class CppLoaderCheck:
         # the build's seconds are the cost of the first check that ran on it in this process
         built = build.seconds if build.built_here and build.binary not in _PAID else None
         _PAID.add(build.binary)
-        return Outcome(record=run.record(built))
+        return Outcome(record=run.record(built, waited))
 
 
 SERVED = (
-    "a package of 32 MiB or more, whose engine lives in the engine child: the runner would "
-    "load it again, beyond the check budget (budget='off' runs it)"
+    "a large program (32 MiB or more of weights and example): the runner would load it "
+    "again, beyond the check budget (budget='off' runs it)"
 )
 
 
-def skipped(why: str, *, machine: bool, notes: tuple[str, ...] = ()) -> RecordPart:
-    """The record of a check that did not run: why, and whether the machine is the reason."""
-    return RecordPart({"cpp_loader": {"ran": False, "skipped": why, "machine": machine}}, notes)
+def skipped(
+    why: str, *, machine: bool, notes: tuple[str, ...] = (), budget: bool = False
+) -> RecordPart:
+    """The record of a check that did not run: why, whether the machine is the reason, and
+    whether the check budget is (the summary's line on the budget counts those)."""
+    part = {"ran": False, "skipped": why, "machine": machine}
+    if budget:
+        part["budget"] = True
+    return RecordPart({"cpp_loader": part}, notes)
 
 
 def program_reason(context: CheckContext) -> str:
@@ -123,7 +131,12 @@ def cache_place(context: CheckContext) -> tuple[Path | None, bool]:
     """Where the runner is kept (the cache root; None: none) and whether it may be written."""
     if context.item is None:
         return None, False
-    session = session_of(context.item.config)
+    return session_cache_place(context.item.config)
+
+
+def session_cache_place(config: pytest.Config) -> tuple[Path | None, bool]:
+    """Where the session keeps the runner (None: nowhere) and whether it may be written."""
+    session = session_of(config)
     mode = session.settings.cache_mode
     if mode == "off":
         return None, False
@@ -171,18 +184,16 @@ class LoaderRun:
         started = time.perf_counter()
         budget = self.context.budget
         sets = self.plan.input_sets
+        budget.plan("cpp_loader", len(sets), given=True)  # the test's own input sets: all
         try:
             self._prepare()
             with tempfile.TemporaryDirectory(prefix="pytest-aoti-cpp-") as folder:
                 for index, input_set in enumerate(sets):
-                    if not budget.allows(index, FLOOR):
-                        break
-                    with budget.spending():
-                        self._check(index, input_set, Path(folder))
+                    self._check(index, input_set, Path(folder))
                     self.ran += 1
         finally:
             self.seconds = time.perf_counter() - started
-            budget.ran("cpp_loader", self.ran, len(sets))
+            budget.ran("cpp_loader", self.ran)
 
     def _prepare(self) -> None:
         """Start the runner if need be, load the op libraries the package may call, and set
@@ -312,11 +323,12 @@ class LoaderRun:
             return "within the check's tolerance (the Python engine itself differs call to call)"
         return "within the check's tolerance"
 
-    def record(self, build_seconds: float | None) -> RecordPart:
+    def record(self, build_seconds: float | None, build_wait_seconds: float) -> RecordPart:
         part = {
             "ran": True,
             "seconds": round(self.seconds, 4),
             "build_seconds": None if build_seconds is None else round(build_seconds, 3),
+            "build_wait_seconds": round(build_wait_seconds, 3),
             "start_seconds": None if self.start_seconds is None else round(self.start_seconds, 4),
             "load_seconds": round(self.load_seconds, 6),
             "call_seconds": round(self.call_seconds, 6),

@@ -52,6 +52,6 @@ CPP_LOADER = Feature(
     properties=cpp_loader_properties,
 )
 """``cpp_loader`` in every JSON record: None where the check did not run; else ``ran``,
-``seconds``, the runner's ``start_seconds``, ``load_seconds`` and ``call_seconds``,
-``exact``, ``threads``, ``runners``, ``input_sets``, ``max_abs_vs_engine``,
-``max_abs_vs_eager``; or ``ran: false`` and ``skipped``, the reason."""
+``seconds``, the runner's ``build_seconds``, ``build_wait_seconds``, ``start_seconds``,
+``load_seconds`` and ``call_seconds``, ``exact``, ``threads``, ``runners``, ``input_sets``,
+``max_abs_vs_engine``, ``max_abs_vs_eager``; or ``ran: false`` and ``skipped``, the reason."""

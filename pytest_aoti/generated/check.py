@@ -45,7 +45,7 @@ from pytest_aoti.generated.feature import GeneratedOptions
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.api import AotiProgram, CheckBudget, LeafStats, ProgramShapes, Tolerance
+    from pytest_aoti.api import AotiProgram, LeafStats, ProgramShapes, Tolerance
 
 
 class GeneratedCheck:
@@ -66,6 +66,18 @@ class GeneratedCheck:
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
         __tracebackhide__ = True
+        options = plan.options.of(GeneratedOptions)
+        budget = context.budget
+        # a large program's shapes go on where its earlier runs left off (none kept else)
+        earlier, runs = _searched_before(context) if budget.limited else (0, 0)
+        examples = budget.plan(
+            "generated",
+            options.examples,
+            earlier=min(earlier, options.examples),
+            given=plan.options.gave("examples"),
+            runs=runs,
+        )
+        searched: list[int] = []
         count, stats = check_generated(
             context.program,
             plan.module,
@@ -74,17 +86,53 @@ class GeneratedCheck:
             mutates=plan.mutates,
             tolerance=plan.tolerance,
             generation=Generation(
-                examples=plan.options.of(GeneratedOptions).examples,
-                max_dim=plan.options.of(GeneratedOptions).max_dim,
+                examples=examples,
+                max_dim=options.max_dim,
                 database=context.hypothesis_database,
                 label=context.label,
             ),
             triage=context.triage,
             screen=_crash_screen(plan, context),
             engine=context.fresh_engine,
-            budget=context.budget,
+            searched=searched,
         )
+        shapes = searched[0] if searched else 0
+        budget.ran("generated", shapes)
+        if budget.limited and shapes:
+            _keep_searched(context, min(options.examples, earlier + shapes), runs + 1)
         return Outcome(stats=tuple(stats), input_sets=count, figures={"examples": count})
+
+
+SEARCHED_SIDECAR = "generated_searched"
+"""The sidecar, kept with a large program's package, of how many generated shapes each test
+searched on earlier runs, and over how many runs: a later run searches only the rest."""
+
+
+def _searched_before(context: CheckContext) -> tuple[int, int]:
+    """Generated shapes this test searched on earlier runs of this package, and the runs."""
+    attachments = context.attachments
+    if attachments is None or not context.label:
+        return 0, 0
+    entry = (attachments.attached(context.program.key, SEARCHED_SIDECAR) or {}).get(context.label)
+    if not isinstance(entry, dict):
+        return 0, 0
+    shapes, runs = entry.get("shapes"), entry.get("runs")
+    if not isinstance(shapes, int) or not isinstance(runs, int):
+        return 0, 0
+    return max(0, shapes), max(0, runs)
+
+
+def _keep_searched(context: CheckContext, shapes: int, runs: int) -> None:
+    """Keep how many generated shapes this test has searched on this package."""
+    attachments = context.attachments
+    if attachments is None or not context.label:
+        return
+    data = dict(attachments.attached(context.program.key, SEARCHED_SIDECAR) or {})
+    data[context.label] = {"shapes": shapes, "runs": runs}
+    try:
+        attachments.attach(context.program.key, SEARCHED_SIDECAR, data)
+    except OSError:  # not kept: the next run searches them again
+        pass
 
 
 def _crash_screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
@@ -131,13 +179,12 @@ def check_generated(
     triage: Triage | None = None,
     screen: CrashScreen | None = None,
     engine: Callable[[], Any] | None = None,
-    budget: CheckBudget | None = None,
+    searched: list[int] | None = None,
 ) -> tuple[int, list[tuple[str, LeafStats]]]:
     """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones,
     each first in the engine child where ``screen`` is given (a crash there ends the search);
-    ``engine`` gives the engine each input set runs on (default: the program's). With a
-    ``budget``, the generated shapes stop once it is spent (the boundary shapes always run,
-    and a failure found is shrunk whatever it costs).
+    ``engine`` gives the engine each input set runs on (default: the program's). The
+    generated shapes that ran (past the boundary shapes) are appended to ``searched``.
 
     Returns how many input sets were checked and their figures. Raises
     :class:`~pytest_aoti.AotiCheckError` naming the smallest failing shape found.
@@ -147,7 +194,7 @@ def check_generated(
     if not builder.shapes.symbols:
         return 0, []
     checker = _ShapeChecker(
-        program, module, builder, calls, mutates, tolerance, triage, screen, engine, budget
+        program, module, builder, calls, mutates, tolerance, triage, screen, engine
     )
 
     boundary_failure: _Failure | None = None
@@ -162,13 +209,11 @@ def check_generated(
     # smaller failing shape, where the boundary alone would only name the extreme. A
     # boundary the exported program refuses is reported as it is: that is the range's edge
     refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
-    searched = not refused and checker.crashed is None  # a crash: nothing is run again
+    search = not refused and checker.crashed is None  # a crash: nothing is run again
     checker.searching = True
-    found = (_search(checker, generation, builder.shapes) if searched else None) or (
-        boundary_failure
-    )
-    if budget is not None and searched and not checker.failed:
-        budget.ran("generated", checker.searched, generation.examples)
+    found = (_search(checker, generation, builder.shapes) if search else None) or (boundary_failure)
+    if searched is not None:
+        searched.append(checker.searched)
     if found is not None:
         # only the smallest failing shape is attributed to a stage (and localized): the
         # search itself runs many failing shapes
@@ -194,15 +239,13 @@ class _ShapeChecker:
         triage: Triage | None,
         screen: CrashScreen | None = None,
         engine: Callable[[], Any] | None = None,
-        budget: CheckBudget | None = None,
     ) -> None:
         self.program = program
         self.screen = screen
         self.engine = engine
-        self.budget = budget
         self.searching = False
-        """In the Hypothesis search (past the boundary shapes): the budget applies."""
-        self.searched = 0
+        """In the Hypothesis search (past the boundary shapes)."""
+        self.searched: int = 0
         """Generated shapes run in the search."""
         self.failed = False
         self.crashed: _Failure | None = None
@@ -244,20 +287,13 @@ class _ShapeChecker:
         )
 
     def run(self, values: dict[str, int], seed: int) -> None:
-        budget = self.budget
-        if budget is None:
-            self._run(values, seed)
-            return
-        if self.searching and not self.failed and not budget.allows(0, 0):
-            return  # spent: the rest of the search passes without a call
         try:
-            with budget.spending():
-                self._run(values, seed)
+            self._run(values, seed)
         except _Failure:
-            self.failed = True  # shrinking it runs whatever it costs
+            self.failed = True
             raise
         finally:
-            self.searched += self.searching
+            self.searched += int(self.searching)
 
     def _run(self, values: dict[str, int], seed: int) -> None:
         if self._refusals is not None:

@@ -11,7 +11,8 @@ jobs use a second engine first called with ``AOTI_RUNTIME_CHECK_INPUTS=1``: the 
 once per loaded library copy, so each engine keeps its first setting.
 
 Optionally ``keep_calls`` (save each call's outputs, the inputs after it, which outputs are
-inputs, and its seconds: the parent serves the check's calls from them) and ``time_calls``
+inputs, and its seconds: the parent serves the check's calls from them; ``keep_bytes``: the
+calls of a request kept in all, the later jobs' beyond it left out) and ``time_calls``
 (extra timed calls of job 0's inputs). The child holds one engine at a time: kept from one
 request to the next of the same package (one load for a program's screens and probes), freed
 (its mapped weights too) before an engine of another package or setting loads, and on
@@ -154,6 +155,7 @@ def probe(request_path: str, outdir: str) -> None:
             torch.cuda.synchronize()  # an asynchronous CUDA error belongs to this job
 
     runner: Any = None
+    kept = 0  # bytes of the calls kept so far, ``keep_bytes`` at most
     for position, (index, checked) in enumerate(request["jobs"]):
         runner = None  # the engine a job is done with must be free to go before the next loads
         (out / f"started-{position}").write_text("")
@@ -171,12 +173,13 @@ def probe(request_path: str, outdir: str) -> None:
                 seconds = time.perf_counter() - before
                 if request.get("keep_calls"):
                     calls.append(_kept_call(runner, outputs, flat, seconds))
-            if calls:
-                result["calls"] = calls
+            size = _tensor_bytes(calls)
+            if calls and kept + size <= (request.get("keep_bytes") or float("inf")):
+                result["calls"], kept = calls, kept + size  # beyond: the parent calls it
             if request.get("time_calls") and position == 0:
                 result["seconds"] = _timed(runner, request["inputs"][index], request, sync)
             if not request.get("discard"):
-                out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
+                out_spec = _out_spec(runner)
                 result["outputs"] = pytree.tree_unflatten(outputs, out_spec)
                 result["inputs"] = flat
         except Exception as error:  # the engine refused the input: that is the answer
@@ -207,7 +210,7 @@ def _kept_call(runner: Any, outputs: list[Any], flat: list[Any], seconds: float)
         storages.index(storage(leaf)) if storage(leaf) and storage(leaf) in storages else -1
         for leaf in outputs
     ]
-    out_spec = pytree.treespec_loads(runner.get_call_spec()[1])
+    out_spec = _out_spec(runner)
     copies = [leaf.clone() if hasattr(leaf, "clone") else leaf for leaf in outputs]
     return {
         "outputs": pytree.tree_unflatten(copies, out_spec),
@@ -215,6 +218,30 @@ def _kept_call(runner: Any, outputs: list[Any], flat: list[Any], seconds: float)
         "inputs": copy.deepcopy(flat),  # as laid out (and shared) as the call left them
         "seconds": seconds,
     }
+
+
+def _tensor_bytes(tree: Any) -> int:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return sum(
+        leaf.numel() * leaf.element_size()
+        for leaf in pytree.tree_leaves(tree)
+        if isinstance(leaf, torch.Tensor)
+    )
+
+
+def _out_spec(runner: Any) -> Any:
+    """The engine's output tree spec, read once per held engine (a JSON parse each call)."""
+    import torch.utils._pytree as pytree
+
+    held = _HELD.get("runner") is runner
+    spec = _HELD.get("out_spec") if held else None
+    if spec is None:
+        spec = pytree.treespec_loads(runner.get_call_spec()[1])
+        if held:
+            _HELD["out_spec"] = spec
+    return spec
 
 
 def _timed(runner: Any, inputs: list[Any], request: dict[str, Any], sync: Any) -> list[float]:

@@ -19,7 +19,8 @@ from pytest_aoti.options.parsers import (
 )
 
 DEFAULT_SHARE = 0.05
-"""The share of a program's compile time the searches beyond the example may take."""
+"""The ``budget`` option's default: a large program's searches read it at most 1.25 GiB's worth
+of calls at it, and another value scales that (:mod:`~pytest_aoti.checks.budget`)."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,14 @@ class CoreOptions:
     )
     budget: float = per_check(
         DEFAULT_SHARE,
-        "The share of the program's compile time (as recorded with its package) that the "
-        "searches beyond the example may take together (at least one second for a package "
-        "below 32 MiB): values draws, deployment probes and generated shapes, each after its "
-        "floor (two draws, the boundary shapes); off: no limit (every draw, probe and shape). A number such as "
-        f"0.1, or a percentage written with a percent sign. Default: {DEFAULT_SHARE}.",
+        "How deep a large program's searches go (values draws, deployment probes, generated "
+        "shapes, weight sets, the C++ loader's input sets), decided from its size, never the "
+        "clock: a program below 32 MiB (weights and example) runs every search in full; a "
+        "larger one's searches read it at most 1.25 GiB's worth of calls at the default, "
+        "scaled by this number against the default (0.1 doubles it), and a later run "
+        "continues what one left out; off: every search in full. A count given for a search "
+        "(values_draws, examples) is never shortened. A number such as 0.1, or a percentage "
+        f"written with a percent sign. Default: {DEFAULT_SHARE}.",
         parse=parse_share,
         check=check_share,
         marker=True,
@@ -78,6 +82,9 @@ class CheckOptions(CoreOptions):
     (``plan.options.of(ValuesOptions).values_draws``, typed)."""
 
     features: Mapping[type, Any] = field(default_factory=lambda: MappingProxyType({}))
+    given: frozenset[str] = frozenset()
+    """The options the user gave (command line, ini file, marker or call keyword), by
+    keyword: a count given is never shortened by the check budget."""
 
     def of(self, options: type[_Options]) -> _Options:
         """The options of class ``options`` (its defaults where the run has no such feature)."""
@@ -96,8 +103,16 @@ class CheckOptions(CoreOptions):
             given = {name: value for name, value in values.items() if name in own}
             if given:
                 features[cls] = replace(current, **given)
-        chosen = replace(self, **{name: v for name, v in values.items() if name in core})
+        chosen = replace(
+            self,
+            given=self.given | frozenset(values),
+            **{name: v for name, v in values.items() if name in core},
+        )
         return chosen.with_features(features)
+
+    def gave(self, name: str) -> bool:
+        """Whether the user gave option ``name`` (by keyword)."""
+        return name in self.given
 
     def as_dict(self) -> dict[str, Any]:
         """Every option's value by keyword, the core's and each feature's."""

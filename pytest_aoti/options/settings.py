@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +56,7 @@ def read_settings(config: pytest.Config, catalog: Catalog | None = None) -> Aoti
     values: dict[str, Any] = {}
     feature_values: dict[str, Any] = {}
     checks: dict[str, Any] = {}
+    given: set[str] = set()
     for option in catalog.rows():
         if option.parse is None:
             continue
@@ -72,6 +73,8 @@ def read_settings(config: pytest.Config, catalog: Catalog | None = None) -> Aoti
                 raise pytest.UsageError(f"--{option.name}={value} is a directory; name a file")
         if option.per_check:
             checks[option.keyword_name] = value
+            if _given_by_user(config, option):
+                given.add(option.keyword_name)
         elif option.attribute in core:
             values[option.attribute] = value
         else:
@@ -82,13 +85,23 @@ def read_settings(config: pytest.Config, catalog: Catalog | None = None) -> Aoti
             "never writes: drop --aoti-cache-clear, or clear it with --aoti-cache=readwrite"
         )
     return AotiSettings(
-        **values, checks=catalog.check_options(checks), features=catalog.settings_of(feature_values)
+        **values,
+        checks=replace(catalog.check_options(checks), given=frozenset(given)),
+        features=catalog.settings_of(feature_values),
     )
 
 
 def _path(config: pytest.Config, text: str) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else config.rootpath / path
+
+
+def _given_by_user(config: pytest.Config, option: Option) -> bool:
+    """Whether ``option`` was given on the command line or in the ini file."""
+    given = config.getoption(option.dest) if option.cli else None
+    if given is not None and not (option.flag and not given):
+        return True
+    return option.ini_key is not None and config.getini(option.ini_key) not in (None, "", [])
 
 
 def _value(config: pytest.Config, option: Option) -> Any:

@@ -112,21 +112,25 @@ class ProbesCheck:
         options = plan.options.of(ProbeOptions)
         edge, edge_skip = edge_values(plan, context)
         budget = context.budget
-        with budget.spending():
-            report, variants = run_probes(
-                context.program,
-                plan.module,
-                *plan.input_sets[0],
-                tolerance=plan.tolerance,
-                skip=probe_skip(options.probes, options.probes_skip, edge, edge_skip),
-                cache=context.attachments,
-                # edge values that fail the check run whatever the budget
-                fits=None if edge == "fail" else lambda count: _fits(plan, context, count),
+
+        def depth(planned: int, earlier: int, runs: int) -> int:
+            # edge values that fail the check are asked for: they run whatever the budget
+            return budget.plan(
+                self.name, planned, earlier=earlier, loads=True, given=edge == "fail", runs=runs
             )
-        if report.outcomes or report.cached or report.error:
-            budget.ran(self.name, len(report.outcomes), len(report.outcomes))
-        else:  # the budget left no time for them
-            budget.ran(self.name, 0, len(variants))
+
+        report, variants = run_probes(
+            context.program,
+            plan.module,
+            *plan.input_sets[0],
+            tolerance=plan.tolerance,
+            skip=probe_skip(options.probes, options.probes_skip, edge, edge_skip),
+            cache=context.attachments,
+            depth=depth,
+        )
+        if self.name not in budget.checks:  # every variant kept from earlier runs
+            depth(len(variants), len(variants), 0)
+        budget.ran(self.name, report.ran)
         failing = report.failing(options.serving_checks, probes=options.probes, edge=edge)
         if failing:
             raise probe_failure(report, variants, plan.module, context.triage, failing)
@@ -136,25 +140,6 @@ class ProbesCheck:
             properties=(("aoti_probes_error", report.error),) if report.error else (),
         )
         return Outcome(figures={"probes": report}, record=record)
-
-
-LOAD_BYTES_PER_SECOND = 800 * 2**20
-"""How fast an engine loads its package here (a second engine: the one with input checks)."""
-
-
-def _fits(plan: CheckPlan, context: CheckContext, variants: int) -> bool:
-    """Whether ``variants`` probes fit the check budget: each costs an input set of the
-    searches so far (or two engine calls as timed), plus a second engine's load."""
-    budget = context.budget
-    if budget.seconds is None:
-        return True
-    per_variant = budget.per_input_set
-    if per_variant is None:
-        args, kwargs = plan.input_sets[0]
-        timed = context.measured_seconds(args, kwargs)
-        per_variant = 3 * timed if timed is not None else 0.0
-    load = context.program.package_bytes / LOAD_BYTES_PER_SECOND
-    return budget.fits(variants * per_variant + load)
 
 
 def edge_values(plan: CheckPlan, context: CheckContext) -> tuple[str, frozenset[str]]:
@@ -200,16 +185,17 @@ def run_probes(
     skip: Mapping[str, frozenset[str]] | None = None,
     cache: ProbeCache | None = None,
     timeout: float = CHILD_TIMEOUT,
-    fits: Callable[[int], bool] | None = None,
+    depth: Callable[[int, int, int], int] | None = None,
 ) -> tuple[ProbeReport, list[Variant]]:
     """Probe ``program``'s engine with variants of the example ``(args, kwargs)``.
 
     Returns the report and the variants (whose inputs a ``fail`` policy puts into the
     repro bundle). Outcomes come from ``cache`` where this program was probed the same
-    way before; otherwise one child process calls the engine, and the outcomes are kept
-    in ``cache``; where ``fits`` says the variants' calls do not fit the check budget
-    (given their count), none are made and the report is empty. Never raises for what the
-    engine does; ``args`` are not modified.
+    way before, variant by variant; the variants no run has probed yet are probed in one
+    child process, and their outcomes kept in ``cache``. ``depth(planned, earlier, runs)``
+    says how many of them this run probes (default: all), given the variants, those
+    earlier runs probed and how many runs did. Never raises for what the engine does;
+    ``args`` are not modified.
     """
     started = time.perf_counter()
     skip = skip or {}
@@ -218,35 +204,74 @@ def run_probes(
         key = _spec_digest(program, variants, skip, tolerance)
     except Exception as error:  # inputs the probes cannot vary: say so, fail nothing
         return ProbeReport((), error=f"{type(error).__name__}: {error}"), []
-    if cache is not None:
-        kept = (cache.attached(program.key, "probes") or {}).get(key)
-        if isinstance(kept, dict) and isinstance(kept.get("outcomes"), list):
-            try:
-                outcomes = tuple(ProbeOutcome.from_json(item) for item in kept["outcomes"])
-                skipped = tuple(str(item) for item in kept.get("skipped", []))
-            except (TypeError, ValueError):
-                outcomes = None
-            if outcomes is not None:
-                return ProbeReport(outcomes, cached=True, skipped=skipped), variants
-    if fits is not None and not fits(len(variants)):
-        return ProbeReport(()), variants
+    kept = _Kept.read(cache, program.key, key, len(variants))
+    if kept.complete:
+        return ProbeReport(kept.outcomes, cached=True, skipped=kept.skipped), variants
+    pending = [index for index in range(len(variants)) if index not in kept.done]
+    count = depth(len(variants), len(kept.done), kept.runs) if depth is not None else len(pending)
+    chosen = pending[:count]
+    if not chosen:  # left for a later run: what earlier runs found stands
+        return ProbeReport(kept.outcomes, cached=bool(kept.done), skipped=kept.skipped), variants
     try:
-        outcomes_list, skipped_list = _probe(program, module, variants, tolerance, timeout)
+        outcomes_list, skipped_list = _probe(
+            program, module, [variants[index] for index in chosen], tolerance, timeout
+        )
     except Exception as error:  # a probe's own failure never fails a passed check
-        return ProbeReport((), error=f"{type(error).__name__}: {error}"), variants
+        return ProbeReport(kept.outcomes, error=f"{type(error).__name__}: {error}"), variants
     report = ProbeReport(
-        tuple(outcomes_list),
+        (*kept.outcomes, *outcomes_list),
         seconds=time.perf_counter() - started,
-        skipped=tuple(skipped_list),
+        skipped=(*kept.skipped, *skipped_list),
+        ran=len(chosen),
     )
-    if cache is not None and not any(_transient(item) for item in report.outcomes):
+    if cache is not None and not any(_transient(item) for item in outcomes_list):
         stored = dict(cache.attached(program.key, "probes") or {})
-        stored[key] = {"outcomes": report.to_json(), "skipped": list(report.skipped)}
+        stored[key] = {
+            "outcomes": report.to_json(),
+            "skipped": list(report.skipped),
+            "done": sorted(kept.done | set(chosen)),
+            "runs": kept.runs + 1,
+        }
         try:
             cache.attach(program.key, "probes", stored)
         except Exception:  # keeping outcomes is an economy: never fail a check for it
             pass
     return report, variants
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The outcomes earlier runs kept of one probe plan, and which variants they probed."""
+
+    outcomes: tuple[ProbeOutcome, ...] = ()
+    skipped: tuple[str, ...] = ()
+    done: frozenset[int] = frozenset()
+    runs: int = 0
+    complete: bool = False
+
+    @classmethod
+    def read(cls, cache: ProbeCache | None, program: str, key: str, variants: int) -> _Kept:
+        entry = (cache.attached(program, "probes") or {}).get(key) if cache is not None else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("outcomes"), list):
+            return cls()
+        try:
+            outcomes = tuple(ProbeOutcome.from_json(item) for item in entry["outcomes"])
+            skipped = tuple(str(item) for item in entry.get("skipped", []))
+        except (TypeError, ValueError):
+            return cls()
+        done_list = entry.get("done")
+        if done_list is None:  # kept whole, by a run that probed every variant
+            done = frozenset(range(variants))
+        else:
+            done = frozenset(i for i in done_list if isinstance(i, int) and 0 <= i < variants)
+        runs = entry.get("runs")
+        return cls(
+            outcomes,
+            skipped,
+            done,
+            runs if isinstance(runs, int) else 1,
+            complete=len(done) >= variants,
+        )
 
 
 def _transient(outcome: ProbeOutcome) -> bool:

@@ -120,6 +120,8 @@ class ProbeReport:
     """Variants eager itself rejects: not probed."""
     error: str = ""
     """Why the probes could not run (a passed check never fails for it)."""
+    ran: int = 0
+    """Variants this run probed (the others' outcomes were kept from earlier runs)."""
 
     @property
     def wrong(self) -> list[ProbeOutcome]:

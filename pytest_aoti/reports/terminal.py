@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from pytest_aoti.cache.history import SEED_ADVICE
 from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.reports.collector import ReportCollector
+from pytest_aoti.reports.depth import left_out_lines
 from pytest_aoti.reports.progress import worker_lines
 from pytest_aoti.reports.records import CheckRecord
 
@@ -146,6 +147,8 @@ def write_summary(
         reporter.write_line(f"aoti: {SEED_ADVICE}:")
         for test in sorted(collector.reseeded):
             reporter.write_line(f"    {test}")
+    for line in left_out_lines(records, verbose=getattr(reporter, "verbosity", 0) > 0):
+        reporter.write_line(line)
     line = summary_line(totals)
     if line:
         reporter.write_line(line)

@@ -145,9 +145,11 @@ class PlanRun:
         # lost buffer state shows from the second call on (torch_bugs.BUFFER_STATE_NOT_CARRIED)
         calls = self.plan.calls
         self.context.calls = calls if calls is not None else (2 if program.mutated_buffers else 1)
-        # the compile as recorded with the package: the same budget on every run
+        # the program's size alone, never the clock: the same searches on every machine
         self.context.budget = CheckBudget.of(
-            self.plan.options.budget, program.compile_seconds, program.package_bytes
+            self.plan.options.budget,
+            program_bytes(program.exported, self.plan.input_sets[0]),
+            self.context.calls,
         )
 
     def run_engine_checks(self) -> CheckResult:
@@ -166,17 +168,29 @@ class PlanRun:
 
     def timings(self) -> RecordPart:
         """``seconds_by_check``: the seconds of every check that ran so far, by name;
-        ``budget``: what the searches spent of the check budget, and what it cut short;
-        ``engine_calls``: the calls served from the engine child and those made here."""
-        budget = self.context.budget
-        hint = budget.cut_short()
+        ``budget``: what each search planned, ran and left for later runs (the summary's
+        one line adds them up); ``engine_calls``: the calls served from the engine child and
+        those made here."""
         return RecordPart(
             {
                 "seconds_by_check": {
                     name: round(value, 4) for name, value in self._seconds.items()
                 },
-                "budget": budget.to_json(),
+                "budget": self.context.budget.to_json(),
                 "engine_calls": self.context.engine_calls(),
-            },
-            notes=(f"{self.context.label or 'a check'}: {hint}",) if hint else (),
+            }
         )
+
+
+def program_bytes(exported: ExportedProgram | None, example: Any) -> int:
+    """The bytes of a program's weights (parameters, buffers, constants) and of its
+    example's inputs: what the check budget sizes a program's searches by (the same on
+    every device, unlike its package, which holds compiled kernels)."""
+    from pytest_aoti.trees import tensor_bytes  # imports torch
+
+    weights = 0
+    if exported is not None:
+        weights = tensor_bytes(list(exported.state_dict.values())) + tensor_bytes(
+            list(exported.constants.values())
+        )
+    return weights + tensor_bytes(example)

@@ -50,7 +50,7 @@ for good."""
 NARROWING_RUNS = 64
 """Runs at most spent narrowing a failing draw to its fewest overlaid elements."""
 FLOOR_DRAWS = 2
-"""Draws a check runs whatever its budget (:mod:`~pytest_aoti.checks.budget`)."""
+"""Draws a run of a check runs at least, whatever its budget (:mod:`~pytest_aoti.checks.budget`)."""
 
 BATCH_BYTES = 256 * 2**20
 """Drawn input bytes held at once: the draws are made, screened in the child and checked a
@@ -59,7 +59,7 @@ SHOWN_ELEMENTS = 4
 """Elements named in a failure's headline."""
 PASSED_SIDECAR = "values_passed_2"
 """The sidecar, kept with the package, of the draws each test compared and passed on earlier
-runs, with the example they were drawn from and the seconds they took: not run again."""
+runs, with the example they were drawn from and how many runs ran draws: not run again."""
 KEPT_EXAMPLES = 4
 """Examples of one test and program whose passed draws are kept (the newest)."""
 SIDECAR = "values_failures_2"
@@ -127,11 +127,13 @@ class _Search:
             keep=skip,
         )
         self.draws = self.plan_of_draws.count
-        if self.program.mutated_buffers:
+        if self.program.mutated_buffers and not self.given:
             self.draws = min(self.draws, STATEFUL_DRAWS)
         self.count = 0
         self.kept = 0
         """Draws passed on an earlier run of this test and package: not run again."""
+        self.left = 0
+        """Draws no run has reached yet: a later run of this test and package runs them."""
         self.refused = 0
         self.refused_by_eager = 0
         self.stats: list[Any] = []
@@ -153,28 +155,31 @@ class _Search:
     def _run(self) -> None:
         __tracebackhide__ = True
         kept = self._kept_failures()
-        passed, passed_seconds = self._kept_passes()
+        passed, runs = self._kept_passes()
         # a draw that failed on an earlier run goes first, also one beyond values_draws now;
         # one passed on an earlier run of this package is not run again
-        order = [*kept, *(k for k in range(self.draws) if k not in kept and k not in passed)]
+        pending = [k for k in range(self.draws) if k not in kept and k not in passed]
         self.kept = sum(1 for k in range(self.draws) if k in passed and k not in kept)
-        budget = self.context.budget
-        # what the kept draws cost counts: a later run adds draws only where the budget grew
-        budget.charge(passed_seconds)
-        pending = iter(order)
+        # how many run now: decided here from the program's size, before the first draw
+        count = self.context.budget.plan(
+            "values",
+            self.draws,
+            earlier=self.draws - len(pending),
+            floor=FLOOR_DRAWS,
+            given=self.given,
+            runs=runs,
+            why=self.why,
+        )
+        order = [*kept, *pending[:count]]
+        self.left = len(pending) - count
+        chosen = iter(order)
         done = 0  # draws run or refused
-        spent = spent_passing = 0.0
         newly_passed: list[int] = []
-        # a draw that failed before runs whatever the budget: a passing run must have run it
-        while done < len(order) and (
-            done < len(kept) or budget.allows(self.count + self.kept, FLOOR_DRAWS)
-        ):
-            # the floor first, then as many as the seconds per draw so far leave room for
-            room = self._room(budget.left(), spent, self.count)
+        while done < len(order):
             batch: list[tuple[Draw, InputSet]] = []
             size = 0
-            while len(batch) < room and size < BATCH_BYTES:
-                index = next(pending, None)
+            while size < BATCH_BYTES:
+                index = next(chosen, None)
                 if index is None:
                     break
                 done += 1
@@ -183,37 +188,38 @@ class _Search:
                 inputs = self.rebuild(draw.values)
                 if self._refusals is not None and self._refusals.refusal(*inputs) is not None:
                     self.refused += 1  # the program's own assertion: not the engine's fault
+                    newly_passed.append(index)  # refused on every run: not drawn again
                     continue
                 batch.append((draw, inputs))
                 size += tensor_bytes(inputs)
-            started = time.perf_counter()
-            with budget.spending():
-                passed_batch = self._run_batch(batch, newly_passed)
-            spent += time.perf_counter() - started
-            if not passed_batch:
+            if not self._run_batch(batch, newly_passed):
                 break
-            spent_passing = spent
-        budget.ran("values", done + self.kept, len(order) + self.kept)
-        if self.count:
-            budget.per_input_set = spent / self.count
-        if newly_passed:  # charged next time at what the passing batches took
-            self._keep_passes(passed | set(newly_passed), passed_seconds + spent_passing)
+        self.context.budget.ran("values", done)
+        if newly_passed or (count and not self.failed):  # a run of this test, counted
+            self._keep_passes(passed | set(newly_passed), runs + 1)
         if self.failed is not None:
             self._keep_failure(self.failed.draw.index)
             raise self._reported(self._narrowed(self.failed)) from None
         if kept and done >= len(kept):
             self._keep_failure(None)
 
-    def _room(self, left: float | None, spent: float, checked: int) -> int:
-        """Draws the next batch may hold: all (no limit), the rest of the floor, or as many
-        as ``left`` seconds allow at the seconds per draw so far (at least one)."""
-        if left is None:
-            return self.draws + 1
-        if checked + self.kept < FLOOR_DRAWS:
-            return FLOOR_DRAWS - checked - self.kept
-        if not checked:
-            return 1
-        return max(1, int(left / (spent / checked)))
+    @property
+    def given(self) -> bool:
+        """The user gave ``values_draws``: it runs in full, the cap included."""
+        return self.plan.options.gave("values_draws")
+
+    @property
+    def why(self) -> str:
+        """The rule that set :attr:`draws` apart from ``values_draws``, if any."""
+        asked = self.plan.options.of(ValuesOptions).values_draws
+        if self.program.mutated_buffers and not self.given and self.draws < asked:
+            return (
+                f"{STATEFUL_DRAWS} draws at most for a program with buffer state (each loads "
+                "a fresh engine); a values_draws given runs in full"
+            )
+        if self.plan_of_draws.count > asked:
+            return f"{self.plan_of_draws.count - asked} meeting draws beyond values_draws"
+        return ""
 
     @functools.cached_property
     def _passes_key(self) -> str | None:
@@ -230,13 +236,13 @@ class _Search:
         )
         return None if parts[0] is None else repr(parts)
 
-    def _kept_passes(self) -> tuple[set[int], float]:
-        """The draws this test passed on earlier runs of this package and example, and the
-        seconds they took."""
+    def _kept_passes(self) -> tuple[set[int], int]:
+        """The draws this test passed (or its program refused) on earlier runs of this
+        package and example, and how many runs ran draws."""
         attachments = self.context.attachments
         key = self._passes_key  # the example read once
         if attachments is None or not self.context.label or key is None:
-            return set(), 0.0
+            return set(), 0
         data = attachments.attached(self.program.key, PASSED_SIDECAR) or {}
         entries = data.get(self.context.label)
         entry = (
@@ -245,12 +251,12 @@ class _Search:
             else None
         )
         if entry is None:
-            return set(), 0.0
+            return set(), 0
         draws = {index for index in entry.get("draws", ()) if isinstance(index, int)}
-        seconds = entry.get("seconds")
-        return draws, float(seconds) if isinstance(seconds, (int, float)) else 0.0
+        runs = entry.get("runs")
+        return draws, runs if isinstance(runs, int) and runs > 0 else 1
 
-    def _keep_passes(self, draws: set[int], seconds: float) -> None:
+    def _keep_passes(self, draws: set[int], runs: int) -> None:
         """Keep the draws this test has passed on this package, for the next run."""
         attachments = self.context.attachments
         key = self._passes_key  # the example read once
@@ -264,7 +270,7 @@ class _Search:
             if isinstance(e, dict) and e.get("key") != key
         ]
         # the newest first; a test's few checks of one program each keep theirs
-        entry = {"key": key, "draws": sorted(draws), "seconds": seconds}
+        entry = {"key": key, "draws": sorted(draws), "runs": runs}
         data[self.context.label] = [entry, *others][:KEPT_EXAMPLES]
         try:
             attachments.attach(self.program.key, PASSED_SIDECAR, data)
@@ -311,8 +317,11 @@ class _Search:
         if not runs:
             return True
         if self._screen is not None:  # a crash raises here
+            # the child's calls are the draws' engine calls (each draw runs once)
             self._screen.screen_all(
-                [inputs for _, inputs, _ in runs], [f"values draw {d.index}" for d, _, _ in runs]
+                [inputs for _, inputs, _ in runs],
+                [f"values draw {d.index}" for d, _, _ in runs],
+                serve=True,
             )
         for draw, _, run in runs:
             try:
@@ -325,9 +334,16 @@ class _Search:
         return True
 
     def _input_run(self, index: int, inputs: InputSet, *, attribute: bool = False) -> InputRun:
-        """Draw ``index`` as parity runs an input set. ``attribute``: a failure is
-        attributed to a stage (and localized)."""
+        """Draw ``index`` as parity runs an input set, on the module's copies the draws
+        share (made at the first draw). ``attribute``: a failure is attributed to a stage
+        (and localized)."""
         args, kwargs = inputs
+        copies = getattr(self, "_copies", None)
+        if copies is None:
+            copies = self._copies = InputRun.module_copies(self.plan.module)
+        engine: Callable[[], Any] = self.context.fresh_engine
+        if self._screen is not None:  # the child's calls on this draw, where it made them
+            engine = self._screen.search_engine(engine, inputs)
         return InputRun(
             self.program,
             self.plan.module,
@@ -337,7 +353,10 @@ class _Search:
             label=f"values draw {index}",
             triage=self.context.triage,
             attribute=attribute,
-            engine=self.context.fresh_engine,
+            engine=engine,
+            copies=copies,
+            inputs_owned=True,  # drawn for this run; the example's own inputs are not written
+            validated=True,  # laid out like the example, which parity validated
         )
 
     def _checked(self, run: InputRun) -> list[Any]:
@@ -459,6 +478,8 @@ class _Search:
             "meeting": self._meeting_count(),
             "checked": self.count,
             "kept": self.kept,
+            "left": self.left,
+            "given": self.given,
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
         }

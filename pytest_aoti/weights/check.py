@@ -13,7 +13,7 @@ A weight the engine cannot take is a finding (:mod:`.hazards`): one the program 
 not among the engine's constants (folded into the compiled code), one ``load_constants``
 refuses, and one it accepts and the engine does not follow: where the swap of every weight
 differs from eager, the weights the engine lists are narrowed down by halves to those whose
-swap alone differs, within the check budget.
+swap alone differs.
 """
 
 from __future__ import annotations
@@ -65,19 +65,16 @@ if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
 
 SETS = 3
-"""Weight sets a check plans; the budget may stop it after :data:`FLOOR_SETS`."""
-FLOOR_SETS = 1
-"""Weight sets a check compares whatever its budget (:mod:`~pytest_aoti.checks.budget`)."""
-FLOOR_NARROWING = 16
-"""Runs narrowing down the weights the engine ignores, whatever the budget."""
+"""Weight sets a check compares (a large program's only with ``weights="swap"`` or
+``budget="off"``: :data:`SERVED`)."""
 STATEFUL = (
     "the program mutates registered buffers, whose state is read back from a second "
     "instance of the engine's library, which keeps the compiled weights"
 )
 SERVED = (
-    "the engine lives in the engine child (a package of 32 MiB or more): a swap here would "
-    "load it a second time and hold two more copies of its weights (the engine's swapped "
-    "ones and eager's), beyond the check budget; weights='swap' or budget='off' swaps them"
+    "a large program (32 MiB or more of weights and example): a swap would load it a "
+    "second time and hold two more copies of its weights (the engine's swapped ones and "
+    "eager's), beyond the check budget; weights='swap' or budget='off' swaps them"
 )
 
 
@@ -174,8 +171,7 @@ class _Swap:
         __tracebackhide__ = True
         started = time.perf_counter()
         try:
-            with self.context.budget.spending():
-                self._run()
+            self._run()
         finally:
             self.seconds = time.perf_counter() - started
 
@@ -184,9 +180,13 @@ class _Swap:
         if self.program.mutated_buffers:
             self.skipped = STATEFUL
             return
+        used = used_names(self.program.exported)
+        if not used:
+            self.stopped = "the program reads no weight"
+            return
         if self.mode != "swap" and self.context.another_load_over_budget():
             self.skipped = SERVED
-            self.context.budget.ran("weights", 0, SETS)
+            self.context.budget.left_out("weights", SETS)
             return
         engine = self.context.local_engine()
         if not (hasattr(engine, "load_constants") and hasattr(engine, "get_constant_fqns")):
@@ -194,7 +194,6 @@ class _Swap:
             return
         self.engine = engine
         self.fqns = list(engine.get_constant_fqns())
-        used = used_names(self.program.exported)
         every = module_weights(self.plan.module, self.program.mutated_buffers)
         self.weights = [weight for weight in every if used & set(weight.names)]
         self.unread = [weight for weight in every if not used & set(weight.names)]
@@ -241,13 +240,14 @@ class _Swap:
 
     def _sets(self, constants: _Engine, originals: Mapping[str, torch.Tensor]) -> None:
         __tracebackhide__ = True
-        budget = self.context.budget
         drawn = [weight for weight in self.weights if not weight.kept]
         if not drawn:
             self.stopped = "no weight to draw"
             return
+        budget = self.context.budget
+        budget.plan("weights", SETS, given=True)  # all or none: decided above
         index = 0
-        while index < SETS and budget.allows(self.ran + self.refused_sets, FLOOR_SETS):
+        while index < SETS:
             new = draw_set(drawn, weight_seed(self.context.label, self.program.key, index))
             try:
                 self._set(index, new, constants, originals)
@@ -257,9 +257,7 @@ class _Swap:
             if self.findings:
                 self.stopped = "a finding"
                 break
-        if not self.stopped and index < SETS:
-            self.stopped = "the check budget"
-        budget.ran("weights", index, index if self.findings else SETS)
+        budget.ran("weights", index)
 
     def _set(
         self,
@@ -342,11 +340,10 @@ class _Swap:
         """The weights whose swap alone differs from eager: halves of ``accepted`` tried in
         turn, each alone in the engine and in eager (the others compiled); each found is
         ignored where the engine's answer did not move with it."""
-        budget = self.context.budget
         found = 0
         whole = list(accepted)
         queue = [whole]
-        while queue and budget.allows(self.narrowing_runs, FLOOR_NARROWING):
+        while queue:  # a failure: narrowed down whatever it costs
             group = queue.pop(0)
             if group is whole and len(group) > 1:
                 queue += _halves(group)  # the whole set is known to differ
@@ -357,13 +354,12 @@ class _Swap:
                 self._found(group[0], DIFFERS if moved else IGNORED)
             elif differs:
                 queue += _halves(group)
-        if not found:  # only together, or the budget ended the narrowing
-            cut = " (not narrowed down within the check budget)" if queue else ""
+        if not found:  # only together
             self.findings.append(
                 {
                     "weight": f"weight set {index}",
                     "reason": DIFFERS,
-                    "error": (self._error_line or "") + cut,
+                    "error": self._error_line or "",
                     "together": True,
                 }
             )

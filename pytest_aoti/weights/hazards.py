@@ -53,8 +53,11 @@ _SERVER = {
 }
 
 
-def quoted(names: Sequence[str]) -> str:
-    return ", ".join(f"'{name}'" for name in names)
+def quoted(names: Sequence[str], first: int | None = None) -> str:
+    """``'a', 'b'``; with ``first``, the first names and how many more."""
+    shown = ", ".join(f"'{name}'" for name in names[:first])
+    more = len(names) - first if first is not None else 0
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def finding_line(found: Mapping[str, Any]) -> str:
@@ -94,13 +97,14 @@ def finding_line(found: Mapping[str, Any]) -> str:
     return line
 
 
-def server_lines(findings: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What a server that swaps weights sees, one line per kind of finding."""
+def server_lines(findings: Sequence[Mapping[str, Any]], first: int | None = None) -> list[str]:
+    """What a server that swaps weights sees, one line per kind of finding (``first``: the
+    names of each kind shown, the rest counted)."""
     lines = []
     for reason, text in _SERVER.items():
         names = [str(found["weight"]) for found in findings if found["reason"] == reason]
         if names:
-            lines.append("what a server sees: " + text.format(names=quoted(names)))
+            lines.append("what a server sees: " + text.format(names=quoted(names, first)))
     return lines
 
 
@@ -128,10 +132,12 @@ def remedy_lines(findings: Sequence[Mapping[str, Any]], runtime_folding: bool) -
     return lines
 
 
-def headline(findings: Sequence[Mapping[str, Any]]) -> str:
+def headline(findings: Sequence[Mapping[str, Any]], first: int | None = None) -> str:
     names = [str(found["weight"]) for found in findings]
     plural = "s" if len(names) != 1 else ""
-    return f"weight swap: the engine cannot take {len(names)} weight{plural}: {quoted(names)}"
+    return (
+        f"weight swap: the engine cannot take {len(names)} weight{plural}: {quoted(names, first)}"
+    )
 
 
 def failure_text(part: Mapping[str, Any]) -> str:
@@ -175,10 +181,34 @@ def write_weights_hazards(terminal: SectionWriter, records: Sequence[Any]) -> No
     )
     for label, part in shown.values():
         findings = part["findings"]
-        terminal.write_line(f"{label}: {headline(findings)}")
-        for line in [*map(finding_line, findings), *server_lines(findings), measured_line(part)]:
+        terminal.write_line(f"{label}: {headline(findings, FIRST_NAMES)}")
+        lines = [*grouped_lines(findings), *server_lines(findings, FIRST_NAMES)]
+        for line in [*lines, measured_line(part)]:
             if line:
                 terminal.write_line(f"    {line}")
         for line in remedy_lines(findings, bool(part.get("runtime_folding"))):
             terminal.write_line(f"  {line}")
     terminal.write_line(f"  {MODES}")
+
+
+FIRST_NAMES = 3
+"""Weights named in the summary's line of one kind (the rest counted)."""
+_GROUPED = {
+    FOLDED: "folded into the compiled code (not among get_constant_fqns()): the engine "
+    "keeps their compiled values",
+    REFUSED: "refused by load_constants",
+    IGNORED: "accepted by load_constants and not followed by the engine",
+    UNSUPPLIED: "engine constants that are no weight of the module",
+}
+
+
+def grouped_lines(findings: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary's lines of a program's findings: one per kind (its count and first
+    names), and one of its own to each weight whose swap changed the engine's answers."""
+    lines = []
+    for reason, text in _GROUPED.items():
+        names = [str(found["weight"]) for found in findings if found["reason"] == reason]
+        if names:
+            lines.append(f"{len(names)} {text}: {quoted(names, FIRST_NAMES)}")
+    lines += [finding_line(found) for found in findings if found["reason"] == DIFFERS]
+    return lines

@@ -1,22 +1,43 @@
-"""The check budget: the searches beyond the example share a part of the compile's seconds;
-each stops after its floor once it is spent, and the record and the summary say so."""
+"""The check budget: how deep a large program's searches go is decided from its size before
+the first item, never from the clock; a count the user gives is never shortened; what a run
+leaves out, the next run of the same test continues; the summary says so in one line."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_aoti.checks.budget import MINIMUM_SECONDS, SHARE_ALONE_FROM_BYTES, CheckBudget
+from pytest_aoti.checks.budget import (
+    LARGE_FROM_BYTES,
+    READ_ALLOWANCE_BYTES,
+    CheckBudget,
+    left_by_search,
+)
 
-BUDGETED = """
+LARGE = """
+import time
+
+from torch.export import Dim
+
 from pytest_aoti.checks import budget as budget_module
 
+PROGRAM_BYTES = 2 * 4 * 4 * 4  # two 4x4 float32 inputs, no weights
 
-class MulAdd(torch.nn.Module):
+
+class SlowMulAdd(torch.nn.Module):
+    '''a * b + 1; eager sleeps ``pause`` seconds a call (the exported graph does not).'''
+
+    def __init__(self, pause=0.0):
+        super().__init__()
+        self.pause = pause
+
     def forward(self, a, b):
+        if self.pause and not torch.compiler.is_exporting():
+            time.sleep(self.pause)
         return a * b + 1
 
 
@@ -25,65 +46,163 @@ def inputs():
     return torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
 
 
-def test_tight(aoti, monkeypatch):
-    # no time at all: what the floors run, and what the summary says of the rest
-    monkeypatch.setattr(budget_module, "MINIMUM_SECONDS", 0.0)
-    aoti.check(MulAdd(), inputs(), budget=1e-9)
-
-
-@pytest.mark.aoti(budget="off")
-def test_off(aoti):
-    aoti.check(MulAdd(), inputs())
+@pytest.fixture(autouse=True)
+def large(monkeypatch):
+    # this small program stands for a large one: its searches read it 6 times in all
+    monkeypatch.setattr(budget_module, "LARGE_FROM_BYTES", 0)
+    monkeypatch.setattr(budget_module, "READ_ALLOWANCE_BYTES", 6 * PROGRAM_BYTES)
 """
 
 
+def _records(report: Path) -> dict[str, Any]:
+    checks = json.loads(report.read_text())["checks"]
+    return {r["test"].split("::")[-1].removesuffix("[cpu]"): r for r in checks}
+
+
+def _counts(record: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    """``(ran, planned, left)`` of each search of a record."""
+    checks = record["budget"]["checks"]
+    return {name: (item["ran"], item["planned"], item["left"]) for name, item in checks.items()}
+
+
 @pytest.mark.compiles
-def test_a_spent_budget_stops_the_searches_after_their_floor_and_says_so(
+def test_a_large_programs_counts_do_not_depend_on_the_clock(
     run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:
     report = tmp_path / "aoti.json"
-    result = run_aoti(BUDGETED, f"--aoti-report={report}")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(
-        [
-            "*test_tight*: the check budget (0% of the * s compile, 0.0 s) cut "
-            "values ran 2 of 16, probes ran 0 of *; budget=off (or --aoti-budget=off) runs "
-            "them all",
-        ]
+    source = (
+        LARGE
+        + """
+def test_depth_quick(aoti):
+    aoti.check(SlowMulAdd(0.0), inputs())
+
+
+def test_depth_slow(aoti):
+    aoti.check(SlowMulAdd(0.2), inputs())
+"""
     )
-    records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
-    tight, off = records["test_tight[cpu]"], records["test_off[cpu]"]
-    assert tight["budget"]["checks"]["values"] == {"ran": 2, "planned": 16, "stopped": "budget"}
-    assert tight["budget"]["checks"]["probes"]["ran"] == 0
-    assert tight["values"]["checked"] == 2
-    assert off["budget"]["share"] == "off" and off["budget"]["seconds"] is None
-    assert off["budget"]["checks"]["values"] == {"ran": 16, "planned": 16, "stopped": ""}
-    assert off["values"]["checked"] == 16
-    assert {"crash_screen", "parity", "values", "probes"} <= set(tight["seconds_by_check"])
-    # a small program: its calls are made here after the child's screen, none served
-    assert tight["engine_calls"] is None
+    result = run_aoti(source, f"--aoti-report={report}", "--aoti-budget=0.05")
+    result.assert_outcomes(passed=2)
+    records = _records(report)
+    quick, slow = records["test_depth_quick"], records["test_depth_slow"]
+    assert slow["compile_seconds"] == 0, "one program: the sleep is not in the graph"
+    assert _counts(quick) == _counts(slow)
+    # six reads, six values draws: none left for the probes' load and variants
+    assert _counts(quick)["values"] == (6, 16, 10)
+    assert quick["values"]["checked"] == 6 and quick["values"]["left"] == 10
+    assert _counts(quick)["probes"][0] == 0
+    assert quick["budget"]["program_bytes"] == 128
+    assert quick["budget"]["allowance_bytes"] == 6 * 128
+    # an eager call of 0.2 s is no reason to check less
+    assert slow["check_seconds"] > 6 * 0.2
 
 
-def test_the_budget_is_a_share_of_the_recorded_compile() -> None:
-    budget = CheckBudget.of(0.25, compile_seconds=8.0)
-    assert budget.seconds == 2.0 and budget.left() == 2.0
-    assert budget.allows(done=0, floor=2) and budget.allows(done=1, floor=2)
-    budget.spent = 2.5
-    assert budget.left() == 0.0 and not budget.fits(0.1)
-    assert budget.allows(done=1, floor=2)  # the floor runs whatever the budget
-    assert not budget.allows(done=2, floor=2)
-    budget.ran("values", 2, 16)
-    budget.ran("probes", 3, 3)
-    assert "cut values ran 2 of 16;" in budget.cut_short()
-    # a small model's few seconds of compile: at least a second, its searches all run
-    assert CheckBudget.of(0.05, compile_seconds=6.0).seconds == MINIMUM_SECONDS
-    # a large package's budget is its share alone, said without the least
-    large = CheckBudget.of(0.05, compile_seconds=9.0, package_bytes=SHARE_ALONE_FROM_BYTES)
-    assert large.seconds == pytest.approx(0.45)
-    large.ran("values", 6, 16)
-    assert "(5% of the 9.0 s compile, 0.5 s) cut values ran 6 of 16;" in large.cut_short()
-    assert "(25% of the 8.0 s compile, at least 1 s: 2.0 s) cut values ran 2" in budget.cut_short()
-    # no recorded compile time (an older entry), or off: no limit, today's counts
-    assert CheckBudget.of(0.25, compile_seconds=0.0).seconds is None
-    assert CheckBudget.of(float("inf"), compile_seconds=8.0).left() is None
-    assert CheckBudget.of(float("inf"), 8.0).to_json()["share"] == "off"
+@pytest.mark.compiles
+def test_what_the_user_asks_for_is_never_cut(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    report = tmp_path / "aoti.json"
+    source = (
+        LARGE
+        + """
+def test_asked_for(aoti):
+    aoti.check(
+        SlowMulAdd(),
+        inputs(),
+        dynamic_shapes=({0: Dim("batch", min=2, max=16)}, {0: Dim("batch", min=2, max=16)}),
+        examples=8,
+        values_draws=24,
+        budget=0.001,
+    )
+"""
+    )
+    result = run_aoti(source, f"--aoti-report={report}")
+    result.assert_outcomes(passed=1)
+    record = _records(report)["test_asked_for"]
+    checks = record["budget"]["checks"]
+    assert checks["values"]["given"] and checks["values"]["ran"] == 24
+    assert record["values"]["checked"] == 24 and record["values"]["given"]
+    assert checks["generated"]["given"] and checks["generated"]["ran"] == 8
+    assert checks["probes"]["ran"] == 0 and not checks["probes"]["given"]
+
+
+@pytest.mark.compiles
+def test_the_next_run_continues_what_a_large_program_left_out(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    source = (
+        LARGE
+        + """
+def test_continued(aoti):
+    aoti.check(SlowMulAdd(), inputs())
+
+
+def test_continued_too(aoti):
+    aoti.check(SlowMulAdd(), inputs())
+
+
+def test_continued_three(aoti):
+    aoti.check(SlowMulAdd(), inputs())
+"""
+    )
+    counts = []
+    for run in range(4):
+        report = tmp_path / f"aoti-{run}.json"
+        verbose = ("-v",) if run == 1 else ()
+        result = run_aoti(source, f"--aoti-report={report}", "--aoti-budget=5%", *verbose)
+        result.assert_outcomes(passed=3)
+        record = _records(report)["test_continued"]
+        counts.append((_counts(record)["values"], record["budget"]["checks"]["values"]["runs"]))
+        lines = [line for line in result.outlines if "large program" in line]
+        if run == 0:  # three cut checks, one line
+            assert len(lines) == 1, lines
+            result.stdout.fnmatch_lines(
+                [
+                    "aoti: 1 large program left 30 values draws and * probes for later runs, "
+                    "and 3 C++ loader input sets that load the program again; "
+                    "--aoti-budget=off runs them now (-v names the tests)"
+                ]
+            )
+        if run == 1:  # -v: the tests by name
+            result.stdout.fnmatch_lines(
+                [
+                    "aoti: 1 large program left 12 values draws and *",
+                    "    test_inner.py::test_continued[[]cpu[]]: 4 values draws, * probes and "
+                    "1 C++ loader input set",
+                ]
+            )
+    # each run draws the next six of sixteen, then nothing is left
+    assert counts == [((6, 16, 10), 1), ((6, 16, 4), 2), ((4, 16, 0), 3), ((0, 16, 0), 3)]
+
+
+def test_a_small_program_runs_every_default_search_in_full() -> None:
+    small = CheckBudget.of(0.05, LARGE_FROM_BYTES - 1, calls=2)
+    assert not small.limited and small.allowance is None
+    assert small.plan("values", 16, floor=2) == 16
+    assert small.plan("probes", 400, loads=True) == 400
+    assert left_by_search(small.to_json()) == {}
+    off = CheckBudget.of(float("inf"), 10 * LARGE_FROM_BYTES)
+    assert off.off and not off.limited and off.plan("values", 16) == 16
+    assert off.to_json()["share"] == "off"
+
+
+def test_a_large_programs_searches_share_what_its_size_allows() -> None:
+    size = 540 * 2**20  # a 135M-parameter float32 model
+    budget = CheckBudget.of(0.05, size)
+    assert budget.allowance == READ_ALLOWANCE_BYTES
+    assert budget.plan("values", 16, floor=2) == 2
+    assert budget.plan("probes", 12, loads=True) == 0  # a load and a variant do not fit
+    assert budget.plan("generated", 8) == 0
+    assert budget.plan("weights", 3, given=True) == 3  # asked for: all
+    budget.ran("values", 2)
+    assert budget.checks["values"].left == 14 and budget.checks["values"].stopped == "budget"
+    assert left_by_search(budget.to_json()) == {"values": 14, "probes": 12, "generated": 8}
+    # what earlier runs ran is not run again; the floor holds whatever the allowance
+    later = CheckBudget.of(0.05, size, calls=2)
+    assert later.plan("values", 16, earlier=14, floor=2) == 2
+    assert later.checks["values"].left == 0 and later.checks["values"].stopped == ""
+    # twice the budget, twice the allowance; a search that loads again, to budget="off"
+    doubled = CheckBudget.of(0.1, size)
+    assert doubled.plan("values", 16) == 4
+    doubled.left_out("cpp_loader", 1)
+    assert left_by_search(doubled.to_json(), "off") == {"cpp_loader": 1}

@@ -254,3 +254,109 @@ def test_the_module_that_registered_an_op_through_a_library_is_found(
     finally:
         module.LIBRARY._destroy()
         sys.modules.pop("registers_ops", None)
+
+
+class _Attachments:
+    """Sidecars kept in memory, each write counted."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], dict[str, object]] = {}
+        self.writes = 0
+
+    def attached(self, key: str, name: str) -> dict[str, object] | None:
+        return self.data.get((key, name))
+
+    def attach(self, key: str, name: str, data: dict[str, object]) -> None:
+        self.writes += 1
+        self.data[(key, name)] = dict(data)
+
+
+class _Double(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def _screen_of_double(monkeypatch: pytest.MonkeyPatch, requests: list[dict[str, object]]):
+    """A screen of ``_Double``'s program whose child answers every job (each call doubles
+    its input) and records each request."""
+    from types import SimpleNamespace
+
+    from pytest_aoti.checks import crash_screen
+    from pytest_aoti.checks.crash_screen import CrashScreen
+
+    def run_jobs(request, jobs, timeout, path=(), late=""):  # type: ignore[no-untyped-def]
+        requests.append(request)
+        return {
+            job: {
+                "calls": [
+                    {
+                        "outputs": request["inputs"][job[0]][0] * 2,
+                        "aliases": [-1],
+                        "inputs": request["inputs"][job[0]],
+                        "seconds": 0.0,
+                    }
+                ]
+            }
+            if request["keep_calls"]
+            else {}
+            for job in jobs
+        }
+
+    monkeypatch.setattr(crash_screen, "run_jobs", run_jobs)
+    exported = torch.export.export(_Double(), (torch.ones(3),))
+    program = SimpleNamespace(
+        device=torch.device("cpu"),
+        key="k",
+        exported=exported,
+        mutated_buffers=frozenset(),
+        package_path=Path("package.pt2"),
+    )
+    attachments = _Attachments()
+    screen = CrashScreen(program, _Double(), calls=1, attachments=attachments)  # type: ignore[arg-type]
+    ready = SimpleNamespace(unfound=(), path=(), request=dict)
+    monkeypatch.setattr(screen, "_prepared", lambda: ready)
+    return screen, attachments
+
+
+def test_the_verdicts_of_one_request_are_kept_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    requests: list[dict[str, object]] = []
+    screen, attachments = _screen_of_double(monkeypatch, requests)
+    sets = [((torch.full((3,), float(i)),), {}) for i in range(5)]
+    screen.screen_all(sets, [f"draw {i}" for i in range(5)])
+    assert len(requests) == 1 and attachments.writes == 1  # not one rewrite per input set
+    assert len(attachments.data[("k", "crash_screen")]) == 5
+    screen.screen_all(sets, [f"draw {i}" for i in range(5)])  # every verdict kept: no child
+    assert len(requests) == 1 and attachments.writes == 1 and screen.cached == 5
+
+
+def test_a_search_takes_the_childs_calls_and_keeps_no_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    requests: list[dict[str, object]] = []
+    screen, attachments = _screen_of_double(monkeypatch, requests)
+    loads: list[int] = []
+
+    class Here:
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    def load() -> Here:
+        loads.append(1)
+        return Here()
+
+    sets = [((torch.full((3,), float(i)),), {}) for i in range(4)]
+    engines = [screen.search_engine(load, input_set) for input_set in sets]
+    screen.screen_all(sets, [f"draw {i}" for i in range(4)], serve=True)
+    assert len(requests) == 1 and requests[0]["keep_calls"] is True
+    assert attachments.writes == 0  # each draw runs once: its verdict is kept by no one
+    for i, engine in enumerate(engines):
+        out = engine()(torch.full((3,), float(i)))
+        assert torch.equal(out, torch.full((3,), 2.0 * i))
+    assert not loads  # every draw's call was the child's: no engine called here
+    # inputs other than the child's (a bit apart), or a second call: the check's engine
+    assert torch.equal(engines[1]()(torch.full((3,), 1.5)), torch.full((3,), 3.0))
+    other = screen.search_engine(load, ((torch.full((3,), 9.0),), {}))
+    assert torch.equal(other()(torch.full((3,), 9.0)), torch.full((3,), 18.0))
+    assert loads == [1, 1]

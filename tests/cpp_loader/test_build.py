@@ -8,9 +8,11 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from pytest_aoti.cpp_loader import build, toolchain
 from pytest_aoti.cpp_loader.build import (
@@ -231,3 +233,102 @@ def test_a_compiler_killed_by_a_signal_is_tried_again_by_a_later_run(
     assert got.binary is None and got.reason.startswith("the runner did not build")
     assert not list((tmp_path / "cache" / FOLDER).glob(f"*/{RECORD}"))
     assert remembered_failure(tmp_path / "cache") == ""
+
+
+def waiting_compiler(folder: Path) -> Path:
+    """A compiler that fails at once where ``fail`` is in ``folder``; else writes part of its
+    output, names its own and its child's process ids in ``pids``, and waits a minute."""
+    body = (
+        f'if [ -f "{folder}/fail" ]; then\n'
+        "  echo 'runner.cpp:1:1: error: the compiler failed' >&2; exit 1\n"
+        "fi\n"
+        'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+        'echo half > "$out"\n'
+        "sleep 60 &\n"
+        f'echo "$$ $!" > "{folder}/pids.tmp" && mv "{folder}/pids.tmp" "{folder}/pids"\n'
+        "wait\n"
+    )
+    return script_compiler(folder / "waiting-g++", body)
+
+
+def wait_for(path: Path, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {seconds} s"
+        time.sleep(0.02)
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie no one reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_background_build_the_session_ends_leaves_nothing_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiler and its own children are killed, its half-written output removed, and
+    nothing remembered: the next build runs the compiler again."""
+    monkeypatch.setenv("CXX", str(waiting_compiler(tmp_path)))
+    background = build.start_runner_build(tmp_path / "cache")
+    assert background is not None
+    wait_for(tmp_path / "pids")
+    [folder] = [p for p in (tmp_path / "cache" / FOLDER).iterdir() if p.is_dir()]
+    assert [p.name for p in folder.iterdir()] == [f".{build.BINARY}.{os.getpid()}.tmp"]
+    started = time.monotonic()
+    background.stop()
+    assert not background.thread.is_alive() and time.monotonic() - started < build.STOP_SECONDS
+    assert list(folder.iterdir()) == [], "no half-written runner, no record"
+    for pid in (tmp_path / "pids").read_text().split():
+        assert ended(int(pid)), "the compiler's children end with it"
+    (tmp_path / "fail").touch()
+    got = runner_build(tmp_path / "cache")
+    assert got.built_here and got.reason.endswith("runner.cpp:1:1: error: the compiler failed")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_failed_background_build_is_what_the_check_finds_and_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = tmp_path / "calls"
+    failing = f"echo run >> {calls}\nsleep 1\necho 'runner.cpp:2:1: error: no' >&2\nexit 1"
+    monkeypatch.setenv("CXX", str(script_compiler(tmp_path / "slow-g++", failing)))
+    background = build.start_runner_build(tmp_path / "cache")
+    assert background is not None
+    wait_for(calls)
+    got = runner_build(tmp_path / "cache")  # the check's call waits for the build under way
+    reason = "the runner did not build against this torch: runner.cpp:2:1: error: no"
+    assert got.binary is None and got.built_here and got.reason == reason
+    assert calls.read_text() == "run\n", "built once"
+    assert remembered_failure(tmp_path / "cache") == reason
+    background.stop()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_background_build_waiting_on_another_process_s_lock_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler = waiting_compiler(tmp_path)
+    monkeypatch.setenv("CXX", str(compiler))
+    key = build_key(build_identity(str(compiler), toolchain.torch_folder()))
+    place = tmp_path / "cache" / FOLDER
+    place.mkdir(parents=True)
+    with FileLock(str(place / f"{key}.lock")):  # another process builds it
+        background = build.start_runner_build(tmp_path / "cache")
+        assert background is not None
+        time.sleep(0.3)
+        assert background.thread.is_alive()
+        background.stop()
+        assert not background.thread.is_alive()
+    assert not (tmp_path / "pids").exists(), "no compiler ran"
+
+
+def test_no_background_build_where_the_machine_has_no_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    assert build.start_runner_build(tmp_path / "cache") is None
+    assert not (tmp_path / "cache").exists()

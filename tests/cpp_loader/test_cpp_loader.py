@@ -9,6 +9,8 @@ The runner is built once per test session, in the shared cache folder."""
 from __future__ import annotations
 
 import json
+import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -77,6 +79,8 @@ def test_a_correct_program_gives_the_python_engine_s_outputs_through_the_cpp_loa
         assert part["ran"] and part["exact"] and part["input_sets"] == 1, part
         assert part["max_abs_vs_engine"] == 0.0 and part["max_abs_vs_eager"] < 1e-5, part
         assert part["load_seconds"] > 0 and part["call_seconds"] > 0, part
+        if part["build_seconds"] is not None:  # built from the test's setup, beside the compile
+            assert part["build_wait_seconds"] < part["build_seconds"], part
     assert found["test_buffer_state[cpu]"]["cpp_loader"]["runners"] == 1  # type: ignore[index]
     assert found["test_mutated_input[cpu]"]["cpp_loader"]["runners"] == 2  # type: ignore[index]
     assert found["test_off[cpu]"]["cpp_loader"] is None
@@ -192,3 +196,151 @@ def test_nested_outputs_with_none_an_int_and_nan_pass(
     part = records(report)["test_nested[cpu]"]["cpp_loader"]
     assert isinstance(part, dict) and part["ran"] and part["exact"], part
     assert part["max_abs_vs_engine"] == 0.0, part
+
+
+BUILD_STARTED = """
+import os
+import time
+from pathlib import Path
+
+CALLS = Path(os.environ["CPP_LOADER_TEST_CALLS"])
+RECORDS = Path(os.environ["CPP_LOADER_TEST_RECORDS"])
+
+
+def wait_for(found, seconds):
+    deadline = time.monotonic() + seconds
+    while not found() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found()
+
+
+def test_plain():
+    assert not wait_for(CALLS.exists, 0.5), "no build for a test without the aoti fixture"
+
+
+def test_first(aoti):
+    # no check yet: the build started at this test's setup (and ends with its record)
+    if os.environ["CPP_LOADER_TEST_EXPECT"] == "1":
+        assert wait_for(lambda: list(RECORDS.glob("*/build.json")), 60)
+    else:
+        assert not wait_for(CALLS.exists, 0.5)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_the_runner_s_build_starts_at_the_setup_of_the_first_aoti_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Before the test's first check (its export and compile): a failure is remembered as a
+    build the check made is; a session without an AOTI test, or without the check, builds
+    nothing."""
+    calls = tmp_path / "calls"
+    compiler = tmp_path / "failing-g++"
+    compiler.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "g++ (failing) 1.0"; exit 0; fi\n'
+        f"echo run >> {calls}\necho 'runner.cpp:3:1: error: no' >&2\nexit 1\n"
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setenv("CPP_LOADER_TEST_CALLS", str(calls))
+    pytester.makepyfile(test_build_started=BUILD_STARTED)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CPP_LOADER_TEST_RECORDS", str(cache / "cpp-loader"))
+    common = ("--aoti-device=cpu", f"--aoti-cache-dir={cache}", "-p", "no:randomly")
+    monkeypatch.setenv("CPP_LOADER_TEST_EXPECT", "0")
+    for off in (["--aoti-cpp-loader=off"], ["-p", "no:aoti-cpp-loader"], ["-k", "plain"]):
+        pytester.runpytest(*common, *off).assert_outcomes(passed=2 if off[0] != "-k" else 1)
+    pytester.makeconftest(
+        "import pytest\n\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        item.add_marker(pytest.mark.aoti(cpp_loader=False))\n"
+    )
+    pytester.runpytest(*common).assert_outcomes(passed=2)
+    assert not calls.exists()
+
+    (pytester.path / "conftest.py").unlink()
+    monkeypatch.setenv("CPP_LOADER_TEST_EXPECT", "1")
+    pytester.runpytest(*common).assert_outcomes(passed=2)
+    assert calls.read_text() == "run\n"
+    reason = "the runner did not build against this torch: runner.cpp:3:1: error: no"
+    [record] = (cache / "cpp-loader").glob("*/build.json")
+    assert json.loads(record.read_text())["reason"] == reason
+    again = pytester.runpytest(*common, "-k", "plain")
+    assert [line for line in again.stdout.lines if line.startswith(HEADER)] == [
+        f"{HEADER}{reason} (remembered in {cache / 'cpp-loader'}; remove it to build again)"
+    ]
+    assert calls.read_text() == "run\n", "not tried again"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_xdist_workers_start_the_build_and_one_of_them_builds(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    compiler = tmp_path / "slow-g++"
+    compiler.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "g++ (slow) 1.0"; exit 0; fi\n'
+        f"echo run >> {calls}\nsleep 2\necho 'runner.cpp:4:1: error: no' >&2\nexit 1\n"
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    cache = tmp_path / "cache"
+    pytester.makepyfile(
+        test_two_workers=f"""
+        import time
+        from pathlib import Path
+
+        import pytest
+
+        RECORDS = Path({str(cache / "cpp-loader")!r})
+
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_waits_for_the_record(aoti, n):
+            deadline = time.monotonic() + 60
+            while not list(RECORDS.glob("*/build.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the other worker's background build reads the record
+            assert list(RECORDS.glob("*/build.json"))
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--aoti-device=cpu", f"--aoti-cache-dir={cache}", "-n", "2", timeout=180
+    )
+    result.assert_outcomes(passed=4)
+    assert calls.read_text() == "run\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_session_that_ends_during_the_build_stops_it_and_keeps_nothing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    compiler = tmp_path / "endless-g++"
+    compiler.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "g++ (endless) 1.0"; exit 0; fi\n'
+        'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+        f'echo half > "$out"\ntouch {started}\nsleep 120\n'
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    pytester.makepyfile(
+        test_short=f"""
+        import time
+        from pathlib import Path
+
+
+        def test_ends_first(aoti):
+            deadline = time.monotonic() + 60
+            while not Path({str(started)!r}).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        """
+    )
+    cache = tmp_path / "cache"
+    began = time.monotonic()
+    pytester.runpytest("--aoti-device=cpu", f"--aoti-cache-dir={cache}").assert_outcomes(passed=1)
+    assert started.exists()
+    assert time.monotonic() - began < 60, "the session's end does not wait for the compiler"
+    [folder] = [path for path in (cache / "cpp-loader").iterdir() if path.is_dir()]
+    assert list(folder.iterdir()) == [], "no half-written runner, no record"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pytest_aoti.checks.base import SERVED_FROM_BYTES, CheckContext, CheckPlan, Outcome, RecordPart
-from pytest_aoti.checks.budget import CheckBudget
+from pytest_aoti.checks.budget import LARGE_FROM_BYTES, CheckBudget
 from pytest_aoti.checks.parity import _expectation_or
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
@@ -65,11 +65,13 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     assert seen == ["first:", "graph:exported"]
     assert [op.op for op in run.context.random_ops] == ["aten.dropout.default"]  # read once
     program = types.SimpleNamespace(
-        mutated_buffers={"counter"}, compile_seconds=40.0, package_bytes=0
+        mutated_buffers={"counter"}, compile_seconds=40.0, package_bytes=0, exported=exported
     )
     run.compiled(program, None)  # type: ignore[arg-type]
     assert run.context.calls == 2  # buffer state: two calls by default
-    assert run.context.budget.seconds == 2.0  # a twentieth of the compile as recorded
+    # sized by the program's weights and example (no weights here), never the clock
+    assert run.context.budget.program_bytes == 0
+    assert run.context.budget.calls == 2
     result = run.run_engine_checks()
     assert seen[2:] == ["late:program", "later:program"]
     # the result lists the checks of the compiled program; every figure and record part
@@ -77,9 +79,14 @@ def test_each_phase_runs_its_checks_at_its_point(monkeypatch: pytest.MonkeyPatch
     assert result.figures == {"first": 0, "graph": 0, "late": 2, "later": 3}
     assert result.record.fields["later_level"] == 3
     assert result.record.notes == ("first ran", "graph ran", "late ran", "later ran")
-    # how long each check took, and what the searches spent of the budget
+    # how long each check took, and how deep the searches went
     assert set(result.record.fields["seconds_by_check"]) == {"first", "graph", "late", "later"}
-    assert result.record.fields["budget"]["seconds"] == 2.0
+    assert result.record.fields["budget"] == {
+        "share": 0.05,
+        "program_bytes": 0,
+        "allowance_bytes": None,
+        "checks": {},
+    }
 
 
 def test_a_failing_phase_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,10 +159,10 @@ def test_without_buffer_state_the_checks_share_one_engine_loaded_here_on_first_n
     assert small.engine() == "engine 2" == small.fresh_engine() == small.local_engine()
     assert small.engine_calls() is None and loads == [1, 1]
 
-    # loading a served program again (a weight swap, the C++ runner) is cut under a budget
+    # loading a large program again (a weight swap, the C++ runner) is left to budget="off"
     assert not context.another_load_over_budget(), "no budget: budget='off'"
-    context.budget = CheckBudget.of(0.05, compile_seconds=20.0, package_bytes=SERVED_FROM_BYTES)
-    small.budget = context.budget
+    context.budget = CheckBudget.of(0.05, program_bytes=LARGE_FROM_BYTES)
+    small.budget = CheckBudget.of(0.05, program_bytes=LARGE_FROM_BYTES - 1)
     assert context.another_load_over_budget() and not small.another_load_over_budget()
 
 

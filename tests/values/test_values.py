@@ -18,6 +18,7 @@ import pytest
 import torch
 from listings import LISTINGS, assert_listing, mask_figures
 
+from pytest_aoti.checks import budget as budget_module
 from pytest_aoti.torch_bugs import NEXTAFTER_STEPS_A_FLOAT32_ULP
 from pytest_aoti.values.draws import draw_seed, make_draw, tie_dependent
 
@@ -83,7 +84,7 @@ def test_correct_program(aoti):
 
 @pytest.mark.compiles
 def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_values(
-    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, shared_cache_dir: Path
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = tmp_path / "aoti.json"
     result = run_aoti(FLOOR_OF_QUOTIENT, f"--aoti-report={report}", "--aoti-probes=off")
@@ -105,7 +106,15 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     assert failed["failed_draw"] >= 0 and failed["elements"], failed
     passed = dict(records["test_correct_program[cpu]"]["values"])
     assert passed.pop("seconds") > 0, "the check's time is a figure of its own"
-    assert passed == {"draws": 16, "meeting": 7, "checked": 16, "kept": 0, "refused": 0}
+    assert passed == {
+        "draws": 16,
+        "meeting": 7,
+        "checked": 16,
+        "kept": 0,
+        "left": 0,
+        "given": False,
+        "refused": 0,
+    }
     assert records["test_off[cpu]"]["values"] is None
     assert records["test_no_draws[cpu]"]["values"] is None
 
@@ -117,19 +126,23 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
     kept = records["test_correct_program[cpu]"]
     assert {k: kept["values"][k] for k in ("checked", "kept")} == {"checked": 0, "kept": 16}
-    assert kept["budget"]["checks"]["values"] == {"ran": 16, "planned": 16, "stopped": ""}
+    assert kept["budget"]["checks"]["values"] == {
+        "ran": 0,
+        "planned": 16,
+        "stopped": "",
+        "given": False,
+        "earlier": 16,
+        "left": 0,
+        "runs": 1,
+    }
     assert (
         records["test_default[cpu]"]["finding"]["extra"]["values"]["failed_draw"]
         == failed["failed_draw"]
     )
 
-    # kept draws that took more than the whole budget: the draw that failed still runs
-    for sidecar in shared_cache_dir.glob("v1/entries/*/values_passed_2.json"):
-        data = json.loads(sidecar.read_text())
-        for entries in data.values():
-            for entry in entries:
-                entry["seconds"] = 1e9
-        sidecar.write_text(json.dumps(data))
+    # a program the budget allows no draw: the draw that failed still runs
+    monkeypatch.setattr(budget_module, "LARGE_FROM_BYTES", 0)
+    monkeypatch.setattr(budget_module, "READ_ALLOWANCE_BYTES", 0)
     spent = run_aoti(
         FLOOR_OF_QUOTIENT, f"--aoti-report={report}", "--aoti-probes=off", "--aoti-budget=0.05"
     )

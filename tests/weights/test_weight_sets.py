@@ -216,6 +216,30 @@ def test_the_summary_names_each_program_s_weights_once() -> None:
     assert empty.lines == []
 
 
+def test_the_summary_groups_a_programs_weights_by_kind() -> None:
+    """One line per kind (its count and first names); a line of its own only to a weight
+    whose swap moved the engine's answers; the failure text keeps every name."""
+    folded = [
+        {"weight": f"w{i}", "reason": FOLDED, "error": "Constant not found"} for i in range(8)
+    ]
+    moved = {"weight": "head.bias", "reason": DIFFERS}
+    terminal = SectionLines()
+    write_weights_hazards(
+        terminal, [Record("t.py::test_a[cpu]", "k1", part(findings=[*folded, moved]))]
+    )
+    assert terminal.lines[1] == (
+        "t.py::test_a[cpu]: weight swap: the engine cannot take 9 weights: 'w0', 'w1', 'w2' "
+        "and 6 more"
+    )
+    assert terminal.lines[2] == (
+        "    8 folded into the compiled code (not among get_constant_fqns()): the engine keeps "
+        "their compiled values: 'w0', 'w1', 'w2' and 5 more"
+    )
+    assert terminal.lines[3] == f"    {finding_line(moved)}"
+    assert not [line for line in terminal.lines if "'w3'" in line]
+    assert "'w7'" in failure_text(part(findings=[*folded, moved]))
+
+
 def test_the_junit_properties() -> None:
     assert weights_properties({"weights": None}) == []
     assert weights_properties({"weights": {"skipped": "buffer state", "findings": []}}) == []
@@ -243,6 +267,7 @@ def test_a_program_the_engine_child_serves_is_swapped_only_when_asked(
     from types import SimpleNamespace
 
     from pytest_aoti.api import CheckBudget, CheckOptions
+    from pytest_aoti.checks.budget import left_by_search
     from pytest_aoti.weights.check import SERVED, _Swap
     from pytest_aoti.weights.feature import WeightsOptions
 
@@ -253,16 +278,20 @@ def test_a_program_the_engine_child_serves_is_swapped_only_when_asked(
         return object()  # no load_constants: the swap stops right after asking
 
     options = CheckOptions().with_features({WeightsOptions: WeightsOptions(weights=mode)})
-    plan = SimpleNamespace(options=options, input_sets=[((torch.ones(2),), {})], module=None)
+    module = torch.nn.Linear(2, 2)
+    example = (torch.ones(1, 2),)
+    plan = SimpleNamespace(options=options, input_sets=[(example, {})], module=module)
     context = SimpleNamespace(
-        program=SimpleNamespace(mutated_buffers=frozenset()),
+        program=SimpleNamespace(
+            mutated_buffers=frozenset(), exported=torch.export.export(module, example)
+        ),
         another_load_over_budget=lambda: True,
         local_engine=local_engine,
-        budget=CheckBudget.of(0.05, compile_seconds=20.0, package_bytes=2**25),
+        budget=CheckBudget.of(0.05, program_bytes=2**25),
     )
     swap = _Swap(plan, context)  # type: ignore[arg-type]
     swap.run()
     assert asked == (["engine"] if swapped else [])
     assert (swap.part().get("skipped") == SERVED) is not swapped
     if not swapped:
-        assert "weights ran 0 of 3" in context.budget.cut_short()
+        assert left_by_search(context.budget.to_json(), "off") == {"weights": 3}
