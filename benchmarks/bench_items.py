@@ -19,7 +19,8 @@ generated shapes run the same model exported with a dynamic batch (1 to 16). Eve
 - **generated shapes**: the dynamic model with ``examples=LOW`` and ``examples=HIGH``
   (default 4 and 16), ``max_dim=16`` (on the marker), ``values="off"``, ``probes="off"``, ``budget="off"``.
 - **probes**: ``run_probes`` without a cache (its outcomes are kept with the package, so a
-  check would not run them again), its seconds over the variants it made.
+  check would not run them again), its ``depth`` set to ``LOW`` and ``HIGH`` variants
+  (default 4 and 64: every variant), alternating, on the example's program.
 
 Per kind, from the medians of the check's own seconds (``seconds_by_check`` of the check's
 record, as ``--aoti-report`` writes it), of the whole ``aoti.check`` (``wall_``) and of its
@@ -28,11 +29,12 @@ skews least): the slope per item = (t_high − t_low) / (n_high − n_low) with 
 checks recorded, the fixed cost = t_low − n_low × slope, and the slope over one eager call
 plus one engine call of the model on the same shapes (``item_over_calls``, and
 ``cpu_item_over_calls`` against their CPU time: the target is 2 or less), those calls timed
-just before each check.
+just before each check: on the example, or for generated shapes per batch and averaged over
+the batches the check ran (each as often as it ran it).
 
 ``--threads`` (default 1) sets ``OMP_NUM_THREADS`` for this process and the engine child.
 Prints one JSON line on stdout; progress goes to stderr. ``--profile PATH`` writes a cProfile
-of the timed values checks.
+of the timed checks of one kind (``--profile-kind``, default values).
 """
 
 from __future__ import annotations
@@ -167,23 +169,46 @@ TEST_FILE = textwrap.dedent(
 
 
     def _calls_ms(aoti, kind):
-        """One eager call plus one engine call of the model, in ms, as timed now: on the
-        example (values), or the mean over the batches the generated shapes draw."""
+        """One eager call plus one engine call of the model, in ms, as timed now, per batch:
+        the example's (values), or each batch the generated shapes may draw."""
         program = aoti.check(MODULE, ARGS, **dict(_options(kind, 0), values="off", examples=0))
         engine = program.program.engine_in_exported_state()
-        batches = [ARGS[0].shape[0]] if kind == "values" else range(1, bench_items.MAX_BATCH + 1)
-        eager, compiled = [], []
+        batches = [ARGS[0].shape[0]] if kind != "generated" else range(1, bench_items.MAX_BATCH + 1)
+        by_batch = {{}}
         for batch in batches:
             x = torch.randn(batch, *ARGS[0].shape[1:])
-            reps = 9 if kind == "values" else 3
-            eager.append(_median_call(MODULE, (x,), reps))
-            compiled.append(_median_call(engine, (x,), reps))
-        # wall and CPU ms of one eager call, then of one engine call
-        return [
-            1e3 * statistics.mean(times[which] for times in side)
-            for side in (eager, compiled)
-            for which in (0, 1)
-        ]
+            reps = 9 if kind != "generated" else 3
+            eager = _median_call(MODULE, (x,), reps)
+            compiled = _median_call(engine, (x,), reps)
+            # wall and CPU ms of one eager call, then of one engine call
+            by_batch[batch] = [1e3 * eager[0], 1e3 * eager[1], 1e3 * compiled[0], 1e3 * compiled[1]]
+        return by_batch
+
+
+    def _mean_calls(by_batch, batches):
+        """The calls' figures averaged over ``batches`` (each as often as it ran)."""
+        drawn = [by_batch[batch] for batch in batches if batch in by_batch] or list(by_batch.values())
+        return [statistics.mean(times[which] for times in drawn) for which in range(4)]
+
+
+    class _Batches:
+        """The batch of every shape the generated check runs (its dims' values)."""
+
+        def __enter__(self):
+            from pytest_aoti.generated import check as generated
+
+            self.seen, self._checker = [], generated._ShapeChecker
+            self._run = run = self._checker.run
+
+            def noted(checker, values, seed):
+                self.seen.extend(values.values())
+                return run(checker, values, seed)
+
+            self._checker.run = noted
+            return self
+
+        def __exit__(self, *exc):
+            self._checker.run = self._run
 
 
     def test_warm(aoti):
@@ -199,15 +224,17 @@ TEST_FILE = textwrap.dedent(
     def test_item(aoti, kind, count, rep):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            calls = _calls_ms(aoti, kind)  # the load of the moment
-            if PROFILER is not None and kind == "values":
+            by_batch = _calls_ms(aoti, kind)  # the load of the moment
+            if PROFILER is not None and kind == CONFIG["profile_kind"]:
                 PROFILER.enable()
             child_started = _children_cpu()
             started, cpu_started = time.perf_counter(), time.process_time()
-            result = aoti.check(MODULE, ARGS, **_options(kind, count))
+            with _Batches() as batches:
+                result = aoti.check(MODULE, ARGS, **_options(kind, count))
             wall = time.perf_counter() - started
+            calls = _mean_calls(by_batch, batches.seen if kind == "generated" else [])
             cpu = time.process_time() - cpu_started + _children_cpu() - child_started
-            if PROFILER is not None and kind == "values":
+            if PROFILER is not None and kind == CONFIG["profile_kind"]:
                 PROFILER.disable()
                 PROFILER.dump_stats(CONFIG["profile"])
         fields = result.record.fields
@@ -234,32 +261,50 @@ TEST_FILE = textwrap.dedent(
 
 
     def test_probes(aoti):
-        """The deployment probes without a cache: seconds over variants, ``reps`` times."""
+        """The deployment probes without a cache, ``LOW`` then ``HIGH`` variants (their
+        ``depth``), alternating, ``reps`` times each."""
         from pytest_aoti.probes.check import run_probes
         from pytest_aoti.tolerance import Tolerance
 
+        low, high = CONFIG["probe_counts"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = aoti.check(MODULE, ARGS, **dict(QUIET, values="off")).program
             for rep in range(CONFIG["reps"]):
-                calls = _calls_ms(aoti, "values")
-                child_started = _children_cpu()
-                started, cpu_started = time.perf_counter(), time.process_time()
-                report, _ = run_probes(program, MODULE, ARGS, {{}}, tolerance=Tolerance())
-                seconds = time.perf_counter() - started
-                cpu = time.process_time() - cpu_started + _children_cpu() - child_started
-                _out(
-                    {{
-                        "probes": len(report.outcomes),
-                        "seconds": seconds,
-                        "cpu_s": cpu,
-                        "rep": rep,
-                        "eager_ms": calls[0],
-                        "eager_cpu_ms": calls[1],
-                        "engine_ms": calls[2],
-                        "engine_cpu_ms": calls[3],
-                    }}
-                )
+                for count in (low, high) if rep % 2 == 0 else (high, low):
+                    calls = _mean_calls(_calls_ms(aoti, "values"), [])
+                    child_started = _children_cpu()
+                    if PROFILER is not None and CONFIG["profile_kind"] == "probes":
+                        PROFILER.enable()
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    report, _ = run_probes(
+                        program,
+                        MODULE,
+                        ARGS,
+                        {{}},
+                        tolerance=Tolerance(),
+                        depth=lambda planned, earlier, runs, count=count: count,
+                    )
+                    seconds = time.perf_counter() - started
+                    if PROFILER is not None and CONFIG["profile_kind"] == "probes":
+                        PROFILER.disable()
+                        PROFILER.dump_stats(CONFIG["profile"])
+                    cpu = time.process_time() - cpu_started + _children_cpu() - child_started
+                    _out(
+                        {{
+                            "kind": "probes",
+                            "count": count,
+                            "items": report.ran,
+                            "check_s": seconds,
+                            "wall_s": seconds,
+                            "cpu_s": cpu,
+                            "rep": rep,
+                            "eager_ms": calls[0],
+                            "eager_cpu_ms": calls[1],
+                            "engine_ms": calls[2],
+                            "engine_cpu_ms": calls[3],
+                        }}
+                    )
     '''
 )
 
@@ -302,7 +347,7 @@ def summarize(lines: list[dict[str, Any]], reps: int, threads: int) -> dict[str,
     """Per kind: the calls, then the fits of the check's own seconds (``check_s``, wall) and
     of its CPU seconds with the engine child's (``cpu``, against the calls' CPU time)."""
     report: dict[str, Any] = {"reps": reps, "threads": threads}
-    for kind in ("values", "generated"):
+    for kind in ("values", "generated", "probes"):
         samples = [line for line in lines if line.get("kind") == kind]
         calls = {
             key: statistics.median(line[key] for line in samples)
@@ -325,25 +370,6 @@ def summarize(lines: list[dict[str, Any]], reps: int, threads: int) -> dict[str,
             "cpu_fixed_ms": round(cpu["fixed_ms"], 2),
             "cpu_item_over_calls": round(cpu["slope_ms"] / per_call_cpu, 3),
         }
-    probes = [line for line in lines if "probes" in line]
-    if probes:
-        count = statistics.median(line["probes"] for line in probes)
-        seconds = statistics.median(line["seconds"] for line in probes)
-        cpu = statistics.median(line["cpu_s"] for line in probes)
-        per_call = statistics.median(line["eager_ms"] + line["engine_ms"] for line in probes)
-        per_call_cpu = statistics.median(
-            line["eager_cpu_ms"] + line["engine_cpu_ms"] for line in probes
-        )
-        per_probe = seconds * 1e3 / max(1, count)
-        report["probes"] = {
-            "variants": count,
-            "total_s": round(seconds, 4),
-            "eager_plus_engine_ms": round(per_call, 3),
-            "per_probe_ms": round(per_probe, 3),
-            "per_probe_over_calls": round(per_probe / per_call, 3),
-            "cpu_per_probe_ms": round(cpu * 1e3 / max(1, count), 3),
-            "cpu_per_probe_over_calls": round(cpu * 1e3 / max(1, count) / per_call_cpu, 3),
-        }
     return report
 
 
@@ -356,9 +382,18 @@ def main() -> int:
     parser.add_argument(
         "--examples", type=int, nargs=2, default=(4, 16), help="generated shapes, low and high"
     )
+    parser.add_argument(
+        "--probes", type=int, nargs=2, default=(4, 64), help="probe variants, low and high"
+    )
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument("--samples", action="store_true", help="also print every timed check")
-    parser.add_argument("--profile", type=Path, help="write a cProfile of the values checks")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of one kind's checks")
+    parser.add_argument(
+        "--profile-kind",
+        choices=("values", "generated", "probes"),
+        default="values",
+        help="the kind --profile profiles (default values)",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, help="the artifact cache (default: a fresh temporary one)"
     )
@@ -386,8 +421,10 @@ def main() -> int:
                 "benchmarks_dir": str(HERE),
                 "schedule": schedule(options.reps, counts),
                 "reps": options.reps,
+                "probe_counts": list(options.probes),
                 "threads": options.threads,
                 "profile": str(options.profile.resolve()) if options.profile else None,
+                "profile_kind": options.profile_kind,
                 "out": str(out),
             }
         )

@@ -87,9 +87,11 @@ if TYPE_CHECKING:
     from pytest_aoti.folder_names import MAX_NAME_LENGTH as MAX_NAME_LENGTH
     from pytest_aoti.folder_names import bundle_dir_name as bundle_dir_name
     from pytest_aoti.isolation.process import LineReader as LineReader
+    from pytest_aoti.isolation.process import PendingJobs as PendingJobs
     from pytest_aoti.isolation.process import end_process as end_process
     from pytest_aoti.isolation.process import exit_and_last_line as exit_and_last_line
     from pytest_aoti.isolation.process import run_jobs as run_jobs
+    from pytest_aoti.isolation.process import side_by_side as side_by_side
     from pytest_aoti.mutation_maps import flat_user_inputs as flat_user_inputs
     from pytest_aoti.mutation_maps import named_user_inputs as named_user_inputs
     from pytest_aoti.mutation_maps import read_signature_names as read_signature_names
@@ -178,6 +180,8 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "refusal_lines": "pytest_aoti.checks.refused",
     "replace_text": "pytest_aoti.atomic_files",
     "run_jobs": "pytest_aoti.isolation.process",
+    "PendingJobs": "pytest_aoti.isolation.process",
+    "side_by_side": "pytest_aoti.isolation.process",
     "LineReader": "pytest_aoti.isolation.process",
     "end_process": "pytest_aoti.isolation.process",
     "exit_and_last_line": "pytest_aoti.isolation.process",

@@ -166,10 +166,12 @@ class ProgramRegistry:
         label: str = "",
         after_compile: Callable[[Path], object] | None = None,
         weight_digests: WeightDigests | None = None,
+        before_compile: Callable[[], object] | None = None,
     ) -> AotiProgram:
         """An engine-backed program for ``exported``, compiled at most once per key; where it
-        compiles, ``after_compile(package)`` is called as soon as the package is written
-        (before it is stored). ``weight_digests``: the weights' digests, taken meanwhile."""
+        compiles, ``before_compile()`` is called as the compile starts and
+        ``after_compile(package)`` as soon as the package is written (before it is stored).
+        ``weight_digests``: the weights' digests, taken meanwhile."""
         store = self._store if self._store is not None and self._store.readable else None
         key = program_key(
             exported,
@@ -191,7 +193,7 @@ class ProgramRegistry:
                 )
                 with progress:
                     artifact, decomposed = self._obtain(
-                        key, exported, inductor_configs, device, after_compile
+                        key, exported, inductor_configs, device, after_compile, before_compile
                     )
                 self._artifacts[key.digest] = artifact
             self.stats.programs.add(key.digest)
@@ -210,6 +212,7 @@ class ProgramRegistry:
         inductor_configs: Mapping[str, Any] | None,
         device: torch.device,
         after_compile: Callable[[Path], object] | None = None,
+        before_compile: Callable[[], object] | None = None,
     ) -> tuple[CompiledArtifact, ExportedProgram | None]:
         """The artifact of ``key``, and the decomposed program where it was compiled."""
         store = self._store if key.persistable else None
@@ -217,6 +220,8 @@ class ProgramRegistry:
         if store is not None and not store.readable:
             store = None
         if store is None and remote is None:
+            if before_compile is not None:
+                before_compile()
             compiled = self._compile(key, exported, inductor_configs)
             if after_compile is not None:
                 after_compile(compiled[0].package_path)
@@ -230,6 +235,8 @@ class ProgramRegistry:
                 artifact = self._from_remote(key, remote, store, device)
                 if artifact is not None:
                     return artifact, None
+            if before_compile is not None:
+                before_compile()
             artifact, decomposed = self._compile(key, exported, inductor_configs)
             if after_compile is not None:
                 after_compile(artifact.package_path)

@@ -30,7 +30,7 @@ from pytest_aoti.checks.base import (
 from pytest_aoti.compiling.custom_ops import ChildPreparation, child_preparation
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind, plain_finding
-from pytest_aoti.isolation.process import HUNG, run_jobs
+from pytest_aoti.isolation.process import HUNG, PendingJobs
 from pytest_aoti.mutation_maps import flat_user_inputs
 from pytest_aoti.trees import clone_tree, tensor_bytes
 
@@ -141,13 +141,20 @@ class CrashScreen:
         :meth:`search_engine` (a program without buffer state), so the check takes them
         rather than calling the engine again here, and no verdict is kept for them."""
         __tracebackhide__ = True
+        self.start_all(input_sets, labels, serve=serve).finish()
+
+    def start_all(
+        self, input_sets: Sequence[InputSet], labels: Sequence[str], *, serve: bool = False
+    ) -> ScreenRequest:
+        """:meth:`screen_all` begun: the child works on the input sets while this process
+        goes on (eager's calls of the same sets, say); :meth:`ScreenRequest.finish` waits
+        and raises the first crash's finding. The child takes no other request before it."""
         search = serve and self.served is None and not self.program.mutated_buffers
         if search:
             self._search_calls = {}  # the last request's calls go
         serving = self.served is not None or search
         pending: list[tuple[int, str]] = []
         verdicts: dict[int, dict[str, Any]] = {}
-        kept: list[tuple[str, dict[str, Any]]] = []
         for position, input_set in enumerate(input_sets):
             # the child serves the check's calls: it makes them, kept verdict or not
             key = "" if serving else self._key(input_set)
@@ -161,21 +168,13 @@ class CrashScreen:
                     self.unprotected.append(why_not)
                 continue
             pending.append((position, key))
-        for chunk in _chunks(pending, [input_sets[position] for position, _ in pending]):
-            ran = self._run_many([input_sets[position] for position, _ in chunk], serving, search)
-            for (position, key), verdict in zip(chunk, ran):
-                self.screened += 1
-                if verdict.get("unprotected"):
-                    self.unprotected.append(str(verdict["unprotected"]))
-                    continue
-                verdicts[position] = verdict
-                # a served check never reads kept verdicts: the child makes its calls anyway
-                if verdict["verdict"] != "hang" and not serving:
-                    kept.append((key, verdict))
-        self._keep(kept)  # one write of the sidecar for the whole request
-        for position in sorted(verdicts):
-            if verdicts[position]["verdict"] != "ok":
-                raise self._failure(verdicts[position], input_sets[position], labels[position])
+        chunks = _chunks(pending, [input_sets[position] for position, _ in pending])
+        first = (
+            self._start_many([input_sets[position] for position, _ in chunks[0]], serving, search)
+            if chunks
+            else None
+        )
+        return ScreenRequest(self, input_sets, labels, verdicts, chunks, first, serving, search)
 
     def record(self) -> RecordPart:
         """``crash_screen``: ``screened``, ``cached`` or ``unprotected`` (with a note why)."""
@@ -219,9 +218,7 @@ class CrashScreen:
 
         return engine
 
-    def _run_many(
-        self, input_sets: Sequence[InputSet], serving: bool, search: bool = False
-    ) -> list[dict[str, Any]]:
+    def _start_many(self, input_sets: Sequence[InputSet], serving: bool, search: bool) -> _Started:
         import torch
 
         inputs = []
@@ -247,9 +244,16 @@ class CrashScreen:
         }
         jobs = [(index, False) for index in range(len(inputs))]
         # each set gets the deadline it would get screened alone
-        results = run_jobs(request, jobs, SCREEN_TIMEOUT * len(jobs), preparation.path)
-        verdicts = [_verdict(results[job]) for job in jobs]
-        for input_set, sent, job, verdict in zip(input_sets, inputs, jobs, verdicts):
+        pending = PendingJobs(request, jobs, SCREEN_TIMEOUT * len(jobs), preparation.path)
+        return _Started(list(input_sets), inputs, jobs, pending)
+
+    def _finish_many(self, started: _Started, search: bool) -> list[dict[str, Any]]:
+        results = started.pending.results()
+        verdicts = [_verdict(results[job]) for job in started.jobs]
+        device = self.program.device
+        for input_set, sent, job, verdict in zip(
+            started.input_sets, started.inputs, started.jobs, verdicts
+        ):
             calls = results[job].get("calls") or ()
             if verdict.get("verdict") != "ok":
                 continue
@@ -290,6 +294,78 @@ class CrashScreen:
             self.attachments.attach(self.program.key, SIDECAR, dict(kept))
         except OSError:  # a verdict not kept is screened again next time: never a failure
             pass
+
+
+@dataclass
+class _Started:
+    """One request the child works on: its input sets, the tensors sent, its jobs."""
+
+    input_sets: list[InputSet]
+    inputs: list[list[Any]]
+    jobs: list[tuple[int, bool]]
+    pending: PendingJobs
+
+
+class ScreenRequest:
+    """A :meth:`CrashScreen.start_all` under way: :meth:`finish` it (or :meth:`discard` it)
+    before the child is asked anything else."""
+
+    def __init__(
+        self,
+        screen: CrashScreen,
+        input_sets: Sequence[InputSet],
+        labels: Sequence[str],
+        verdicts: dict[int, dict[str, Any]],
+        chunks: list[list[tuple[int, str]]],
+        first: _Started | None,
+        serving: bool,
+        search: bool,
+    ) -> None:
+        self._screen = screen
+        self._input_sets = input_sets
+        self._labels = labels
+        self._verdicts = verdicts
+        self._chunks = chunks
+        self._first = first
+        self._serving = serving
+        self._search = search
+
+    def finish(self, ignore: Sequence[int] = ()) -> None:
+        """Wait for the child; raise the first crash's finding, except at the positions in
+        ``ignore`` (input sets the check no longer runs: eager refused them)."""
+        __tracebackhide__ = True
+        screen, verdicts = self._screen, self._verdicts
+        kept: list[tuple[str, dict[str, Any]]] = []
+        for number, chunk in enumerate(self._chunks):
+            sets = [self._input_sets[position] for position, _ in chunk]
+            started = self._first if number == 0 else None
+            if started is None:
+                started = screen._start_many(sets, self._serving, self._search)
+            self._first = None
+            ran = screen._finish_many(started, self._search)
+            for (position, key), verdict in zip(chunk, ran):
+                screen.screened += 1
+                if verdict.get("unprotected"):
+                    screen.unprotected.append(str(verdict["unprotected"]))
+                    continue
+                verdicts[position] = verdict
+                # a served check never reads kept verdicts: the child makes its calls anyway
+                if verdict["verdict"] != "hang" and not self._serving:
+                    kept.append((key, verdict))
+        self._chunks = []
+        screen._keep(kept)  # one write of the sidecar for the whole request
+        for position in sorted(verdicts):
+            if position in ignore or verdicts[position]["verdict"] == "ok":
+                continue
+            raise screen._failure(
+                verdicts[position], self._input_sets[position], self._labels[position]
+            )
+
+    def discard(self) -> None:
+        """Wait for the child's answer to the request under way and drop it."""
+        if self._first is not None:
+            self._first.pending.discarded()
+        self._first, self._chunks = None, []
 
 
 def _verdict(result: dict[str, Any]) -> dict[str, Any]:

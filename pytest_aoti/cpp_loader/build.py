@@ -395,11 +395,37 @@ def _build(folder: Path, compiler: str, identity: Mapping[str, str], stop: Stop)
             stale.unlink()
     temporary = folder / f".{BINARY}.{os.getpid()}.tmp"
     try:
+        copied = _copied_to(temporary, folder, identity)
+        if copied is not None:
+            return copied
         return _build_to(temporary, folder, compiler, identity, stop)
     except BaseException:  # stopped, interrupted: no half-written binary stays
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
+
+
+def _copied_to(temporary: Path, folder: Path, identity: Mapping[str, str]) -> Build | None:
+    """The runner this process built for the same identity in another folder (another
+    cache), copied into ``folder``: the binary depends on its identity alone. None where
+    this process built none."""
+    key = build_key(identity)
+    with _lock:
+        sources = [
+            build.binary
+            for (built_key, _), build in _built.items()
+            if built_key == key and build.binary is not None
+        ]
+    for source in sources:
+        try:
+            shutil.copy2(source, temporary)
+        except OSError:
+            continue
+        os.replace(temporary, folder / BINARY)
+        build = Build(folder / BINARY)
+        write_record(folder / RECORD, identity, build, f"copied from {source}")
+        return build
+    return None
 
 
 def _build_to(

@@ -24,6 +24,7 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     CrashScreen,
+    EagerRaised,
     ExportedRefusals,
     Finding,
     FindingKind,
@@ -39,6 +40,7 @@ from pytest_aoti.api import (
     plain_finding,
     refusal_lines,
     shapes_from_assignment,
+    side_by_side,
 )
 from pytest_aoti.generated.feature import GeneratedOptions
 
@@ -261,6 +263,8 @@ class _ShapeChecker:
         self.stats: list[tuple[str, LeafStats]] = []
 
         self._refusals = ExportedRefusals.where_it_refuses(program.exported)
+        self._copies: Any = None
+        """Eager's and the float64 copy of the module, shared by every shape (made once)."""
 
     def _input_run(
         self,
@@ -273,7 +277,12 @@ class _ShapeChecker:
         """The check of one generated input set (``inputs``: already built for ``values``
         and ``seed``); attributed to a stage (and localized) only once the search has found
         its smallest failing shape."""
-        args, kwargs = inputs if inputs is not None else self.builder.build(values, seed)
+        if inputs is None:
+            inputs = self.builder.build(values, seed)
+        if self._copies is None:
+            self._copies = InputRun.module_copies(self.module)
+        load = self.engine or self.program.engine_in_exported_state
+        args, kwargs = inputs
         return InputRun(
             self.program,
             self.module,
@@ -283,7 +292,10 @@ class _ShapeChecker:
             label="generated " + _describe_shapes(self.builder.shapes, values),
             triage=self.triage,
             attribute=attribute,
-            engine=self.engine,
+            # the child's calls on this shape, where its screen made them
+            engine=self.screen.search_engine(load, inputs) if self.screen is not None else load,
+            copies=self._copies,
+            inputs_owned=True,  # built for this run alone
         )
 
     def run(self, values: dict[str, int], seed: int) -> None:
@@ -308,9 +320,9 @@ class _ShapeChecker:
             raise self.crashed
         try:
             inputs = self.builder.build(values, seed)
-            if self.screen is not None:
-                self._screen(values, seed, inputs)  # raises its own _Failure: a crash
             run = self._input_run(values, seed, inputs=inputs)
+            if self.screen is not None:
+                self._screened(values, seed, inputs, run)  # raises its own _Failure: a crash
             stats = run.check(self.calls, self.mutates, values_too=False)
         except _Failure:
             raise
@@ -319,10 +331,23 @@ class _ShapeChecker:
         self.count += 1
         self.stats += stats
 
-    def _screen(self, values: dict[str, int], seed: int, inputs: InputSet) -> None:
+    def _screened(self, values: dict[str, int], seed: int, inputs: InputSet, run: InputRun) -> None:
+        """Screen the shape in the child (its calls are the shape's engine calls: each runs
+        once) while eager makes its calls here, where the cores hold both; a crash is this
+        shape's failure."""
         assert self.screen is not None
+        label = "generated " + _describe_shapes(self.builder.shapes, values)
+        screening = self.screen.start_all([inputs], [label], serve=True)
         try:
-            self.screen.screen(inputs, "generated " + _describe_shapes(self.builder.shapes, values))
+            if side_by_side():
+                run.eager_history(self.calls)
+        except EagerRaised:
+            pass  # the check itself says so, after the screen's verdict
+        except BaseException:
+            screening.discard()
+            raise
+        try:
+            screening.finish()
         except AotiCheckError as error:
             self.crashed = _Failure(dict(values), seed, error)
             raise self.crashed from None

@@ -50,39 +50,88 @@ def run_jobs(
     """Run ``jobs`` of ``request`` in child processes within ``timeout`` seconds in all; the
     result per job. A crashed or hung job has ``{"crashed": why, "signal": number or None}``, one
     the time left no room for ``{"crashed": late}``."""
-    import torch  # torch loads on first use
+    return PendingJobs(request, jobs, timeout, path, late).results()
 
-    results: dict[Job, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout
-    child = engine_child()
-    with tempfile.TemporaryDirectory(prefix="pytest-aoti-child-") as root:
-        request_path = Path(root) / "request.pt"
-        remaining = list(jobs)
-        attempt = 0
-        while remaining:
-            attempt += 1
-            outdir = Path(root) / f"run-{attempt}"
-            outdir.mkdir()
-            torch.save({**request, "jobs": remaining}, request_path)
-            why = child.run(request_path, outdir, max(1.0, deadline - time.monotonic()), path)
-            done = 0
-            for position, job in enumerate(remaining):
-                job_path = outdir / f"job-{position}.pt"
-                if not job_path.exists():
+
+class PendingJobs:
+    """:func:`run_jobs` started: the child works on the request while this process goes on;
+    :meth:`results` waits for it (and runs what a crash left on a new child). Until then the
+    child takes no other request: every started request is waited for, or
+    :meth:`discarded`."""
+
+    def __init__(
+        self,
+        request: Mapping[str, Any],
+        jobs: Sequence[Job],
+        timeout: float,
+        path: Sequence[str] = (),
+        late: str = "not run: the time for these calls ran out",
+    ) -> None:
+        self._request = request
+        self._path = path
+        self._late = late
+        self._deadline = time.monotonic() + timeout
+        self._child = engine_child()
+        self._root = tempfile.TemporaryDirectory(prefix="pytest-aoti-child-")
+        self._remaining = list(jobs)
+        self._attempt = 0
+        self._outdir = Path(self._root.name)
+        self._unsent: str | None = None
+        """Why the last request could not be sent (None: it was)."""
+        self._send()
+
+    def _send(self) -> None:
+        import torch  # torch loads on first use
+
+        self._attempt += 1
+        self._outdir = Path(self._root.name) / f"run-{self._attempt}"
+        self._outdir.mkdir()
+        request_path = Path(self._root.name) / "request.pt"
+        torch.save({**self._request, "jobs": self._remaining}, request_path)
+        left = max(1.0, self._deadline - time.monotonic())
+        self._unsent = self._child.send(request_path, self._outdir, self._path, left)
+
+    def results(self) -> dict[Job, dict[str, Any]]:
+        """Every job's result (see :func:`run_jobs`), once the child answered."""
+        import torch
+
+        results: dict[Job, dict[str, Any]] = {}
+        try:
+            while self._remaining:
+                why = self._unsent
+                if why is None:
+                    why = self._child.answer(max(1.0, self._deadline - time.monotonic()))
+                done = 0
+                for position, job in enumerate(self._remaining):
+                    job_path = self._outdir / f"job-{position}.pt"
+                    if not job_path.exists():
+                        break
+                    results[job] = torch.load(job_path, weights_only=False, map_location="cpu")
+                    done += 1
+                if done == len(self._remaining):
                     break
-                results[job] = torch.load(job_path, weights_only=False, map_location="cpu")
-                done += 1
-            if done == len(remaining):
-                break
-            if why is None:
-                why = "the child process stopped without a result"
-            results[remaining[done]] = {"crashed": why, "signal": child.last_signal}
-            remaining = remaining[done + 1 :]
-            if time.monotonic() >= deadline:
-                for job in remaining:
-                    results[job] = {"crashed": late}
-                break
-    return results
+                if why is None:
+                    why = "the child process stopped without a result"
+                results[self._remaining[done]] = {
+                    "crashed": why,
+                    "signal": self._child.last_signal,
+                }
+                self._remaining = self._remaining[done + 1 :]
+                if time.monotonic() >= self._deadline:
+                    for job in self._remaining:
+                        results[job] = {"crashed": self._late}
+                    break
+                if self._remaining:
+                    self._send()
+        finally:
+            self._remaining = []
+            self._root.cleanup()
+        return results
+
+    def discarded(self) -> None:
+        """Wait for the child's answer and drop it (this process no longer needs it)."""
+        with contextlib.suppress(Exception):
+            self.results()
 
 
 class EngineChild:
@@ -116,6 +165,15 @@ class EngineChild:
     ) -> str | None:
         """Have the child run ``request``'s jobs (``path`` first on its ``sys.path``); None when
         it answered, else why not (the child is then gone)."""
+        why = self.send(request, outdir, path, timeout)
+        return why if why is not None else self.answer(timeout)
+
+    def send(
+        self, request: Path, outdir: Path, path: Sequence[str] = (), timeout: float = 120.0
+    ) -> str | None:
+        """Ask the child to run ``request``'s jobs without waiting (:meth:`answer` waits);
+        None when asked, else why not (the child is then gone). ``timeout``: for the answers
+        of earlier preloads and releases."""
         self.last_signal = None
         process = self._process
         if process is not None and process.poll() is None:
@@ -137,7 +195,12 @@ class EngineChild:
             process.stdin.flush()
         except OSError:
             return self._failed()
-        assert self._reader is not None
+        return None
+
+    def answer(self, timeout: float) -> str | None:
+        """Wait for the answer to the request :meth:`send` asked; None when the child
+        answered, else why not (the child is then gone)."""
+        assert self._reader is not None and self._process is not None
         line = self._reader.line(timeout)
         if line is None:
             self.close()
@@ -331,6 +394,20 @@ def engine_child() -> EngineChild:
         _PROCESS = EngineChild(_CHILD)
         atexit.register(_PROCESS.close)
     return _PROCESS
+
+
+def side_by_side() -> bool:
+    """Whether the engine child may make its calls while this process makes its own: the
+    cores this process may use hold both processes' torch threads. Where they do not, each
+    process's parallel regions would wait on threads the other keeps busy, and the two
+    run one after the other instead."""
+    import torch
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return cores >= 2 * torch.get_num_threads()
 
 
 def prestart_engine_child() -> None:

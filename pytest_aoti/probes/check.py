@@ -52,6 +52,7 @@ from pytest_aoti.api import (
     Finding,
     FindingKind,
     Float64Reference,
+    InputRun,
     Outcome,
     Phase,
     ProgramAttachments,
@@ -59,8 +60,8 @@ from pytest_aoti.api import (
     Triage,
     clone_tree,
     compare_trees,
-    eager_module,
     named_user_inputs,
+    side_by_side,
 )
 from pytest_aoti.probes.feature import PROBE_KINDS, ProbeOptions
 from pytest_aoti.probes.outcomes import (
@@ -70,7 +71,13 @@ from pytest_aoti.probes.outcomes import (
     ProbeReport,
     with_remedy,
 )
-from pytest_aoti.probes.runner import CHILD_TIMEOUT, run_child, with_tensors
+from pytest_aoti.probes.runner import (
+    CHILD_TIMEOUT,
+    child_results,
+    run_child,
+    start_child,
+    with_tensors,
+)
 from pytest_aoti.probes.variants import Variant, check_skip, choose_variants
 
 if TYPE_CHECKING:
@@ -326,52 +333,91 @@ def _probe(
     tolerance: Tolerance,
     timeout: float,
 ) -> tuple[list[ProbeOutcome], list[str]]:
-    """Eager and the exported program's guards here, the engine in a child process."""
+    """Eager and the exported program's guards here, the engine in a child process: eager
+    first (a variant eager rejects never reaches the engine), then the child's calls while
+    the guards run here, where the cores hold both processes' threads."""
     with warnings.catch_warnings():
         # a variant's eager or guarded run may warn (under filterwarnings=error, raise):
         # that says nothing about the engine
         warnings.simplefilter("ignore")
-        judged, skipped = _eager_and_guards(program, module, variants)
-    if not judged:
-        return [], skipped
-    ran = run_child(program, [item.variant for item in judged], timeout)
+        judged, skipped = _eager_runs(program, module, variants)
+        if not judged:
+            return [], skipped
+        started = time.perf_counter()
+        beside = side_by_side()  # else the guards run first: the cores do not hold both
+        if not beside:
+            _guard(program, judged)
+        pending = start_child(program, [item.variant for item in judged], timeout, (False,))
+        try:
+            if beside:
+                _guard(program, judged)
+        except BaseException:
+            pending.discarded()
+            raise
+    ran = child_results(pending)
     outcomes = [
-        _judge(program, item, ran.get((index, False)), ran.get((index, True)), tolerance)
+        _judge(program, item, ran.get((index, False)), None, tolerance)
         for index, item in enumerate(judged)
     ]
+    # the engine with its input checks runs only what the engine got wrong: whether the
+    # checks refuse it is the hazard's remedy (None on an outcome that is no hazard)
+    hazards = [index for index, made in enumerate(outcomes) if made.outcome in HAZARDS]
+    if hazards:
+        left = max(1.0, timeout - (time.perf_counter() - started))
+        rerun = run_child(program, [judged[i].variant for i in hazards], left, checked=(True,))
+        for position, index in enumerate(hazards):
+            outcomes[index] = _judge(
+                program,
+                judged[index],
+                ran.get((index, False)),
+                rerun.get((position, True)),
+                tolerance,
+            )
     return outcomes, skipped
 
 
-def _eager_and_guards(
+def _eager_runs(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
 ) -> tuple[list[_Judged], list[str]]:
-    """Eager's result of each variant, and whether the exported program accepts it."""
-    guarded = program.exported.module()
-    if program.mutated_buffers:
-        guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
+    """Eager's result of each variant it accepts (the others skipped)."""
     judged: list[_Judged] = []
     skipped: list[str] = []
+    # one eager copy and one float64 copy for every variant, put back before each
+    copies = InputRun.module_copies(module)
     for variant in variants:
         try:
             eager = _call(
-                eager_module(module),
+                copies.eager().module,
                 *(variant.eager_inputs or (variant.args, variant.kwargs)),
             )
         except Exception:  # eager itself rejects the variant: nothing a caller can do
             skipped.append(f"{variant.input}: {variant.variant} (eager rejects it)")
             continue
-        accepted = not variant.outside_contract
-        if accepted:
-            try:
-                _call(guarded, *clone_tree((variant.args, variant.kwargs)))
-            except Exception:
-                accepted = False
         reference = None
         if variant.kind == EDGE_KIND:
-            # it runs a float64 copy of its own: the module as given, not another copy
-            reference = Float64Reference(program, module, variant.args, dict(variant.kwargs))
-        judged.append(_Judged(variant, accepted, eager, reference))
+            # the float64 copy of the module as given, shared with the other variants
+            reference = Float64Reference(
+                program, module, variant.args, dict(variant.kwargs), shared=copies.float64
+            )
+        judged.append(_Judged(variant, not variant.outside_contract, eager, reference))
     return judged, skipped
+
+
+def _guard(program: AotiProgram, judged: list[_Judged]) -> None:
+    """Whether the exported program accepts each variant inside the contract (``accepted``
+    turns False where it refuses it)."""
+    if not any(item.accepted for item in judged):
+        return
+    guarded = program.exported.module()
+    if program.mutated_buffers:
+        guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
+    for item in judged:
+        if not item.accepted:
+            continue
+        try:
+            _call(guarded, *clone_tree((item.variant.args, item.variant.kwargs)))
+        except Exception:
+            item.accepted = False
 
 
 def _call(module: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -8,12 +8,13 @@ rest, until the time for the program's probes is spent.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import child_preparation, ordered_kwargs, run_jobs
+from pytest_aoti.api import PendingJobs, child_preparation, ordered_kwargs
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -24,14 +25,27 @@ CHILD_TIMEOUT = 120.0
 
 
 def run_child(
-    program: AotiProgram, variants: list[Variant], timeout: float
+    program: AotiProgram,
+    variants: list[Variant],
+    timeout: float,
+    checked: Sequence[bool] = (False, True),
 ) -> dict[tuple[int, bool], dict[str, Any]]:
-    """Run every variant unchecked, then with the engine's input checks, in child
-    processes; a crash or a hang ends a child, and the next one goes on after the job it
-    died in. Returns the result per ``(variant index, checked)``; a job that crashed or
-    hung has ``{"crashed": why}``."""
-    jobs = [(index, False) for index in range(len(variants))]
-    jobs += [(index, True) for index in range(len(variants))]
+    """Run every variant unchecked, then with the engine's input checks (``checked``: which
+    of the two), in child processes; a crash or a hang ends a child, and the next one goes
+    on after the job it died in. Returns the result per ``(variant index, checked)``; a job
+    that crashed or hung has ``{"crashed": why}``."""
+    return child_results(start_child(program, variants, timeout, checked))
+
+
+def start_child(
+    program: AotiProgram,
+    variants: list[Variant],
+    timeout: float,
+    checked: Sequence[bool] = (False, True),
+) -> PendingJobs:
+    """:func:`run_child` started: the child works while this process goes on; pass the
+    result to :func:`child_results` (the child takes no other request before)."""
+    jobs = [(index, with_checks) for with_checks in checked for index in range(len(variants))]
     device = program.device
     preparation = child_preparation(program)
     request = {
@@ -41,9 +55,14 @@ def run_child(
         "inputs": [copy.deepcopy(_flat_tensors(program, v)) for v in variants],
         **preparation.request(),
     }
-    results = run_jobs(
+    return PendingJobs(
         request, jobs, timeout, preparation.path, late="not run: the probes ran out of time"
     )
+
+
+def child_results(pending: PendingJobs) -> dict[tuple[int, bool], dict[str, Any]]:
+    """The result per ``(variant index, checked)`` of a :func:`start_child`."""
+    results = pending.results()
     for result in results.values():
         result.pop("signal", None)
     return results

@@ -169,6 +169,7 @@ class CallRunner:
             if checks is not None:
                 checks.run("eager")  # the weights are safe: the program writes none
             screened = checks is not None and self._screens(plan)
+            child = checks is not None and self._child_screens(plan)
             with library_warnings_recorded(heard.append):
                 if checks is not None:
                     checks.exported(exported)
@@ -178,8 +179,11 @@ class CallRunner:
                     inductor_configs=dict(plan.inductor_configs),
                     label=self.label,
                     # the engine child loads the package while this process stores it
-                    after_compile=self._preload if screened else None,
+                    after_compile=self._preload if child else None,
                     weight_digests=digests,
+                    # a program compiled here has no kept verdicts: its first call is screened,
+                    # so the child imports torch while this process compiles
+                    before_compile=prestart_engine_child if child else None,
                 )
             if screened and not program.seconds_compiled_here:
                 self._preload(
@@ -218,13 +222,16 @@ class CallRunner:
     def _screens(self, plan: CheckPlan) -> bool:
         """Whether the engine child will be this check's engine (:mod:`..checks.crash_screen`):
         started before the export, the package loaded there as soon as it is written. A module
-        whose weights make a package below ``SERVED_FROM_BYTES`` starts it only where a call
-        is screened (a warm run's kept verdicts start none)."""
+        whose weights make a package below ``SERVED_FROM_BYTES`` starts it as its compile
+        starts (a compiled program's calls are screened; a warm run's kept verdicts start
+        none)."""
         return (
-            plan.options.crash_screen
-            and self.device.type in ("cpu", "cuda")
-            and _weight_bytes(plan.module) >= check_base.SERVED_FROM_BYTES
+            self._child_screens(plan) and _weight_bytes(plan.module) >= check_base.SERVED_FROM_BYTES
         )
+
+    def _child_screens(self, plan: CheckPlan) -> bool:
+        """Whether this check's calls are screened in the engine child (on a cold program)."""
+        return plan.options.crash_screen and self.device.type in ("cpu", "cuda")
 
     def _preload(self, package: Path) -> None:
         preload_engine(package, self.device.index if self.device.type == "cuda" else None)

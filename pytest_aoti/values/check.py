@@ -34,6 +34,7 @@ from pytest_aoti.api import (
     Phase,
     RecordPart,
     named_user_inputs,
+    side_by_side,
     tensor_bytes,
 )
 from pytest_aoti.values.draws import DrawPlan, draw_seed, tie_dependent
@@ -305,24 +306,45 @@ class _Search:
         passes to ``passed``); False once one failed (kept in :attr:`failed`)."""
         __tracebackhide__ = True
         runs = []
-        for draw, inputs in batch:
-            run = self._input_run(draw.index, inputs)
-            try:
-                run.eager_history(self.context.calls)
-            except EagerRaised:  # the module itself refuses these values: not a finding
-                self.refused += 1
-                self.refused_by_eager += 1
-                continue
-            runs.append((draw, inputs, run))
-        if not runs:
-            return True
-        if self._screen is not None:  # a crash raises here
+        refused: list[int] = []
+        # the child makes the draws' engine calls while eager makes its own here, where the
+        # cores hold both, unless eager refused earlier draws (the engine is not asked what
+        # eager refuses)
+        screening = (
+            self._screen.start_all(
+                [inputs for _, inputs in batch],
+                [f"values draw {draw.index}" for draw, _ in batch],
+                serve=True,
+            )
+            if self._screen is not None and not self.refused_by_eager and side_by_side()
+            else None
+        )
+        try:
+            for position, (draw, inputs) in enumerate(batch):
+                run = self._input_run(draw.index, inputs)
+                try:
+                    run.eager_history(self.context.calls)
+                except EagerRaised:  # the module itself refuses these values: not a finding
+                    self.refused += 1
+                    self.refused_by_eager += 1
+                    refused.append(position)
+                    continue
+                runs.append((draw, inputs, run))
+        except BaseException:
+            if screening is not None:
+                screening.discard()
+            raise
+        if screening is not None:  # a crash raises here
+            screening.finish(ignore=refused)
+        elif self._screen is not None and runs:
             # the child's calls are the draws' engine calls (each draw runs once)
             self._screen.screen_all(
                 [inputs for _, inputs, _ in runs],
                 [f"values draw {d.index}" for d, _, _ in runs],
                 serve=True,
             )
+        if not runs:
+            return True
         for draw, _, run in runs:
             try:
                 self.stats += self._checked(run)

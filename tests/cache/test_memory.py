@@ -130,3 +130,33 @@ def test_registry_keeps_no_program_weights(tmp_path: Path) -> None:
     assert not again.first_use
     assert again.decomposed is not None  # decomposed again, on demand
     assert registry.stats.compiled == 1
+
+
+def test_the_compile_s_start_and_end_are_announced_only_where_it_compiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``before_compile`` (the engine child starts importing torch) and ``after_compile``
+    run once, around the one compile; a program the registry already has runs neither."""
+    from pytest_aoti.compiling.program import CompiledArtifact
+    from pytest_aoti.mutation_maps import read_signature
+
+    exported = torch.export.export(Wide(), (torch.randn(2, 64),))
+    registry = ProgramRegistry(tmp_path)
+    said: list[str] = []
+
+    def compiled(key, exported, configs):  # type: ignore[no-untyped-def]
+        said.append("compile")
+        package = tmp_path / "model.pt2"
+        signature = read_signature(exported)
+        return CompiledArtifact(key, package, signature, 1.0, cache_hit=False), None
+
+    monkeypatch.setattr(registry, "_compile", compiled)
+    for _ in range(2):
+        registry.program_for(
+            exported,
+            device=CPU,
+            inductor_configs=None,
+            before_compile=lambda: said.append("before"),
+            after_compile=lambda package: said.append(f"after {package.name}"),
+        )
+    assert said == ["before", "compile", "after model.pt2"]

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from pytest_aoti.checks.crash_screen import crash_finding, inputs_digest, signal_name
+from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import REPRODUCIBLE_KINDS, FindingKind
 from pytest_aoti.triage.repro import reproduces
 
@@ -284,8 +285,17 @@ def _screen_of_double(monkeypatch: pytest.MonkeyPatch, requests: list[dict[str, 
     from pytest_aoti.checks import crash_screen
     from pytest_aoti.checks.crash_screen import CrashScreen
 
-    def run_jobs(request, jobs, timeout, path=(), late=""):  # type: ignore[no-untyped-def]
-        requests.append(request)
+    class PendingJobs:
+        """The child's answer to one request: every call doubles its input."""
+
+        def __init__(self, request, jobs, timeout, path=(), late=""):  # type: ignore[no-untyped-def]
+            requests.append(request)
+            self.request, self.jobs = request, jobs
+
+        def results(self):  # type: ignore[no-untyped-def]
+            return answers(self.request, self.jobs)
+
+    def answers(request, jobs):  # type: ignore[no-untyped-def]
         return {
             job: {
                 "calls": [
@@ -302,7 +312,7 @@ def _screen_of_double(monkeypatch: pytest.MonkeyPatch, requests: list[dict[str, 
             for job in jobs
         }
 
-    monkeypatch.setattr(crash_screen, "run_jobs", run_jobs)
+    monkeypatch.setattr(crash_screen, "PendingJobs", PendingJobs)
     exported = torch.export.export(_Double(), (torch.ones(3),))
     program = SimpleNamespace(
         device=torch.device("cpu"),
@@ -360,3 +370,33 @@ def test_a_search_takes_the_childs_calls_and_keeps_no_verdict(
     other = screen.search_engine(load, ((torch.full((3,), 9.0),), {}))
     assert torch.equal(other()(torch.full((3,), 9.0)), torch.full((3,), 18.0))
     assert loads == [1, 1]
+
+
+def test_a_started_screen_runs_beside_this_process_and_ignores_the_sets_dropped_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request goes out at start, its answer is read at finish; a crash of a set the
+    check dropped in between (eager refused it) is no finding, any other crash is."""
+    from pytest_aoti.checks import crash_screen
+
+    requests: list[dict[str, object]] = []
+    screen, _ = _screen_of_double(monkeypatch, requests)
+    answered: list[int] = []
+    doubling = crash_screen.PendingJobs
+
+    class CrashingOnTheSecond(doubling):  # type: ignore[misc, valid-type]
+        def results(self):  # type: ignore[no-untyped-def]
+            answered.append(len(requests))
+            results = super().results()
+            results[(1, False)] = {"crashed": "the engine crashed the process (signal 11)"}
+            return results
+
+    monkeypatch.setattr(crash_screen, "PendingJobs", CrashingOnTheSecond)
+    sets = [((torch.full((3,), float(i)),), {}) for i in range(3)]
+    labels = [f"draw {i}" for i in range(3)]
+    started = screen.start_all(sets, labels, serve=True)
+    assert len(requests) == 1 and not answered, "sent at the start, not yet waited for"
+    started.finish(ignore=[1])
+    assert answered == [1]
+    with pytest.raises(AotiCheckError, match="draw 1"):
+        screen.start_all(sets, labels, serve=True).finish()

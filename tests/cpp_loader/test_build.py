@@ -159,6 +159,28 @@ def test_a_kept_runner_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.Monk
     assert runner_build(tmp_path / "cache") == Build(folder / build.BINARY)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="a shell script as the compiler")
+def test_a_runner_this_process_built_is_copied_into_another_cache_not_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second cache (another session of the same process) gets a copy: one compile."""
+    calls = tmp_path / "calls"
+    writes_a_runner = (
+        f"echo run >> {calls}\n"
+        'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+        'printf \'#!/bin/sh\\necho ready\\n\' > "$out"; chmod +x "$out"'
+    )
+    monkeypatch.setenv("CXX", str(script_compiler(tmp_path / "runner-g++", writes_a_runner)))
+    first = runner_build(tmp_path / "first")
+    assert first.binary is not None and first.built_here, first
+    second = runner_build(tmp_path / "second")
+    assert second.binary is not None and second.binary.parent.parent.parent == tmp_path / "second"
+    assert second.binary.read_bytes() == first.binary.read_bytes()
+    assert not second.built_here and calls.read_text() == "run\n", "compiled once"
+    [record] = (tmp_path / "second" / FOLDER).glob(f"*/{RECORD}")
+    assert json.loads(record.read_text())["ok"] is True
+
+
 def test_a_cxx_that_is_missing_is_the_reason_and_no_other_compiler_replaces_it() -> None:
     found = {"c++": "/usr/bin/c++", "g++": "/usr/bin/g++"}
     assert find_compiler({"CXX": "/opt/missing/clang++"}, found.get) == (

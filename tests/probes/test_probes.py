@@ -551,6 +551,13 @@ def _doubling_program() -> tuple[Any, Any, Any]:
     return _program_stub(Double(), (x,), set()), Double(), x
 
 
+def _child_replaced(monkeypatch: pytest.MonkeyPatch, child: Any) -> None:
+    """``child(program, variants, timeout, checked)`` answers the probes' requests."""
+    monkeypatch.setattr(probes, "run_child", child)
+    monkeypatch.setattr(probes, "start_child", child)
+    monkeypatch.setattr(probes, "child_results", lambda answered: answered)
+
+
 def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
     from pytest_aoti.tolerance import Tolerance
 
@@ -558,7 +565,9 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
     cache = _KeptSidecars()
     calls = []
 
-    def fake_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
+    def fake_child(
+        program: Any, variants: list[Any], timeout: float, checked: Any = (False, True)
+    ) -> dict[Any, Any]:
         calls.append(len(variants))
         return {
             (index, checked): {"error": "refused"}
@@ -566,7 +575,7 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
             for checked in (False, True)
         }
 
-    monkeypatch.setattr(probes, "run_child", fake_child)
+    _child_replaced(monkeypatch, fake_child)
     first, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     again, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     assert len(calls) == 1 and not first.cached and again.cached
@@ -577,6 +586,50 @@ def test_cached_outcomes_call_no_engine(tmp_path: Path, monkeypatch) -> None:
     assert len(calls) == 2 and not other.cached, "another tolerance probes again"
 
 
+def test_only_a_variant_the_engine_gets_wrong_runs_again_with_input_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first request runs every variant unchecked; the second, checked, only the one
+    whose answer differs from eager's: ``refused_with_checks`` is the hazard's alone."""
+    import torch
+
+    from pytest_aoti.probes import runner as probe_runner
+    from pytest_aoti.tolerance import Tolerance
+
+    program, double, x = _doubling_program()
+    program.scalar_output_dtypes = ()  # its output is a tensor
+    asked: list[tuple[int, tuple[bool, ...]]] = []
+
+    def child(program: Any, variants: list[Any], timeout: float, checked: Any) -> Any:
+        asked.append((len(variants), tuple(checked)))
+        results: dict[Any, Any] = {}
+        for index, variant in enumerate(variants):
+            [tensor] = probe_runner._flat_tensors(program, variant)
+            wrong = variant is first_variant[0]
+            answer = {"outputs": tensor * (3 if wrong else 2), "inputs": [tensor]}
+            for with_checks in checked:
+                results[(index, with_checks)] = {"error": "refused"} if with_checks else answer
+        return results
+
+    first_variant: list[Any] = []
+    chosen = probes.choose_variants
+
+    def variants_noted(*args: Any, **kwargs: Any) -> Any:
+        made = chosen(*args, **kwargs)
+        first_variant.append(made[0])
+        return made
+
+    monkeypatch.setattr(probes, "choose_variants", variants_noted)
+    _child_replaced(monkeypatch, child)
+    report, variants = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance())
+    assert not report.error, report.error
+    [first, *others] = report.outcomes
+    assert asked == [(len(report.outcomes), (False,)), (1, (True,))]
+    assert first.outcome in ("wrong", "unguarded") and first.refused_with_checks is True
+    assert others and all(o.outcome == "ok" and o.refused_with_checks is None for o in others)
+    assert torch.equal(x, torch.ones(3, 2))
+
+
 def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkeypatch) -> None:
     """A variant not run in time says nothing about the package: the next run probes again."""
     from pytest_aoti.tolerance import Tolerance
@@ -584,7 +637,9 @@ def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkey
     program, double, x = _doubling_program()
     cache = _KeptSidecars()
 
-    def late_child(program: Any, variants: list[Any], timeout: float) -> dict[Any, Any]:
+    def late_child(
+        program: Any, variants: list[Any], timeout: float, checked: Any = (False, True)
+    ) -> dict[Any, Any]:
         results: dict[Any, Any] = {
             (index, checked): {"error": "refused"}
             for index in range(len(variants))
@@ -593,7 +648,7 @@ def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkey
         results[(0, False)] = {"crashed": "not run: the probes ran out of time"}
         return results
 
-    monkeypatch.setattr(probes, "run_child", late_child)
+    _child_replaced(monkeypatch, late_child)
     first, _ = probes.run_probes(program, double, (x,), {}, tolerance=Tolerance(), cache=cache)
     assert any(o.detail.startswith("not run:") for o in first.outcomes)
     assert cache.kept == {}
