@@ -98,7 +98,16 @@ def _interrupt_its_compile(
         compilers = {pid: name for pid, name in found.items() if name in COMPILER_NAMES}
         time.sleep(0.05)
     assert compilers, "no compiler process was seen:\n" + "".join(output)
-    os.kill(process.pid, signal.SIGINT)  # the pytest process alone, as a debugger or CI does
+    # the pytest process alone, as a debugger or CI does; again while its compilers still
+    # run, as a user presses Ctrl-C again (a first one can land where torch drops it)
+    sent = 0
+    while process.poll() is None and sent < 10:
+        running = {pid for pid, name in descendants(process.pid).items() if name in COMPILER_NAMES}
+        if sent and not running:
+            break
+        os.kill(process.pid, signal.SIGINT)
+        sent += 1
+        time.sleep(0.5)
     code = process.wait(timeout=120)
     reader.join(timeout=10)
     return "".join(output), compilers, code
