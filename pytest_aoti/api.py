@@ -76,12 +76,16 @@ if TYPE_CHECKING:
     from pytest_aoti.compare import same_answers as same_answers
     from pytest_aoti.compiling.custom_ops import child_preparation as child_preparation
     from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
+    from pytest_aoti.compiling.graph_ops import aten_op as aten_op
     from pytest_aoti.compiling.graph_ops import control_flow_name as control_flow_name
     from pytest_aoti.compiling.graph_ops import first_call_of as first_call_of
     from pytest_aoti.compiling.graph_ops import is_view_op as is_view_op
     from pytest_aoti.compiling.graph_ops import op_name as op_name
+    from pytest_aoti.compiling.graph_ops import schema_arguments as schema_arguments
+    from pytest_aoti.compiling.machine import settled_target as settled_target
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
     from pytest_aoti.compiling.program import AotiProgram as AotiProgram
+    from pytest_aoti.compiling.vec_isa import loop_width as loop_width
     from pytest_aoti.errors import install_hint as install_hint
     from pytest_aoti.errors import user_facing as user_facing
     from pytest_aoti.folder_names import MAX_NAME_LENGTH as MAX_NAME_LENGTH
@@ -122,6 +126,7 @@ if TYPE_CHECKING:
     from pytest_aoti.trees import distinct_shape as distinct_shape
     from pytest_aoti.trees import has_own_elements as has_own_elements
     from pytest_aoti.trees import laid_out_like as laid_out_like
+    from pytest_aoti.trees import relaid as relaid
     from pytest_aoti.trees import tensor_bytes as tensor_bytes
 
 _LAZY: dict[str, str] = {  # names that load their module (and torch) on first use
@@ -148,6 +153,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "compare_leaf": "pytest_aoti.compare",
     "compare_trees": "pytest_aoti.compare",
     "same_answers": "pytest_aoti.compare",
+    "aten_op": "pytest_aoti.compiling.graph_ops",
     "control_flow_name": "pytest_aoti.compiling.graph_ops",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
     "distinct_shape": "pytest_aoti.trees",
@@ -170,6 +176,9 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "mismatch_counts": "pytest_aoti.tolerance",
     "named_user_inputs": "pytest_aoti.mutation_maps",
     "op_name": "pytest_aoti.compiling.graph_ops",
+    "schema_arguments": "pytest_aoti.compiling.graph_ops",
+    "loop_width": "pytest_aoti.compiling.vec_isa",
+    "settled_target": "pytest_aoti.compiling.machine",
     "ordered_kwargs": "pytest_aoti.checks.aliasing",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",
@@ -177,6 +186,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "quoted_frames": "pytest_aoti.compiling.explain",
     "read_signature_names": "pytest_aoti.mutation_maps",
     "Refusal": "pytest_aoti.checks.refused",
+    "relaid": "pytest_aoti.trees",
     "refusal_lines": "pytest_aoti.checks.refused",
     "replace_text": "pytest_aoti.atomic_files",
     "run_jobs": "pytest_aoti.isolation.process",

@@ -4,7 +4,7 @@ into text: the failure text, the JSON report and the repro bundle read the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -301,6 +301,21 @@ def plain_finding(
         details=tuple(line.strip() for line in rest),
         **fields,
     )
+
+
+def layouts_lead(failed: Sequence[str], passed: Sequence[str]) -> str:
+    """What a failure of a check run in several layouts says first: where it failed and where
+    it passed (``""`` is the example's own layout)."""
+
+    def named(layouts: Sequence[str]) -> str:
+        others = [layout for layout in layouts if layout]
+        parts = ["the example's own layout"] if "" in layouts else []
+        if others:
+            parts.append(f"layout{'s' if len(others) > 1 else ''} {', '.join(others)}")
+        return " and in ".join(parts)
+
+    line = f"fails in {named(failed)}"
+    return f"{line} (passes in {named(passed)})" if passed else line
 
 
 def _tol(value: float) -> str:

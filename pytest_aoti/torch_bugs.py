@@ -77,6 +77,13 @@ NEXTAFTER_STEPS_A_FLOAT32_ULP = TorchBug(
     measured=("2.13.0", "2.14.1"),
 )
 
+MINIMUM_OF_ZEROS_ONE_ELEMENT = TorchBug(
+    issue="pytorch/pytorch#194347",
+    summary="minimum and maximum of -0.0 and +0.0 return the other zero in Inductor's CPU code "
+    "than in eager (on one-element bfloat16 inputs, 1 / minimum(x, y) answers +inf for -inf)",
+    measured=("2.13.0",),
+)
+
 COMPLEX_SCALAR_PROMOTED = TorchBug(
     issue="no upstream issue found (raw reproduction: tests/checks/test_input_signatures.py)",
     summary="a 0-dim complex64 tensor times a Python float comes back from the engine as "

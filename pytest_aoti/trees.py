@@ -1,5 +1,7 @@
 """Pytrees of tensors: the one clone every check, triage step and bundle uses, and their size. A
-clone keeps sizes, strides and storage offset: the engine was compiled for them."""
+clone keeps sizes, strides and storage offset: the engine was compiled for them. The same
+values in another memory layout (channels_last, permuted) for the ``layouts`` option and the
+probes."""
 
 from __future__ import annotations
 
@@ -110,4 +112,61 @@ def tensor_bytes(tree: Any) -> int:
         leaf.numel() * leaf.element_size()
         for leaf in pytree.tree_leaves(tree)
         if isinstance(leaf, torch.Tensor)
+    )
+
+
+LAYOUTS: dict[str, str] = {
+    "channels_last": "4-D",
+    "channels_last_3d": "5-D",
+    "permuted": "2-D and up",
+}
+"""The memory layouts an input can be relaid in, by name, with the tensors each applies to."""
+
+
+def relaid(tensor: torch.Tensor, layout: str) -> torch.Tensor | None:
+    """``tensor``'s values in memory layout ``layout`` (:data:`LAYOUTS`): ``channels_last``
+    for 4-D, ``channels_last_3d`` for 5-D, ``permuted`` (the last two dims' strides swapped)
+    for 2-D and up; None where the layout does not apply to it."""
+    import torch
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}: use {', '.join(LAYOUTS)}")
+    if tensor.layout != torch.strided:
+        return None
+    if layout == "channels_last" and tensor.dim() == 4:
+        return tensor.contiguous(memory_format=torch.channels_last)
+    if layout == "channels_last_3d" and tensor.dim() == 5:
+        return tensor.contiguous(memory_format=torch.channels_last_3d)
+    if layout == "permuted" and tensor.dim() >= 2:
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return None
+
+
+def relaid_tree(tree: Any, layout: str) -> tuple[Any, bool]:
+    """A pytree with every tensor :func:`relaid` in ``layout`` (other leaves, and tensors it
+    does not apply to, as they are), and whether that changed the layout of any tensor."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    changed = False
+
+    def relay(leaf: Any) -> Any:
+        nonlocal changed
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        made = relaid(leaf.detach(), layout)
+        if made is None or not _other_strides(leaf, made):
+            return leaf  # its own layout kept: the same program reads it alike
+        changed = True
+        return made.requires_grad_() if leaf.requires_grad else made
+
+    return pytree.tree_map(relay, tree), changed
+
+
+def _other_strides(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether the strides differ on a dim of more than one element (a size-1 dim's stride
+    never moves an element)."""
+    return any(
+        size > 1 and mine != theirs
+        for size, mine, theirs in zip(tensor.shape, tensor.stride(), other.stride())
     )

@@ -39,3 +39,30 @@ def _answering_pick_vec_isa(module: Any, isa: object) -> Iterator[None]:
         yield
     finally:
         module.pick_vec_isa = original
+
+
+def loop_width(dtype: Any, isa_name: str | None = None, inner: int | None = None) -> int:
+    """Elements per step of the vectorized loop Inductor's CPU code runs over ``dtype``
+    (the ISA named ``isa_name``, default this machine's): the lanes of a bfloat16 or
+    float16 vector for those dtypes (half of them where the innermost size ``inner`` is
+    shorter), a float32 vector's for every other dtype (Inductor's tiling factor); 1 where
+    no ISA vectorizes."""
+    import torch
+    from torch._inductor import cpu_vec_isa
+
+    isa: Any = None
+    if isa_name is not None:
+        known = [*cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.invalid_vec_isa]
+        isa = next((item for item in known if str(item) == isa_name), None)
+    if isa is None:
+        isa = cpu_vec_isa.pick_vec_isa()
+    if not isa:
+        return 1
+    low_precision = dtype in (torch.bfloat16, torch.float16)
+    try:
+        width = int(isa.nelements(dtype if low_precision else torch.float32))
+    except (KeyError, AttributeError):
+        return 1
+    if low_precision and inner is not None and inner < width:
+        width //= 2
+    return max(1, width)

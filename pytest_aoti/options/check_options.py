@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 from pytest_aoti.options.fields import per_check
 from pytest_aoti.options.parsers import (
     RANDOM_MODES,
+    check_layouts,
     check_share,
     check_switch,
+    parse_layouts,
     parse_share,
     parse_switch,
 )
@@ -59,6 +61,18 @@ class CoreOptions:
         f"written with a percent sign. Default: {DEFAULT_SHARE}.",
         parse=parse_share,
         check=check_share,
+        marker=True,
+        keyword=True,
+    )
+    layouts: tuple[str, ...] = per_check(
+        (),
+        "Memory layouts the deployment feeds the program: compile it once more from the "
+        "example relaid in each (channels_last: 4-D inputs, channels_last_3d: 5-D, permuted: "
+        "the last two dims of 2-D and up) and run the whole check on that program too; a "
+        "comma list such as channels_last,permuted, or none. A layout no input takes is "
+        "skipped with a note. Default: none.",
+        parse=parse_layouts,
+        check=check_layouts,
         marker=True,
         keyword=True,
     )

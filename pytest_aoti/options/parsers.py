@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti.trees import LAYOUTS
+
 
 class ValueProblem(ValueError):
     """What is wrong with a marker's or call's option value; the message says what to write."""
@@ -169,6 +171,46 @@ def parse_export_modes(text: str) -> tuple[str, ...]:
     if len(set(modes)) != len(modes):
         raise argparse.ArgumentTypeError(f"export mode listed twice in {text!r}")
     return modes
+
+
+def _layout_names(names: Any) -> tuple[str, ...] | str:
+    """The layout names of ``names`` (a comma list, or an iterable of names), in order; a
+    message saying what is wrong where they are not."""
+    given = names
+    if isinstance(names, str):
+        names = names.split(",")
+    elif isinstance(names, (set, frozenset)):
+        names = sorted(names, key=str)  # run in one order every time
+    try:
+        chosen = tuple(str(name).strip().lower() for name in names if str(name).strip())
+    except TypeError:
+        return f"expected layout names, got {names!r}"
+    if chosen == ("none",):
+        return ()
+    unknown = [name for name in chosen if name not in LAYOUTS]
+    if unknown:
+        valid = ", ".join(LAYOUTS)
+        return f"unknown layout {', '.join(map(repr, unknown))}: use {valid} or none"
+    if len(set(chosen)) != len(chosen):
+        return f"layout listed twice in {given!r}"
+    return chosen
+
+
+def parse_layouts(text: str) -> tuple[str, ...]:
+    """``"channels_last,permuted"`` → ``("channels_last", "permuted")``; ``none`` → ``()``."""
+    chosen = _layout_names(str(text))
+    if isinstance(chosen, str):
+        raise argparse.ArgumentTypeError(chosen)
+    return chosen
+
+
+def check_layouts(name: str, value: Any) -> tuple[str, ...]:
+    """A marker's or call's layouts: a tuple (or list, set) of names, or one name."""
+    chosen = _layout_names(value) if not isinstance(value, (bytes, Mapping)) else None
+    if chosen is None or isinstance(chosen, str):
+        said = chosen or f"got {value!r}"
+        raise ValueProblem(f"{name} must be layout names such as ('channels_last',): {said}")
+    return chosen
 
 
 def parse_json_object(text: str) -> dict[str, Any]:

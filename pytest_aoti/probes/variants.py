@@ -25,6 +25,7 @@ from pytest_aoti.api import (
     clone_tree,
     ordered_kwargs,
     read_signature_names,
+    relaid,
 )
 from pytest_aoti.probes.feature import PROBE_KINDS, probes_skip_problem
 
@@ -200,15 +201,11 @@ class _VariantMaker:
 def _layouts(leaf: torch.Tensor) -> list[tuple[FindingKind, torch.Tensor]]:
     """Same shape and values in other memory layouts; none that equals the example's."""
     found: list[tuple[FindingKind, torch.Tensor]] = []
-    if leaf.dim() == 4:
-        found.append(
-            (FindingKind.CHANNELS_LAST, leaf.contiguous(memory_format=torch.channels_last))
-        )
-    if leaf.dim() == 5:
-        found.append(
-            (FindingKind.CHANNELS_LAST_3D, leaf.contiguous(memory_format=torch.channels_last_3d))
-        )
-    if leaf.dim() >= 2:
+    for kind in (FindingKind.CHANNELS_LAST, FindingKind.CHANNELS_LAST_3D):
+        other = relaid(leaf, kind.value)  # the layouts option's own relaying
+        if other is not None:
+            found.append((kind, other))
+    if leaf.dim() >= 2:  # every stride reversed; the layouts option swaps the last two only
         order = list(reversed(range(leaf.dim())))
         found.append((FindingKind.PERMUTED, leaf.permute(order).contiguous().permute(order)))
     bigger = torch.zeros(

@@ -3,6 +3,8 @@ records, JUnit properties, repro bundles, the ``pytest_aoti_check_done`` hook.""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_aoti.findings import FindingKind
@@ -49,6 +51,7 @@ class ItemEvents:
         self._session, self._item, self._device = session, item, device
         self._checks = self._programs = 0
         self._notes: list[str] = []
+        self._layout = ""  # the layout the running check's example is relaid in
 
     def _used(self, program: AotiProgram) -> None:
         """Number each program the test uses, to compare its key with last run's."""
@@ -105,7 +108,7 @@ class ItemEvents:
         seconds: float,
     ) -> None:
         self._used(program)
-        if error is None:
+        if error is None and not self._layout:  # the next run preloads the test's own program
             calls = context.engine_calls()
             served = calls is not None and calls["served"] > 0
             self._session.note_served(self._item, program.key if served else None)
@@ -144,6 +147,16 @@ class ItemEvents:
         if result is not None:
             self._session.config.hook.pytest_aoti_check_done(item=self._item, result=result)
 
+    @contextlib.contextmanager
+    def in_layout(self, layout: str) -> Iterator[None]:
+        """The records made inside name ``layout``, and share the check's index: they are
+        one ``aoti.check``, run again on a program compiled from the relaid example."""
+        self._layout = layout
+        try:
+            yield
+        finally:
+            self._layout = ""
+
     def profile_path(self) -> Path | None:
         return self._session.profile_path(self._item)
 
@@ -177,9 +190,11 @@ class ItemEvents:
         self._session.record_inferred(self._item, spec_text)
 
     def _add(self, record: CheckRecord) -> None:
-        self._checks += 1
+        if not self._layout:
+            self._checks += 1
         record.notes, self._notes = self._notes, []
         record.check_index = self._checks
+        record.layout = self._layout
         record.worker = self._session.worker
         self._session.collector.records.append(record)
         self._item.user_properties.extend(check_properties(record))

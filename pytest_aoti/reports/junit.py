@@ -34,6 +34,7 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
     ]
     optional = {
         "aoti_check_index": record.check_index if record.check_index > 1 else None,
+        "aoti_layout": record.layout or None,
         "aoti_max_abs_error": record.max_abs,
         "aoti_max_rel_error": record.max_rel,
         "aoti_fp64_rescued": True if record.fp64_rescued else None,

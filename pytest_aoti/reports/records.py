@@ -55,6 +55,9 @@ class CheckRecord:
     """Where the program's package came from: ``compiled``, ``local`` or ``remote``."""
     check_index: int = 1
     """Which ``aoti.check`` of its test this is (shown as ``#2`` for the second)."""
+    layout: str = ""
+    """The memory layout the check's example was relaid in and its program compiled from
+    (the ``layouts`` option: ``channels_last``); empty for the example's own."""
     notes: list[str] = field(default_factory=list)
     """What the check noted without failing (mutated buffer state, torch's warnings...)."""
     buffers: list[dict[str, Any]] = field(default_factory=list)
@@ -101,8 +104,10 @@ class CheckRecord:
 
     @property
     def label(self) -> str:
-        """``test_x.py::test_a[cpu]``, with ``#2`` for a test's second check."""
-        return self.test if self.check_index <= 1 else f"{self.test} #{self.check_index}"
+        """``test_x.py::test_a[cpu]``, with ``#2`` for a test's second check and
+        ``[channels_last]`` for its check in that layout."""
+        test = f"{self.test}[{self.layout}]" if self.layout else self.test
+        return test if self.check_index <= 1 else f"{test} #{self.check_index}"
 
     @property
     def stage(self) -> str | None:

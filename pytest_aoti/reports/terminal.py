@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from pytest_aoti.cache.history import SEED_ADVICE
 from pytest_aoti.cache.registry import CompileStats
+from pytest_aoti.findings import layouts_lead
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.depth import left_out_lines
 from pytest_aoti.reports.progress import worker_lines
@@ -58,6 +59,24 @@ def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
         "  ".join(cell.rjust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1]
         for row in rows
     ]
+
+
+def layout_lines(records: Sequence[CheckRecord]) -> list[str]:
+    """One line per check run in several layouts (``layouts``) that failed in one: which
+    layouts it failed in and which it passed in."""
+    runs: dict[tuple[str, str, int], list[CheckRecord]] = {}
+    for record in records:
+        runs.setdefault((record.test, record.device, record.check_index), []).append(record)
+    lines = []
+    for (test, device, index), run in runs.items():
+        if not any(record.layout for record in run):
+            continue
+        failed = [record.layout for record in run if record.outcome != "passed"]
+        if failed:
+            passed = [record.layout for record in run if record.outcome == "passed"]
+            label = test if index <= 1 else f"{test} #{index}"
+            lines.append(f"{label} ({device}): {layouts_lead(failed, passed)}")
+    return lines
 
 
 def _error_text(record: CheckRecord) -> str:
@@ -128,6 +147,11 @@ def write_summary(
         reporter.write_sep("-", f"aoti: {title}")
         for row in durations_table(records, durations):
             reporter.write_line(row)
+    layouts = layout_lines(records)
+    if layouts:
+        reporter.write_sep("-", "aoti: failures by layout")
+        for line in layouts:
+            reporter.write_line(line)
     if collector.worker_events:
         reporter.write_sep("-", "aoti: compiles on xdist workers")
         for row in worker_lines(collector.worker_events):

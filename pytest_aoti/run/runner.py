@@ -5,8 +5,10 @@ No torch at import time: ``import pytest_aoti`` loads this module (through the t
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +21,7 @@ from pytest_aoti.checks.signature import names
 from pytest_aoti.compiling.library_warnings import library_warnings_recorded
 from pytest_aoti.compiling.pipeline import export_module
 from pytest_aoti.errors import AotiCheckError, AotiCompileError, AotiExportError
+from pytest_aoti.findings import layouts_lead
 from pytest_aoti.isolation.process import (
     preload_engine,
     prestart_engine_child,
@@ -27,6 +30,7 @@ from pytest_aoti.isolation.process import (
 from pytest_aoti.run.added import PluginChecks, default_plugin_checks
 from pytest_aoti.run.phases import PlanRun
 from pytest_aoti.shapes.formatting import format_dynamic_shapes
+from pytest_aoti.trees import LAYOUTS, relaid_tree
 
 if TYPE_CHECKING:
     import pytest
@@ -82,6 +86,10 @@ class CheckEvents(Protocol):
 
     def inferred(self, spec_text: str) -> None: ...  # dynamic_shapes="auto" inferred it
 
+    def in_layout(self, layout: str) -> AbstractContextManager[None]:
+        """Inside it, the check runs on its example relaid in ``layout`` (the ``layouts``
+        option): its records name the layout."""
+
 
 class CallRunner:
     """Runs the calls of one tester: the device, the registry and the session they share."""
@@ -117,10 +125,59 @@ class CallRunner:
         return program
 
     def check(self, plan: CheckPlan, started: float) -> CheckResult:
-        """Run ``plan``'s checks around its export and compile; report to the session."""
+        """Run ``plan``'s checks around its export and compile; report to the session. With
+        ``layouts``, the same check then runs on a program compiled from the example relaid
+        in each, and one failure says in which layouts the check failed."""
         __tracebackhide__ = True
         if isinstance(plan.dynamic_shapes, str):
             plan = replace(plan, dynamic_shapes=self._infer_dynamic_shapes(plan))
+        if not plan.options.layouts:
+            return self._check(plan, started)
+        return self._check_in_layouts(plan, started)
+
+    def _check_in_layouts(self, plan: CheckPlan, started: float) -> CheckResult:
+        """The check in the example's own layout, then in each of ``plan``'s layouts (each a
+        program of its own, cached like any); every one runs, the first failure is raised."""
+        __tracebackhide__ = True
+        result: CheckResult | None = None
+        failures: list[tuple[str, AotiCheckError | AotiExportError | AotiCompileError]] = []
+        try:
+            result = self._check(plan, started)
+        except AotiCheckError as error:  # export and compile errors: the same in every layout
+            failures.append(("", error))
+        passed = [""] if result is not None else []
+        for layout in plan.options.layouts:
+            relaid = relaid_plan(plan, layout)
+            if relaid is None:
+                self._note(
+                    f"{self.label or 'a check'}: layout {layout} not compiled: no input of the "
+                    f"example is {LAYOUTS[layout]}"
+                )
+                continue
+            runner = copy.copy(self)
+            runner.label = f"{self.label}[{layout}]"
+            within = self.events.in_layout(layout) if self.events else contextlib.nullcontext()
+            try:
+                with within:
+                    runner._check(relaid, time.perf_counter())
+            except (AotiCheckError, AotiExportError, AotiCompileError) as error:
+                failures.append((layout, error))
+            else:
+                passed.append(layout)
+        if failures:
+            first = failures[0][1]
+            lead = layouts_lead([layout for layout, _ in failures], passed)
+            if isinstance(first, AotiCheckError):
+                finding = first.finding
+                joined = f"{lead}: {finding.lead}" if finding.lead else lead
+                raise first.amended(replace(finding, lead=joined)) from None
+            raise type(first)(f"{lead}: {first}", stage=first.stage) from first.__cause__
+        assert result is not None  # no failure: the example's own layout passed
+        return result
+
+    def _check(self, plan: CheckPlan, started: float) -> CheckResult:
+        """One check of ``plan`` as it is: export, compile, the phases' checks."""
+        __tracebackhide__ = True
         events = self.events
         checks = PlanRun(plan, self._context(), self.plugin_checks)
         if self._screens(plan):
@@ -296,6 +353,19 @@ class CallRunner:
         if self.events is not None:
             self.events.inferred(format_dynamic_shapes(spec))
         return spec
+
+
+def relaid_plan(plan: CheckPlan, layout: str) -> CheckPlan | None:
+    """``plan`` with every input set relaid in ``layout`` and no ``layouts`` of its own; None
+    where the layout changes no input of the example (there is no other program to compile)."""
+    sets = [relaid_tree(input_set, layout) for input_set in plan.input_sets]
+    if not sets or not sets[0][1]:
+        return None
+    return replace(
+        plan,
+        input_sets=tuple(input_set for input_set, _ in sets),
+        options=replace(plan.options, layouts=()),
+    )
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ with the input, the element and its value.
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,12 @@ from pytest_aoti.api import (
     tensor_bytes,
 )
 from pytest_aoti.values.draws import DrawPlan, draw_seed, tie_dependent
+from pytest_aoti.values.failing_elements import described_elements
 from pytest_aoti.values.feature import ValuesOptions
+from pytest_aoti.values.graph_constants import graph_constants
+from pytest_aoti.values.passes_key import example_digest, mutates_text, tolerance_text
+from pytest_aoti.values.position_inputs import position_inputs
+from pytest_aoti.values.positions import width_on
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -58,9 +62,10 @@ BATCH_BYTES = 256 * 2**20
 batch at a time, so a large cache is not drawn sixteen times over in memory."""
 SHOWN_ELEMENTS = 4
 """Elements named in a failure's headline."""
-PASSED_SIDECAR = "values_passed_2"
+PASSED_SIDECAR = "values_passed_3"
 """The sidecar, kept with the package, of the draws each test compared and passed on earlier
-runs, with the example they were drawn from and how many runs ran draws: not run again."""
+runs, with the example they were drawn from and how many runs ran draws: not run again (``_3``: the draws of the program's constants, of
+one-element inputs and of the loop's parts; passes kept before them name other draws)."""
 KEPT_EXAMPLES = 4
 """Examples of one test and program whose passed draws are kept (the newest)."""
 SIDECAR = "values_failures_2"
@@ -121,11 +126,21 @@ class _Search:
             )
         self.skip = skip
         self.no_repeats = tie_dependent(exported)
+        one_element = tuple(
+            name
+            for name, leaf in self.named.items()
+            if isinstance(leaf, torch.Tensor) and leaf.numel() == 1
+        )
+        self.positions = position_inputs(exported, one_element)
+        """One-element inputs the program uses as positions: they keep their values."""
+        self.width = width_on(self.program.device)
         self.plan_of_draws = DrawPlan(
             self.named,
             draws=plan.options.of(ValuesOptions).values_draws,
             no_repeats=self.no_repeats,
-            keep=skip,
+            keep=skip | self.positions,
+            constants=graph_constants(exported),
+            width=self.width,
         )
         self.draws = self.plan_of_draws.count
         if self.program.mutated_buffers and not self.given:
@@ -228,12 +243,14 @@ class _Search:
         example (every element), the draws asked for, the tolerance, calls and ``mutates``;
         None where the example cannot be read that way."""
         parts = (
-            _example_digest(self.plan.input_sets[0]),
+            example_digest(self.plan.input_sets[0]),
             self.plan_of_draws.count,
+            self.plan_of_draws.meetings,
+            self.plan_of_draws.constants,
             sorted(self.skip),
-            _tolerance_text(self.plan.tolerance),
+            tolerance_text(self.plan.tolerance),
             self.context.calls,
-            _mutates_text(self.plan.mutates),
+            mutates_text(self.plan.mutates),
         )
         return None if parts[0] is None else repr(parts)
 
@@ -446,16 +463,25 @@ class _Search:
             error = attributed
         except EagerRaised:  # not when it failed: the failure stands as it was found
             pass
-        elements = [
-            _element(name, position, failed.values[name]) for name, position in failed.points
-        ]
+        classes = {name: drawn.classes for name, drawn in self.plan_of_draws.drawn.items()}
+        elements, annotated, met = described_elements(
+            failed.points, failed.values, classes, self.width
+        )
         inner = error.finding
         shown = ", ".join(elements[:SHOWN_ELEMENTS])
         if len(elements) > SHOWN_ELEMENTS:
             shown += f" and {len(elements) - SHOWN_ELEMENTS} more"
         what = f"values draw {failed.draw.index} fails"
         headline = f"{what}: {shown}" if shown else f"{what} (a plain draw of the example's range)"
+        where = [f"where {met}"] if met is not None else []
+        if annotated:
+            more = len(annotated) - SHOWN_ELEMENTS
+            shown_classes = ", ".join(annotated[:SHOWN_ELEMENTS])
+            where.append(
+                f"special points: {shown_classes}" + (f" and {more} more" if more > 0 else "")
+            )
         details = (
+            *where,
             f"first difference: {inner.headline(stage=False)}",
             *inner.details,
             f"{len(elements)} element(s) differ from the plain draw"
@@ -474,6 +500,9 @@ class _Search:
             "failed_draw": failed.draw.index,
             "seconds": round(time.perf_counter() - self.started, 4),
             "elements": elements,
+            "special_points": annotated,
+            "met": met,
+            "constants": list(self.plan_of_draws.constants),
         }
         finding = replace(
             inner,
@@ -504,68 +533,17 @@ class _Search:
             "given": self.given,
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
+            "constants": list(self.plan_of_draws.constants),
+            "positions": sorted(self.positions),
+            "pairs_met": {
+                part: list(counts) for part, counts in self.plan_of_draws.meeting_plan.parts.items()
+            },
         }
         return RecordPart({"values": part}, notes=notes)
 
     def _meeting_count(self) -> int:
         """Meeting draws among :attr:`draws`."""
         return min(len(self.plan_of_draws.meetings), self.draws)
-
-
-def _mutates_text(mutates: Any) -> str:
-    """``mutates`` as the draws depend on it: an expectation function by its name and code
-    (its repr holds an address that changes every run)."""
-    if isinstance(mutates, (set, frozenset, list, tuple)):
-        return repr(sorted(map(str, mutates)))  # a set's order changes with the run's hash seed
-    if not isinstance(mutates, Mapping):
-        return repr(mutates)
-    parts = []
-    for name, expected in sorted(mutates.items(), key=lambda item: str(item[0])):
-        code = getattr(expected, "__code__", None)
-        if callable(expected) and code is not None:
-            digest = hashlib.blake2b(code.co_code, digest_size=8).hexdigest()
-            parts.append(f"{name}={getattr(expected, '__qualname__', '')}:{digest}")
-        elif callable(expected):
-            parts.append(f"{name}={type(expected).__qualname__}")
-        elif isinstance(expected, torch.Tensor):
-            parts.append(f"{name}={_example_digest(((expected,), {}))}")
-        else:
-            parts.append(f"{name}={expected!r}")
-    return ";".join(parts)
-
-
-def _tolerance_text(tolerance: Any) -> str:
-    """The tolerance's own figures (its hook is a function: its address changes each run)."""
-    fields = ("rtol", "atol", "base_rtol", "base_atol")
-    return repr(tuple(getattr(tolerance, name, None) for name in fields))
-
-
-def _example_digest(input_set: InputSet) -> str | None:
-    """Every leaf of the example: each tensor's layout, device and bytes, other leaves' repr;
-    None where a tensor's bytes cannot be read (a subclass, a quantized tensor)."""
-    digest = hashlib.blake2b(digest_size=20)
-    try:
-        for leaf in pytree.tree_leaves(input_set):
-            if not isinstance(leaf, torch.Tensor):
-                digest.update(f"{type(leaf).__name__}:{leaf!r};".encode())
-                continue
-            layout = (tuple(leaf.shape), str(leaf.dtype), leaf.stride(), str(leaf.device))
-            digest.update(f"{layout};".encode())
-            flat = leaf.detach().resolve_conj().resolve_neg().cpu().contiguous().reshape(-1)
-            digest.update(flat.view(torch.uint8).numpy().data)
-    except (RuntimeError, TypeError, ValueError):
-        return None
-    return digest.hexdigest()
-
-
-def _element(name: str, position: list[int], tensor: Any) -> str:
-    """``a[3] = 0.1``: one element of a failing draw."""
-    index = ", ".join(map(str, position))
-    value = tensor[tuple(position)].item()
-    shown = repr(value) if not isinstance(value, float) else f"{value:.7g}"
-    if isinstance(value, float) and value == 0.0:
-        shown = str(value)  # "-0.0" or "0.0": the sign is the point
-    return f"{name}[{index}] = {shown}"
 
 
 def _rebuilder(

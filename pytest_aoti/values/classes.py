@@ -1,9 +1,11 @@
 """The special points a draw puts into an input, in classes: where engines and eager part ways.
 
 Exact decimals (0.1 is not a binary fraction), thirds, halves (rounding ties), integers,
--0.0 and +0.0 (two classes, so that they meet each other) and the input's range's ends;
-for integer inputs the range's ends, 0 and ±1; for bool inputs False and True. A class
-holds only points inside the input's range, and a point belongs to its first class.
+-0.0 and +0.0 (two classes, so that they meet each other), the input's range's ends and
+the program's own constants (:mod:`.graph_constants`: rounded to the input's dtype, with
+their neighbours, negatives and multiples, even outside the range); for integer inputs the
+range's ends, 0 and ±1; for bool inputs False and True. A class holds only points inside
+the input's range (the constants: any finite one), and a point belongs to its first class.
 """
 
 from __future__ import annotations
@@ -31,10 +33,37 @@ class PointClass:
 
     name: str
     points: tuple[float, ...]
+    origins: tuple[float, ...] = ()
+    """Per point of the constants' class, the program's constant it comes from."""
+
+    @property
+    def leading(self) -> bool:
+        """Its pairs meet first (:mod:`.meetings`): a zero or the program's constants."""
+        return self.name in LEADING_CLASSES
+
+    def describe(self, point: float) -> str:
+        """The class a point belongs to, in words (``graph constant 1.7``)."""
+        if self.name != CONSTANTS:
+            return self.name
+        origin = next((o for p, o in zip(self.points, self.origins) if _same(p, point)), None)
+        return "a graph constant" if origin is None else f"graph constant {origin:g}"
 
 
-def point_classes(low: float, high: float, dtype: torch.dtype) -> tuple[PointClass, ...]:
-    """The classes of special points inside ``[low, high]`` for an input of ``dtype``."""
+CONSTANTS = "constants"
+"""The class of the program's own constants."""
+ZERO_CLASSES = frozenset({"-0.0", "+0.0"})
+LEADING_CLASSES = frozenset({*ZERO_CLASSES, CONSTANTS})
+"""The classes whose pairs meet first."""
+
+
+def point_classes(
+    low: float,
+    high: float,
+    dtype: torch.dtype,
+    constants: tuple[float, ...] = (),
+) -> tuple[PointClass, ...]:
+    """The classes of special points inside ``[low, high]`` for an input of ``dtype``, with
+    the program's ``constants`` for a float input."""
     if dtype == torch.bool:
         return (PointClass("False", (0.0,)), PointClass("True", (1.0,)))
     if dtype.is_complex:
@@ -63,6 +92,19 @@ def point_classes(low: float, high: float, dtype: torch.dtype) -> tuple[PointCla
                 inside.append(point)
         if inside:
             classes.append(PointClass(name, tuple(inside)))
+    if constants:
+        from pytest_aoti.values.graph_constants import constant_points
+
+        constant_values, origins = constant_points(constants, dtype)
+        kept = [
+            (point, origin)
+            for point, origin in zip(constant_values, origins)
+            if not any(_same(point, other) for other in taken)
+        ]
+        if kept:
+            classes.append(
+                PointClass(CONSTANTS, tuple(p for p, _ in kept), tuple(o for _, o in kept))
+            )
     return tuple(classes)
 
 

@@ -12,8 +12,10 @@ elements.
 
 Values are drawn for an input's elements of their own (an expanded dim has one) and laid
 out as the example lies in memory: the engine was compiled for that layout. A one-element
-floating input (a temperature, a scale) is drawn near its value with its sign, between
-half and twice it; a one-element integer input (a position) and a zero keep their value.
+floating input (a temperature, a scale) is drawn between minus and plus twice its value,
+so that both zeros are among its points (``[-2, 2]`` for a zero); a one-element integer
+input between zero and twice its value; an input the program uses as a position
+(:mod:`.position_inputs`) keeps its value.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from pytest_aoti.api import (
     laid_out_like,
     value_range,
 )
-from pytest_aoti.values.classes import PointClass, all_points, point_classes
-from pytest_aoti.values.meetings import MeetingInput, plan_meetings
+from pytest_aoti.values.classes import ZERO_CLASSES, PointClass, all_points, point_classes
+from pytest_aoti.values.meetings import MeetingInput, MeetingPlan, meeting_plan
+from pytest_aoti.values.positions import Width, cpu_width
 
 TIE_DEPENDENT_OPS = frozenset(
     {
@@ -132,7 +135,11 @@ class DrawPlan:
     """The draws of one check: which inputs are drawn, how, and how many draws it takes.
 
     ``draws`` is the least number of draws (``values_draws``); meeting draws may make it
-    more for small inputs, up to :data:`~pytest_aoti.values.meetings.MEETING_CAP`."""
+    more for small inputs, up to :data:`~pytest_aoti.values.meetings.MEETING_CAP`, and take
+    a quarter of them to meet in every part of the loop (``width``, see :mod:`.positions`),
+    half while pairs of the zeros and the constants have not met in each part. ``constants``: the program's own (:mod:`.graph_constants`), points
+    of every float input; ``keep``: inputs that keep the example's values (``values_skip``,
+    the program's positions)."""
 
     def __init__(
         self,
@@ -141,9 +148,12 @@ class DrawPlan:
         draws: int,
         no_repeats: bool,
         keep: Iterable[str] = (),
+        constants: tuple[float, ...] = (),
+        width: Width | None = None,
     ) -> None:
         self.named = dict(named)
         self.no_repeats = no_repeats
+        self.constants = constants
         kept = set(keep)
         self.drawn: dict[str, _Drawn] = {}
         for name, leaf in self.named.items():
@@ -153,17 +163,29 @@ class DrawPlan:
                 continue  # elements that overlap in memory: no values of their own
             low, high = _range(leaf)
             if low == high and leaf.numel() == 1 and not leaf.dtype == _bool():
-                continue  # a position, or a one-element zero: its value is the point
-            classes = point_classes(low, high, leaf.dtype)
+                continue  # NaN or an infinity alone: its value is the point
+            floating = leaf.dtype.is_floating_point
+            classes = point_classes(low, high, leaf.dtype, constants if floating else ())
             self.drawn[name] = _Drawn(leaf, low, high, classes, distinct_shape(leaf))
-        self.meetings: list[dict[str, int]] = []
+        self.meeting_plan = MeetingPlan([], {})
         if not no_repeats and draws > 0:
-            self.meetings = plan_meetings(
+            self.meeting_plan = meeting_plan(
                 [
-                    MeetingInput(name, tuple(d.example.shape), d.distinct, len(d.classes))
+                    MeetingInput(
+                        name,
+                        tuple(d.example.shape),
+                        d.distinct,
+                        len(d.classes),
+                        d.example.dtype,
+                        frozenset(k for k, c in enumerate(d.classes) if c.leading),
+                        frozenset(k for k, c in enumerate(d.classes) if c.name in ZERO_CLASSES),
+                    )
                     for name, d in self.drawn.items()
-                ]
+                ],
+                floor=draws // 4,
+                width=width or cpu_width(None),
             )
+        self.meetings = self.meeting_plan.shifts
         self.count = max(draws, len(self.meetings)) if draws > 0 else 0
         """How many draws the check makes."""
 
@@ -196,10 +218,12 @@ def make_draw(
     no_repeats: bool,
     keep: Iterable[str] = (),
     draws: int = 16,
+    constants: tuple[float, ...] = (),
 ) -> Draw:
     """Draw ``index`` of a check whose example inputs are ``named``: one draw of
     :class:`DrawPlan`. Inputs in ``keep`` and non-tensor leaves keep the example's values."""
-    return DrawPlan(named, draws=draws, no_repeats=no_repeats, keep=keep).draw(index, seed)
+    plan = DrawPlan(named, draws=draws, no_repeats=no_repeats, keep=keep, constants=constants)
+    return plan.draw(index, seed)
 
 
 def _plain(drawn: _Drawn, generator: torch.Generator) -> torch.Tensor:
@@ -283,14 +307,21 @@ def _as_work(values: torch.Tensor, drawn: _Drawn) -> torch.Tensor:
     return values.to(torch.int64)
 
 
+ONE_ELEMENT_ZERO_RANGE = (-2.0, 2.0)
+"""The range of a one-element float input whose example is zero."""
+
+
 def _range(example: torch.Tensor) -> tuple[float, float]:
     """The input's range: its [min, max] (see :func:`value_range`); for a one-element
-    floating input, half to twice its value (its sign kept: a temperature stays one)."""
-    if example.numel() == 1 and example.dtype.is_floating_point:
+    floating input ``v``, ``[-2|v|, 2|v|]`` (both zeros inside; ``[-2, 2]`` for a zero); for
+    a one-element integer input, zero to twice its value."""
+    if example.numel() == 1 and example.dtype != torch.bool and not example.dtype.is_complex:
         value = float(example.detach().reshape(()).to("cpu"))
-        if value == 0 or value != value or abs(value) == float("inf"):
+        if value != value or abs(value) == float("inf"):
             return value, value
-        return (value / 2, value * 2) if value > 0 else (value * 2, value / 2)
+        if example.dtype.is_floating_point:
+            return (-2 * abs(value), 2 * abs(value)) if value else ONE_ELEMENT_ZERO_RANGE
+        return (min(0.0, 2 * value), max(0.0, 2 * value)) if value else (0.0, 2.0)
     return value_range(example)
 
 

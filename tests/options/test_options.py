@@ -212,7 +212,7 @@ def test_rows_and_settings_agree() -> None:
     # the marker's help line: the core options, then each feature plugin's in plugin order
     assert table.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
-        "crash_screen=None, budget=None, examples=None, max_dim=None, values=None, "
+        "crash_screen=None, budget=None, layouts=None, examples=None, max_dim=None, values=None, "
         "values_draws=None, values_skip=None, precision=None, probes=None, probes_skip=None, "
         "weights=None, cpp_loader=None, localize=None): "
     )

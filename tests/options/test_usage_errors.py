@@ -185,6 +185,7 @@ BAD_VALUES = {
     "aoti-hazards": "loud",
     "aoti-crash-screen": "maybe",
     "aoti-budget": "lots",
+    "aoti-layouts": "nhwc",
 }
 """A bad value of every option read at startup (its row has a parser); ``aoti-cache-dir``
 copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked where the
@@ -254,6 +255,7 @@ BAD_KEYWORDS = {
     "training": "'yes'",
     "crash_screen": "'yes'",
     "budget": "-1",
+    "layouts": "('nhwc',)",
 }
 """A bad value of every marker and ``aoti.check`` keyword."""
 

@@ -65,22 +65,59 @@ def test_overlapping_elements_keep_the_example_values() -> None:
     assert laid_out_like(torch.zeros(distinct_shape(windows)), windows) is None
 
 
-def test_one_element_floats_stay_near_their_value_with_their_sign_and_positions_keep_theirs() -> (
-    None
-):
+def test_one_element_inputs_are_drawn_with_both_zeros_and_positions_keep_theirs() -> None:
     named = {
         "temperature": torch.tensor(0.7),
         "shift": torch.tensor([-2.0]),
-        "position": torch.tensor(5),
+        "steps": torch.tensor(5),
         "zero": torch.tensor(0.0),
+        "position": torch.tensor(3),
     }
-    plan = DrawPlan(named, draws=16, no_repeats=False)
-    assert plan.count >= 16 and set(plan.drawn) == {"temperature", "shift"}
+    plan = DrawPlan(named, draws=16, no_repeats=False, keep={"position"})
+    assert plan.count >= 16 and set(plan.drawn) == {"temperature", "shift", "steps", "zero"}
+    seen: dict[str, set[float]] = {name: set() for name in plan.drawn}
+    signs: set[str] = set()
     for index in range(plan.count):
         values = plan.draw(index, draw_seed("t", "k", index)).values
-        assert 0.349 <= float(values["temperature"]) <= 1.41  # float32's 0.35 and 1.4
-        assert -4.0 <= float(values["shift"]) <= -1.0
-        assert values["position"] is named["position"] and values["zero"] is named["zero"]
+        assert -1.41 <= float(values["temperature"]) <= 1.41
+        assert -4.0 <= float(values["shift"]) <= 4.0
+        assert 0 <= int(values["steps"]) <= 10
+        assert -2.0 <= float(values["zero"]) <= 2.0
+        assert values["position"] is named["position"]
+        for name in seen:
+            seen[name].add(float(values[name]))
+        if float(values["temperature"]) == 0:
+            signs.add(str(float(values["temperature"]))[0])
+    assert signs == {"-", "0"}  # both zeros are drawn for a one-element input
+    assert all(len(found) >= 3 for found in seen.values())
+
+
+def test_a_zero_meets_the_other_zero_at_the_tail_and_the_last_element() -> None:
+    """Two 17-element float32 inputs: a 16-wide body and one scalar tail element, which
+    is also the last; every ordered pair of the zeros meets there."""
+    example = {"x": torch.randn(17), "y": torch.randn(17)}
+    plan = DrawPlan(example, draws=16, no_repeats=False, width=lambda dtype, inner: 16)
+    met: set[tuple[str, str]] = set()
+    for index in range(len(plan.meetings)):
+        values = plan.draw(index, index).values
+        x, y = float(values["x"][16]), float(values["y"][16])
+        if x == 0 and y == 0:
+            met.add((str(x), str(y)))
+    assert met == {("-0.0", "0.0"), ("0.0", "-0.0"), ("-0.0", "-0.0"), ("0.0", "0.0")}
+    parts = plan.meeting_plan.parts
+    assert set(parts) == {"first", "body", "tail", "last"}
+    assert parts["body"][0] == parts["body"][1]  # the body holds every pair
+    assert len(plan.meetings) <= 16
+
+
+def test_a_program_constant_is_a_class_rounded_to_the_inputs_dtype() -> None:
+    example = {"x": torch.randn(4, 8, dtype=torch.bfloat16)}
+    plan = DrawPlan(example, draws=16, no_repeats=False, constants=(1.7,))
+    constants = next(c for c in plan.drawn["x"].classes if c.name == "constants")
+    assert 1.703125 in constants.points and -1.703125 in constants.points
+    assert constants.describe(1.703125) == "graph constant 1.7"
+    drawn = {float(v) for i in range(plan.count) for v in plan.draw(i, i).values["x"].view(-1)}
+    assert {1.703125, -1.703125, 3.40625} <= drawn
 
 
 @pytest.mark.parametrize(

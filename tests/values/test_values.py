@@ -106,15 +106,23 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
     assert failed["failed_draw"] >= 0 and failed["elements"], failed
     passed = dict(records["test_correct_program[cpu]"]["values"])
     assert passed.pop("seconds") > 0, "the check's time is a figure of its own"
+    pairs_met = passed.pop("pairs_met")
     assert passed == {
         "draws": 16,
-        "meeting": 7,
+        "meeting": 8,
         "checked": 16,
         "kept": 0,
         "left": 0,
         "given": False,
         "refused": 0,
+        "constants": [],
+        "positions": [],
     }
+    # two (4, 8) inputs, 7 classes each, rows shorter than a vector (16 float32 lanes
+    # here): every pair meets in the scalar tail; the single elements take what the draws
+    # leave, the four pairs of the zeros first
+    assert pairs_met["tail"] == [49, 49] and set(pairs_met) == {"first", "tail", "last"}
+    assert pairs_met["last"][0] >= 4 and pairs_met["first"][0] >= 4
     assert records["test_off[cpu]"]["values"] is None
     assert records["test_no_draws[cpu]"]["values"] is None
 

@@ -1,0 +1,94 @@
+"""Where in a compiled loop an element lies: the parts of the innermost dimension an engine's
+code treats apart, so that special points meet in each.
+
+Inductor's CPU code runs the innermost dimension as a vectorized body of ``width``
+elements a step and a scalar tail of the last ``size % width`` elements of each row
+(:func:`~pytest_aoti.compiling.vec_isa.loop_width`); a bug in one part shows only there
+(``1 / maximum(x, y)`` wrong at element 16 of 17). The parts, per position of a shape:
+
+- ``first``: the first element of each innermost row;
+- ``body``: the rest of the vectorized part;
+- ``tail``: the last ``size % width`` elements of each row (none where it divides);
+- ``last``: the tensor's last element (its flattened loop's last step too).
+
+On a GPU, where Triton has no scalar tail, ``last`` is the last element of each row and
+there is no ``tail``. A position may lie in more than one part (element 16 of 17 is in the
+tail and the last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+PARTS = ("first", "body", "tail", "last")
+"""The parts of a loop, in the order a record lists them."""
+PART_WORDS = {
+    "first": "the first element",
+    "body": "the vectorized body",
+    "tail": "the scalar tail",
+    "last": "the last element",
+}
+"""Each part as a finding says it."""
+
+Width = Callable[[torch.dtype, int], int]
+"""``(dtype, innermost size) -> elements per vector step``; 0: a GPU (no scalar tail)."""
+
+
+def loop_parts(
+    positions: torch.Tensor, shape: tuple[int, ...], width: int
+) -> dict[str, torch.Tensor]:
+    """Per part, which of ``positions`` (flat indices into ``shape``) lie in it (bool)."""
+    inner = shape[-1] if shape else 1
+    count = 1
+    for size in shape:
+        count *= size
+    column = positions % inner
+    first = column == 0
+    if width <= 0:  # a GPU: no scalar tail; the last element of each row
+        last = column == inner - 1
+        return {"first": first, "body": ~(first | last), "last": last}
+    rest = inner % width
+    tail = column >= inner - rest if rest else torch.zeros_like(first)
+    last = positions == count - 1
+    return {"first": first, "body": ~(first | tail), "tail": tail, "last": last}
+
+
+def part_of(index: int, shape: tuple[int, ...], width: int) -> list[str]:
+    """The parts element ``index`` (flat) of ``shape`` lies in, the narrowest first."""
+    parts = loop_parts(torch.tensor([index]), shape, width)
+    order = ("last", "tail", "first", "body")
+    return [name for name in order if name in parts and bool(parts[name][0])]
+
+
+def cpu_width(isa: str | None) -> Width:
+    """The loop width of Inductor's CPU code for the ISA named ``isa`` (None: this
+    machine's)."""
+    from pytest_aoti.api import loop_width
+
+    cache: dict[tuple[torch.dtype, int], int] = {}
+
+    def width(dtype: torch.dtype, inner: int) -> int:
+        found = cache.get((dtype, inner))
+        if found is None:
+            found = cache[(dtype, inner)] = loop_width(dtype, isa, inner)
+        return found
+
+    return width
+
+
+def gpu_width(dtype: torch.dtype, inner: int) -> int:
+    """A GPU's loop: no scalar tail."""
+    return 0
+
+
+def width_on(device: torch.device) -> Width:
+    """The loop width of the code compiled for ``device``: a GPU's, or Inductor's CPU code
+    for the ISA the machine's record names (this machine's where it has none yet)."""
+    if device.type != "cpu":
+        return gpu_width
+    from pytest_aoti.api import settled_target
+
+    target = settled_target()
+    return cpu_width(target.isa if target is not None and target.isa else None)
