@@ -107,3 +107,40 @@ def test_kv_cache_buffers_match_eager_after_each_step(aoti):
     )
     compared = {state.name: state.calls_compared for state in result.buffers}
     assert compared == {"k_cache": 3, "v_cache": 3}
+
+
+def next_step(
+    out: torch.Tensor, args: tuple[torch.Tensor, ...], kwargs: dict[str, torch.Tensor]
+) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+    """The next decoding step's inputs from this one's attention output: its query, key and
+    value, the same caches (written in place) and the next position."""
+    _, _, _, k_cache, v_cache, position = args
+    return (out, out * 0.5, torch.tanh(out), k_cache, v_cache, position + 1), {}
+
+
+@pytest.mark.aoti
+def test_kv_cache_decodes_sixteen_steps(aoti):
+    """A decode loop: each side feeds its own outputs into its next step, compared at every
+    step (the same program as the single step: nothing more is compiled)."""
+    aoti.check(KVCacheStep(), step_inputs(position=17), steps=16, next_inputs=next_step)
+
+
+def next_decoder_step(
+    out: torch.Tensor, args: tuple[torch.Tensor, ...], kwargs: dict[str, torch.Tensor]
+) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+    """The buffer decoder's next step: the caches are its own state."""
+    *_, position = args
+    return (out, out * 0.5, torch.tanh(out), position + 1), {}
+
+
+@pytest.mark.aoti
+def test_kv_cache_decoder_buffers_match_eager_at_every_step(aoti):
+    """The decoder's caches, registered buffers, read back from the engine after every step."""
+    q, k, v, *_ = step_inputs(position=17)
+    aoti.check(
+        KVCacheDecoder(),
+        (q, k, v, torch.tensor([17])),
+        mutated_buffers={"k_cache", "v_cache"},
+        steps=8,
+        next_inputs=next_decoder_step,
+    )

@@ -5,7 +5,7 @@ frozen :class:`~pytest_aoti.checks.base.CheckPlan` and run by the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,8 @@ class AotiTester:
         calls: int | None = None,
         samples: Sequence[tuple[Any, ...]] | None = None,
         dynamic_shapes: Any = None,
+        steps: int | None = None,
+        next_inputs: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None,
         **options: Any,
     ) -> CheckResult:
         """Compile ``module`` and assert the engine matches eager PyTorch.
@@ -129,6 +131,10 @@ class AotiTester:
         - ``mutated_buffers={"counter"}``: the program mutates exactly these buffers;
         - ``samples=[args2, ...]``: more input tuples for the same program;
         - ``dynamic_shapes``: a torch.export spec, or ``"auto"`` to infer it from the samples;
+        - ``steps=N, next_inputs=fn``: a decode loop of ``N`` calls, the first on the example,
+          each next one on ``fn(outputs, args, kwargs) -> (args, kwargs)`` of the last; eager
+          and the engine each feed their own chain, compared at every step (not with
+          ``calls``);
         - ``**options``: ``rtol``, ``atol``, ``strict``, ``inductor_configs`` and the
           :class:`~pytest_aoti.api.CheckOptions` keywords (the options page lists them),
           over the marker and the command line. An unknown keyword is a usage error.
@@ -149,6 +155,8 @@ class AotiTester:
             mutates=mutates,
             mutated_buffers=mutated_buffers,
             calls=calls,
+            steps=steps,
+            next_inputs=next_inputs,
             options=options,
         )
         return self._runner.check(plan, started)

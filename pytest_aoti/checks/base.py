@@ -61,6 +61,10 @@ class CheckPlan:
     """``torch.export.export`` options: the hook's and the variant's, then ``strict``."""
     notes: tuple[str, ...] = ()
     """What resolving the call noted (a ``torch.compile``'d module unwrapped)."""
+    steps: int | None = None
+    """The call's ``steps=``: a decode loop of that many calls (:mod:`pytest_aoti.steps`)."""
+    next_inputs: Callable[..., Any] | None = None
+    """The call's ``next_inputs=``: ``(outputs, args, kwargs) -> (args, kwargs)``."""
 
     @property
     def expect_at(self) -> int:

@@ -35,7 +35,16 @@ class Place:
 MARKER = Place("@pytest.mark.aoti", (), table.marker_options)
 CHECK = Place(
     "aoti.check()",
-    ("kwargs", "mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes"),
+    (
+        "kwargs",
+        "mutates",
+        "mutated_buffers",
+        "calls",
+        "samples",
+        "dynamic_shapes",
+        "steps",
+        "next_inputs",
+    ),
     table.keyword_options,
 )
 COMPILE = Place("aoti.compile()", ("kwargs", "dynamic_shapes", "strict", "inductor_configs"))

@@ -10,6 +10,7 @@ from pytest_aoti.checks.eager import EagerCheck
 from pytest_aoti.checks.parity import ParityCheck
 from pytest_aoti.checks.random_verdict import RandomCheck, RandomRefusedCheck
 from pytest_aoti.checks.signature import SignatureCheck
+from pytest_aoti.steps.check import StepsCheck
 
 CHECKS: list[Check] = [
     EagerCheck(),  # "eager": the example in eager PyTorch, before anything is compiled
@@ -18,5 +19,6 @@ CHECKS: list[Check] = [
     CrashScreenCheck(),  # before the test process first calls the engine
     RandomCheck(),  # random="shapes": what can be compared; no value check applies to it
     ParityCheck(),
+    StepsCheck(),  # the decode loop, whose first step is parity's example
     AliasingCheck(),
 ]

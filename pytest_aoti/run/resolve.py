@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from pytest_aoti.options.defaults import CheckDefaults
 
 
-CALL_ARGUMENTS = ("mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes")
+CALL_ARGUMENTS = (
+    "mutates",
+    "mutated_buffers",
+    "calls",
+    "samples",
+    "dynamic_shapes",
+    "steps",
+    "next_inputs",
+)
 """The keywords of ``aoti.check`` besides module, args, kwargs and the options."""
 
 
@@ -37,6 +45,8 @@ def resolve_call(
     mutates: Any = None,
     mutated_buffers: Any = None,
     calls: Any = None,
+    steps: Any = None,
+    next_inputs: Any = None,
     options: Mapping[str, Any] | None = None,
 ) -> CheckPlan:
     """Check everything a call says, then move its module and input sets to ``device``."""
@@ -50,6 +60,7 @@ def resolve_call(
     check_declarations(mutates, mutated_buffers)
     if calls is not None and (not isinstance(calls, int) or isinstance(calls, bool) or calls < 1):
         raise AotiUsageError(f"calls must be a positive int, got {calls!r}")
+    check_steps(steps, next_inputs, calls)
     if isinstance(dynamic_shapes, str):
         check_dynamic_shapes_mode(dynamic_shapes, checked)
     resolved = call_defaults(defaults, options or {})
@@ -70,7 +81,34 @@ def resolve_call(
         mutated_buffers=mutated_buffers,
         calls=calls,
         notes=notes,
+        steps=steps,
+        next_inputs=next_inputs,
     )
+
+
+def check_steps(steps: Any, next_inputs: Any, calls: Any) -> None:
+    """``steps`` is a positive int given with a callable ``next_inputs``, and without
+    ``calls``: the steps are the calls, each fed by the last one's outputs."""
+    __tracebackhide__ = True
+    if steps is None and next_inputs is None:
+        return
+    if steps is None:
+        raise AotiUsageError(
+            "next_inputs= builds the inputs of a decode loop's next call: give steps=N too "
+            "(the number of calls, the first on the example)"
+        )
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise AotiUsageError(f"steps must be a positive int, got {steps!r}")
+    if not callable(next_inputs):
+        raise AotiUsageError(
+            "steps= needs next_inputs=fn, where fn(outputs, args, kwargs) returns the next "
+            "call's (args, kwargs) from this call's outputs and inputs"
+        )
+    if calls is not None:
+        raise AotiUsageError(
+            "calls= and steps= both give the number of calls: steps=N runs N calls, each on "
+            "the inputs next_inputs builds from the last one's outputs; leave calls= out"
+        )
 
 
 def check_dynamic_shapes_mode(mode: str, samples: Sequence[Any]) -> None:

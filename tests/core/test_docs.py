@@ -278,7 +278,15 @@ def test_the_readme_names_every_keyword_of_aoti_check() -> None:
     start = text.index("\n## What `aoti.check` takes\n")
     table = text[start : text.index("\n## ", start + 1)]
     named = set(re.findall(r"`(\w+)=", table))
-    explicit = {"mutates", "mutated_buffers", "calls", "samples", "dynamic_shapes"}
+    explicit = {
+        "mutates",
+        "mutated_buffers",
+        "calls",
+        "samples",
+        "dynamic_shapes",
+        "steps",
+        "next_inputs",
+    }
     assert named == set(keyword_options()) | explicit
 
 

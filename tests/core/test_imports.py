@@ -49,8 +49,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("compiling", ("compiling", "isolation")),
     # the artifact cache: content key, local store, registry
     ("cache", ("cache",)),
-    # one module per check
-    ("checks", ("checks",)),
+    # one module per check; the decode loop's chain and its check
+    ("checks", ("checks", "steps")),
     # records and every view of them
     ("reports", ("reports",)),
     # one call from eager to result: resolved into its frozen plan, its checks run phase by

@@ -381,6 +381,7 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
         "crash_screen",
         "random",
         "parity",
+        "steps",  # with steps= only
         "aliasing",
         "memory",  # the default plugins' checks, in the plugins' order
         "threads",
@@ -417,6 +418,8 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
         options=options.with_values({"threads": 4, "max_extra_bytes": 0}),
         mutates={},
         dynamic_shapes={"x": {0: "batch"}},
+        steps=3,
+        next_inputs=lambda outputs, args, kwargs: (args, kwargs),
     )
     # the random check applies only to a program that draws random numbers, the precision
     # check once the checks before it compared leaves

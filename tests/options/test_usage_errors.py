@@ -380,7 +380,10 @@ def test_an_unknown_keyword_gets_a_did_you_mean_and_the_full_list_before_any_com
     pytester.makepyfile(test_typos=TYPOS)
     result = pytester.runpytest("--aoti-device=cpu", "--aoti-report=r.json", "-p", "no:xdist")
     result.assert_outcomes(failed=2, errors=1)  # the marker is read as the fixture is set up
-    call = "kwargs, mutates, mutated_buffers, calls, samples, dynamic_shapes, rtol, atol, *"
+    call = (
+        "kwargs, mutates, mutated_buffers, calls, samples, dynamic_shapes, steps, next_inputs, "
+        "rtol, atol, *"
+    )
     for line in (
         f"E   *AotiUsageError: aoti.check() got unknown option(s) mutate; allowed: {call}"
         ". Did you mean mutates?",

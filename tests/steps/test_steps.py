@@ -1,0 +1,215 @@
+"""Decode loops: ``steps=N, next_inputs=fn`` runs a chain of calls on each side, each fed by
+its own outputs, compared at every step.
+
+The faults are the suite's own (Inductor post-grad passes): one wrong only once a 0-dim
+position reaches 8 (the ninth step), one that flips a greedy token on a tie of its logits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti.errors import AotiUsageError
+from pytest_aoti.run.resolve import check_steps
+
+DECODE = """
+from dataclasses import dataclass
+
+import torch.utils._pytree as pytree
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+class DecodeStep(torch.nn.Module):
+    \"\"\"One decode step: the token's key and value written into the caches in place at
+    ``pos``, attention over the positions so far.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x, k_cache, v_cache, pos):
+        k_cache.index_copy_(0, pos.view(1), self.k(x))
+        v_cache.index_copy_(0, pos.view(1), self.v(x))
+        scores = self.q(x) @ k_cache.T * 0.25
+        seen = torch.arange(k_cache.shape[0]) <= pos
+        scores = scores.masked_fill(~seen, float("-inf"))
+        return self.o(torch.softmax(scores, -1) @ v_cache)
+
+
+def next_step(out, args, kwargs):
+    x, k_cache, v_cache, pos = args
+    return (torch.tanh(out), k_cache, v_cache, pos + 1), {}
+
+
+def decode_inputs():
+    torch.manual_seed(1)
+    return torch.randn(1, 16), torch.zeros(32, 16), torch.zeros(32, 16), torch.tensor(0)
+
+
+class WrongFromPositionEight(CustomGraphPass):
+    \"\"\"The output off by one once the 0-dim int64 input (the position) reaches 8.\"\"\"
+
+    def __call__(self, graph):
+        aten = torch.ops.aten
+        pos = next(
+            node for node in graph.nodes
+            if node.op == "placeholder"
+            and getattr(node.meta.get("val"), "dtype", None) == torch.int64
+            and node.meta["val"].dim() == 0
+        )
+        output = next(node for node in graph.nodes if node.op == "output")
+        value = output.args[0][0]
+        with graph.inserting_before(output):
+            late = graph.call_function(aten.ge.Scalar, (pos, 8))
+            plus = graph.call_function(aten.add.Tensor, (value, 1.0))
+            wrong = graph.call_function(aten.where.self, (late, plus, value))
+        output.args = ((wrong, *output.args[0][1:]),)
+
+    def uuid(self):
+        return "test_steps.WrongFromPositionEight-1"
+
+
+def test_decode(aoti):
+    aoti.check(DecodeStep(), decode_inputs(), steps=24, next_inputs=next_step)
+
+
+def test_decode_fault(aoti):
+    aoti.check(
+        DecodeStep(),
+        decode_inputs(),
+        steps=24,
+        next_inputs=next_step,
+        inductor_configs={"post_grad_custom_post_pass": WrongFromPositionEight()},
+    )
+
+
+class Greedy(torch.nn.Module):
+    \"\"\"Two logits that tie at pos == 2, and the greedy token.\"\"\"
+
+    def forward(self, x, pos):
+        s = x.sum()
+        logits = torch.stack([s, s + (pos - 2).to(x.dtype) * 0.5])
+        return logits, torch.argmax(logits, -1)
+
+
+class LastOfTies(CustomGraphPass):
+    \"\"\"argmax picking the last of equal maxima (eager picks the first).\"\"\"
+
+    def __call__(self, graph):
+        aten = torch.ops.aten
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is aten.argmax.default:
+                x, dim = node.args[0], node.args[1]
+                value = x.meta["val"]
+                with graph.inserting_before(node):
+                    top = graph.call_function(aten.amax.default, (x, [dim], True))
+                    at_top = graph.call_function(aten.eq.Tensor, (x, top))
+                    index = graph.call_function(
+                        torch.ops.prims.iota.default,
+                        (value.shape[dim],),
+                        {"start": 0, "step": 1, "dtype": torch.int64,
+                         "device": value.device, "requires_grad": False},
+                    )
+                    marked = graph.call_function(aten.where.ScalarOther, (at_top, index, -1))
+                    last = graph.call_function(aten.amax.default, (marked, [dim]))
+                node.replace_all_uses_with(last)
+                graph.erase_node(node)
+
+    def uuid(self):
+        return "test_steps.LastOfTies-1"
+
+
+def next_greedy(out, args, kwargs):
+    x, pos = args
+    return (x, pos + 1), {}
+
+
+@pytest.mark.aoti(values="off")
+def test_tie(aoti):
+    torch.manual_seed(2)
+    aoti.check(
+        Greedy(),
+        (torch.randn(4), torch.tensor(0)),
+        steps=5,
+        next_inputs=next_greedy,
+        inductor_configs={"post_grad_custom_post_pass": LastOfTies()},
+    )
+
+
+@dataclass
+class Cache:
+    keys: torch.Tensor
+    length: torch.Tensor
+
+
+if Cache not in pytree.SUPPORTED_NODES:
+    torch.export.register_dataclass(Cache, serialized_type_name="test_steps_inner.Cache")
+
+
+class Rolling(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, cache):
+        keys = torch.cat([cache.keys[1:], self.proj(x)], 0)
+        return keys.mean(0, keepdim=True), Cache(keys, cache.length + 1)
+
+
+def next_rolling(out, args, kwargs):
+    summary, cache = out
+    return (torch.tanh(summary), cache), {}
+
+
+def test_dataclass_cache(aoti):
+    torch.manual_seed(4)
+    cache = Cache(torch.randn(6, 8), torch.tensor(0))
+    aoti.check(Rolling(), (torch.randn(1, 8), cache), steps=8, next_inputs=next_rolling)
+"""
+
+
+@pytest.mark.compiles
+def test_a_decode_loop_is_compared_at_every_step_and_a_late_fault_names_its_step(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    report = tmp_path / "aoti.json"
+    result = run_aoti(DECODE, "--aoti-probes=off", f"--aoti-report={report}")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_decode_fault*",
+            "E * output differs between eager and the AOTI engine (step 9 of 24)*",
+            "E *the first step that differs is step 9 of 24*",
+            "E *largest abs error of each step before it: 1: *, 8: *",
+        ]
+    )
+    records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
+    decoded = records["test_decode[cpu]"]["steps"]
+    assert decoded["steps"] == 24 and len(decoded["per_step"]) == 24
+    assert [figure["step"] for figure in decoded["per_step"]] == list(range(1, 25))
+    assert decoded["ties"] == [] and decoded["buffers"] == "none"
+    tie = records["test_tie[cpu]"]
+    assert tie["steps"]["ties"] == [3], tie["steps"]
+    assert any("tie" in note and "step(s) 3" in note for note in tie["notes"]), tie["notes"]
+    assert len(records["test_dataclass_cache[cpu]"]["steps"]["per_step"]) == 8
+    failed = records["test_decode_fault[cpu]"]["finding"]["extra"]["steps"]
+    assert failed["failed_step"] == 9 and len(failed["per_step"]) == 8
+
+
+def test_steps_need_next_inputs_and_leave_calls_out() -> None:
+    check_steps(None, None, 2)
+    check_steps(3, lambda out, args, kwargs: (args, kwargs), None)
+    with pytest.raises(AotiUsageError, match="give steps=N too"):
+        check_steps(None, lambda out, args, kwargs: (args, kwargs), None)
+    with pytest.raises(AotiUsageError, match="needs next_inputs=fn"):
+        check_steps(3, None, None)
+    with pytest.raises(AotiUsageError, match="steps must be a positive int"):
+        check_steps(0, lambda out, args, kwargs: (args, kwargs), None)
+    with pytest.raises(AotiUsageError, match="leave calls= out"):
+        check_steps(3, lambda out, args, kwargs: (args, kwargs), 2)
