@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.crash_screen import CrashScreen as CrashScreen
     from pytest_aoti.checks.eager_history import EagerRaised as EagerRaised
     from pytest_aoti.checks.float64 import Float64Reference as Float64Reference
+    from pytest_aoti.checks.module_copy import copy_module as copy_module
     from pytest_aoti.checks.parity import InputRun as InputRun
     from pytest_aoti.checks.refused import ExportedRefusals as ExportedRefusals
     from pytest_aoti.checks.refused import Refusal as Refusal
@@ -152,6 +153,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "clone_tree": "pytest_aoti.trees",
     "compare_leaf": "pytest_aoti.compare",
     "compare_trees": "pytest_aoti.compare",
+    "copy_module": "pytest_aoti.checks.module_copy",
     "same_answers": "pytest_aoti.compare",
     "aten_op": "pytest_aoti.compiling.graph_ops",
     "control_flow_name": "pytest_aoti.compiling.graph_ops",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
 
+from pytest_aoti.checks.module_copy import copy_module
 from pytest_aoti.compiling.graph_ops import first_call_of
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import NoReference
@@ -83,7 +83,7 @@ class Float64Reference:
                 module = self._shared()
                 self._history, self._buffers = [], []
             else:
-                module = copy.deepcopy(self._module).to(torch.float64)
+                module = copy_module(self._module).to(torch.float64)
             args, kwargs = to_float64(clone_tree(self._inputs))
             self._state = (module, args, kwargs)
         module, args, kwargs = self._state

@@ -2,7 +2,8 @@
 owns its buffers and attributes. A program that writes a Parameter is refused before any eager
 call; hidden writes are caught by version counters; a changed Python attribute is named (export
 froze it). The input sets of one search share one copy (:class:`ModuleCopies`), put back in
-the state it was made with before each of them."""
+the state it was made with before each of them. A module ``copy.deepcopy`` cannot copy is
+copied field by field (:mod:`.module_copy`), and the check's record says so."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.checks.module_copy import copy_module
 from pytest_aoti.compiling.graph_ops import written_arguments
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.trees import clone_like, storage_extent
@@ -27,16 +29,17 @@ _PLAIN = (int, float, bool, str, bytes, complex, tuple, type(None))
 
 
 def eager_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` that shares its Parameters and owns everything else."""
-    memo: dict[int, Any] = {id(param): param for param in module.parameters()}
+    """A copy of ``module`` that shares its Parameters and owns everything else; built field
+    by field where ``copy.deepcopy`` cannot copy it (:func:`.module_copy.copy_module`)."""
+    memo: dict[Any, Any] = {id(param): param for param in module.parameters()}
     try:
-        return copy.deepcopy(module, memo)
-    except Exception as error:  # a module holding a lock, a file, a C++ object
+        return copy_module(module, memo)
+    except Exception as error:  # a buffer that cannot be copied, even field by field
         raise AotiUsageError(
-            f"the module cannot be copied (copy.deepcopy raised {type(error).__name__}: "
+            f"the module cannot be copied ({type(error).__name__}: "
             f"{str(error).strip()[:160]}); pytest-aoti runs a copy of it so that your module "
-            "never changes: keep objects that cannot be copied out of the module, or give "
-            "them a __deepcopy__"
+            "never changes, and a copy owns every buffer: give a buffer that cannot be copied "
+            "a __deepcopy__"
         ) from None
 
 
@@ -223,7 +226,7 @@ class ModuleCopies:
 def _float64_copy(module: torch.nn.Module) -> torch.nn.Module:
     import torch
 
-    return copy.deepcopy(module).to(torch.float64)
+    return copy_module(module).to(torch.float64)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ No torch at import time: the catalog of checks (which imports torch) loads at th
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -21,6 +20,7 @@ from pytest_aoti.checks.base import (
     Triage,
 )
 from pytest_aoti.checks.budget import CheckBudget
+from pytest_aoti.checks.module_copy import copy_module
 from pytest_aoti.compiling.random_ops import random_ops
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.reports.junit import PLAIN_VALUES
@@ -79,10 +79,11 @@ class PlanRun:
                 self._gather(check, phase, outcome, added)
 
     def run_on_full_copy(self, phase: Phase) -> None:
-        """:meth:`run` on a full copy of the module, if it can be copied (export failed)."""
+        """:meth:`run` on a full copy of the module (built field by field where
+        ``copy.deepcopy`` cannot copy it), if it can be copied (export failed)."""
         __tracebackhide__ = True
         try:
-            module = copy.deepcopy(self.plan.module)
+            module = copy_module(self.plan.module)
         except Exception:  # an uncopyable module: the export's error stands alone
             return
         plan = self.plan

@@ -4,12 +4,12 @@ No torch at import time: ``import pytest_aoti`` loads this module (through the t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import CheckPlan
+from pytest_aoti.checks.module_copy import copy_module
 from pytest_aoti.compiling.configs import check_inductor_configs
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.options.resolve import call_defaults
@@ -123,11 +123,12 @@ def check_dynamic_shapes_mode(mode: str, samples: Sequence[Any]) -> None:
 
 
 def module_on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """The module on ``device``; a moved copy, so the caller's module is untouched."""
+    """The module on ``device``; a moved copy (built field by field where ``copy.deepcopy``
+    cannot copy it), so the caller's module is untouched."""
     tensors = [*module.parameters(), *module.buffers()]
     if all(_same_device(tensor.device, device) for tensor in tensors):
         return module
-    return copy.deepcopy(module).to(device)
+    return copy_module(module).to(device)
 
 
 def inputs_on_device(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytest_aoti.cache.weight_digests import WeightDigests
 from pytest_aoti.checks import base as check_base
 from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult, Triage
+from pytest_aoti.checks.module_copy import copy_refusal
 from pytest_aoti.checks.module_guard import eager_copy, parameter_write_error, parameter_writes
 from pytest_aoti.checks.signature import names
 from pytest_aoti.compiling.library_warnings import library_warnings_recorded
@@ -271,6 +272,10 @@ class CallRunner:
             if checks is not None:
                 checks.run_on_full_copy("eager")
             raise
+        finally:  # which way the module is kept unchanged, where deepcopy cannot copy it
+            refusal = copy_refusal(plan.module)
+            if refusal is not None:
+                self._note(refusal.note())
         written = parameter_writes(exported)
         if written:
             raise parameter_write_error(written)

@@ -14,13 +14,14 @@ several names) are one weight with all its names.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
+
+from pytest_aoti.api import copy_module
 
 KEPT_INTEGER = "integer"
 KEPT_SINGLE = "single-valued"
@@ -162,4 +163,4 @@ def module_holding(module: torch.nn.Module, values: Mapping[str, torch.Tensor]) 
             memo[id(tensor)] = value
     for parameter in module.parameters():
         memo.setdefault(id(parameter), parameter)  # never copied: eager never writes one
-    return copy.deepcopy(module, memo)
+    return copy_module(module, memo)  # field by field where copy.deepcopy cannot copy it

@@ -1,7 +1,7 @@
 """The default check on the inputs and modules users hand it: a 0-dim position, a 0-dim
 temperature, a sliced or expanded example and a Python float output pass; the caller's
-module never changes; a forward that changes a Python attribute or writes a Parameter in
-place is named."""
+module never changes, also where ``copy.deepcopy`` cannot copy it; a forward that changes a
+Python attribute or writes a Parameter in place is named."""
 
 from __future__ import annotations
 
@@ -224,3 +224,72 @@ def test_the_caller_s_module_is_unchanged_by_every_kind_of_check(
 ) -> None:
     result = run_aoti("import pytest_aoti\n" + UNCHANGED)
     result.assert_outcomes(passed=4)
+
+
+DEEPCOPY_REFUSES = """
+import copy
+
+
+class LoRA(torch.nn.Module):
+    def __new__(cls, dim_in, dim_out, rank=2):  # copy.deepcopy calls LoRA.__new__(LoRA)
+        return super().__new__(cls)
+
+    def __init__(self, dim_in, dim_out, rank=2):
+        super().__init__()
+        self.down = torch.nn.Parameter(torch.randn(dim_in, rank))
+        self.up = torch.nn.Parameter(torch.randn(rank, dim_out))
+
+    def forward(self, x):
+        return x @ self.down @ self.up
+
+
+class Adapted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = torch.nn.Linear(4, 4)
+        self.lora = LoRA(4, 4)
+        self.register_buffer("steps", torch.arange(4.0))
+        self.history = [1]
+        self.label = "adapted"
+
+    def forward(self, x):
+        self.steps.add_(x.mean(0))
+        return self.base(x) + self.lora(x) + self.steps
+
+
+def test_adapted(aoti):
+    torch.manual_seed(0)
+    module = Adapted()
+    with pytest.raises(TypeError, match="required positional arguments: 'dim_in'"):
+        copy.deepcopy(module)
+    state = {name: value.clone() for name, value in module.state_dict().items()}
+    versions = {name: p._version for name, p in module.named_parameters()}
+    plain = {k: copy.copy(v) for k, v in vars(module).items() if not k.startswith("_")}
+    held = [id(p) for p in module.parameters()] + [id(b) for b in module.buffers()]
+    aoti.check(module, (torch.randn(3, 4),), mutated_buffers={"steps"})
+    assert {name: p._version for name, p in module.named_parameters()} == versions
+    assert [id(p) for p in module.parameters()] + [id(b) for b in module.buffers()] == held
+    assert {k: v for k, v in vars(module).items() if not k.startswith("_")} == plain
+    assert state.keys() == module.state_dict().keys()
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, state[name]), name
+"""
+
+
+@pytest.mark.compiles
+def test_a_module_deepcopy_refuses_is_checked_on_copies_built_field_by_field(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    report = tmp_path / "aoti.json"
+    result = run_aoti(DEEPCOPY_REFUSES, f"--aoti-report={report}")
+    result.assert_outcomes(passed=1)
+    (record,) = json.loads(report.read_text())["checks"]
+    assert record["outcome"] == "passed"
+    assert any(
+        note.startswith(
+            "the module could not be deep-copied (TypeError: LoRA.__new__() missing 2 "
+            "required positional arguments: 'dim_in' and 'dim_out'): the copies the check "
+            "runs, so that your module never changes, were built field by field"
+        )
+        for note in record["notes"]
+    ), record["notes"]

@@ -66,15 +66,6 @@ def test_the_copy_shares_the_weights_and_owns_buffers_and_attributes() -> None:
     assert module.calls == 0 and module.block.seen == () and float(module.steps) == 0.0
 
 
-def test_a_module_that_cannot_be_copied_is_a_usage_error() -> None:
-    import threading
-
-    module = torch.nn.Linear(2, 2)
-    module.lock = threading.Lock()
-    with pytest.raises(AotiUsageError, match="the module cannot be copied"):
-        eager_copy(module)
-
-
 class Stateful(torch.nn.Module):
     """Changes what a copy holds in every way a forward can: a buffer in place, a buffer
     rebound, an attribute, a list, a new attribute, a registered hook."""

@@ -1,6 +1,7 @@
 """The check protocol without a compile: phases run at their point, the engine loaded once
 and handed out in its exported state, a check's own record fields, the eager module copied
-only where a call may change its state, and the finding kind of a missed expected value."""
+only where a call may change its state (field by field where ``copy.deepcopy`` cannot), and
+the finding kind of a missed expected value."""
 
 from __future__ import annotations
 
@@ -104,6 +105,38 @@ def test_a_failing_phase_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(AotiCheckError, match="eager failed"):
         PlanRun(_plan(), CheckContext(device=torch.device("cpu"))).run("eager")
     assert seen == []
+
+
+class LoRA(torch.nn.Module):
+    """Built only with its dimension: ``copy.deepcopy`` calls ``LoRA.__new__(LoRA)``."""
+
+    def __new__(cls, dim: int) -> LoRA:
+        return super().__new__(cls)
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.down = torch.nn.Parameter(torch.randn(dim, 2))
+
+
+def test_an_export_s_eager_checks_run_on_a_copy_of_a_module_deepcopy_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran_on: list[torch.nn.Module] = []
+
+    class Sees(Recorded):
+        def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+            ran_on.append(plan.module)
+            return Outcome()
+
+    monkeypatch.setattr(catalog, "CHECKS", [Sees("sees", "eager", [])])
+    module = LoRA(3)
+    run = PlanRun(
+        CheckPlan(module=module, input_sets=(((), {}),), tolerance=Tolerance()),
+        CheckContext(device=torch.device("cpu")),
+    )
+    run.run_on_full_copy("eager")
+    assert len(ran_on) == 1 and type(ran_on[0]) is LoRA and ran_on[0] is not module
+    assert run.plan.module is module
 
 
 def test_the_engine_is_loaded_once_and_fresh_engines_come_after_use() -> None:

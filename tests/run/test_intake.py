@@ -1,10 +1,12 @@
 """The module a call hands in is judged before anything is exported: a class, a ScriptModule,
 a module in training mode whose layers train, each a usage error at the user's line that says
-what to do; a torch.compile'd module is checked as its original module, with a note."""
+what to do; a torch.compile'd module is checked as its original module, with a note; one
+``copy.deepcopy`` refuses is moved to the device as a copy built field by field."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -109,3 +111,27 @@ def test_a_bare_training_layer_is_named_by_its_class() -> None:
         resolve_call(
             CheckDefaults(), torch.device("cpu"), torch.nn.BatchNorm1d(2), (torch.ones(3, 2),)
         )
+
+
+class LoRA(torch.nn.Module):
+    """Built only with its dimensions: ``copy.deepcopy`` calls ``LoRA.__new__(LoRA)``."""
+
+    def __new__(cls, dim_in: int, dim_out: int) -> LoRA:
+        return super().__new__(cls)
+
+    def __init__(self, dim_in: int, dim_out: int) -> None:
+        super().__init__()
+        self.down = torch.nn.Parameter(torch.randn(dim_in, 2))
+        self.up = torch.nn.Parameter(torch.randn(2, dim_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.down @ self.up
+
+
+def test_a_module_deepcopy_refuses_is_moved_to_the_device_as_a_copy_built_field_by_field() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), LoRA(4, 4))
+    plan = resolve_call(CheckDefaults(), torch.device("meta"), module, (torch.randn(2, 4),))
+    moved: Any = plan.module
+    assert moved is not module and type(moved[1]) is LoRA
+    assert moved[1].down.device.type == "meta" and moved[0].weight.device.type == "meta"
+    assert all(p.device.type == "cpu" for p in module.parameters())

@@ -1,6 +1,7 @@
 """Weight sets and the findings' text, without a compile: what is drawn and what is kept, the
-same sets on every run, eager's copy holding them while the module keeps its own, and the
-words a finding, the summary and the JUnit properties give."""
+same sets on every run, eager's copy holding them while the module keeps its own (one
+``copy.deepcopy`` refuses too), and the words a finding, the summary and the JUnit properties
+give."""
 
 from __future__ import annotations
 
@@ -112,6 +113,37 @@ def test_eager_s_copy_holds_the_new_weights_and_the_module_keeps_its_own() -> No
     assert torch.equal(copy.wide, new["wide"]) and isinstance(copy.wide, torch.nn.Parameter)
     assert copy.low.weight is module.low.weight, "a weight not swapped is shared, not copied"
     assert copy.running is module.running, "eager copies the buffers it runs with"
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+class LoRA(torch.nn.Module):
+    """Built only with its dimensions: ``copy.deepcopy`` calls ``LoRA.__new__(LoRA)``."""
+
+    scale: torch.Tensor
+
+    def __new__(cls, dim_in: int, dim_out: int) -> LoRA:
+        return super().__new__(cls)
+
+    def __init__(self, dim_in: int, dim_out: int) -> None:
+        super().__init__()
+        self.down = torch.nn.Parameter(torch.randn(dim_in, 2))
+        self.up = torch.nn.Parameter(torch.randn(2, dim_out))
+        self.register_buffer("scale", torch.rand(dim_out) + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.down @ self.up * self.scale
+
+
+def test_eager_holds_new_weights_in_a_module_deepcopy_refuses() -> None:
+    module: Any = torch.nn.Sequential(torch.nn.Linear(4, 4), LoRA(4, 4))
+    before = {name: value.clone() for name, value in module.state_dict().items()}
+    weights = module_weights(module)
+    new = draw_set(weights, 2)
+    copy: Any = module_holding(module, with_values(weights, new, names=["1.down", "1.scale"]))
+    assert type(copy[1]) is LoRA and isinstance(copy[1].down, torch.nn.Parameter)
+    assert torch.equal(copy[1].down, new["1.down"]) and torch.equal(copy[1].scale, new["1.scale"])
+    assert copy[1].up is module[1].up and copy[0].weight is module[0].weight
     for name, value in module.state_dict().items():
         assert torch.equal(value, before[name]), name
 
