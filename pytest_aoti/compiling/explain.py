@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_aoti.compiling.tree_types import named_registration_call, serialization_hint
 from pytest_aoti.frames import is_user_file, user_traceback
 
 if TYPE_CHECKING:
@@ -87,10 +88,11 @@ def decompose_failure(error: BaseException) -> str:
 def compile_failure(error: BaseException) -> str:
     """The message of a failed ``aoti_compile_and_package``."""
     text = str(error)
-    no_compiler = "InvalidCxxCompiler" in text or "No working C++ compiler" in text
-    return summarize_torch_error(
-        error, "AOTI compile", hint=COMPILER_HINT if no_compiler else COMPILE_HINT
-    )
+    if "InvalidCxxCompiler" in text or "No working C++ compiler" in text:
+        hint = COMPILER_HINT
+    else:
+        hint = serialization_hint(text) or COMPILE_HINT
+    return summarize_torch_error(error, "AOTI compile", hint=hint)
 
 
 def load_failure(error: BaseException, package_path: Path) -> str:
@@ -185,7 +187,8 @@ def constraint_hint(fixes: list[str], small: list[str]) -> str:
 
 # what torch leaves out: a library type export cannot flatten, and the export mode that failed
 _UNKNOWN_TYPE = re.compile(
-    r"Found <class '(?P<cls>[\w.]+)'> in (?P<where>\w+), which is not a known type"
+    r"Found <class '(?P<cls>[\w.<>]+)'> in (?P<where>\w+), which is not a known type"
+    r"|Unsupported (?P<input>input) type <class '(?P<input_cls>[\w.<>]+)'>"
 )
 
 
@@ -194,7 +197,8 @@ def library_type_hint(text: str) -> str | None:
     match = _UNKNOWN_TYPE.search(text)
     if match is None:
         return None
-    path, where = match["cls"], match["where"]
+    path = match["cls"] or match["input_cls"]
+    where = match["where"] or match["input"]
     name = path.rsplit(".", 1)[-1]
     if path.startswith("transformers.") and name.endswith("Cache"):
         return (
@@ -207,9 +211,10 @@ def library_type_hint(text: str) -> str | None:
             "for every cache class of the model."
         )
     return (
-        f"What to try: {path} in the {where} is not a pytree type: register it with "
-        "torch.utils._pytree.register_pytree_node(cls, flatten_fn, unflatten_fn), or pass "
-        "and return plain tensors, tuples, lists and dicts."
+        f"What to try: {path} in the {where} is not a pytree type: register it before "
+        f"exporting, with the serialized name the AOTI package needs: "
+        f"{named_registration_call(path)}; or pass and return plain tensors, tuples, lists "
+        "and dicts."
     )
 
 

@@ -21,6 +21,7 @@ from pytest_aoti.compiling.explain import (
     torch_reason,
 )
 from pytest_aoti.compiling.guards import guard_sources
+from pytest_aoti.compiling.tree_types import check_program_classes
 from pytest_aoti.errors import AotiCompileError, AotiExportError
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def export_module(
     export_options: dict[str, Any] = {**(options or {}), "dynamic_shapes": dynamic_shapes}
     try:
         with quiet_torch_deprecations(), _export_noise_dropped():
-            return torch.export.export(module, tuple(args), dict(kwargs), **export_options)
+            exported = torch.export.export(module, tuple(args), dict(kwargs), **export_options)
     except Exception as error:  # torch raises many unrelated types here
         with quiet_torch_deprecations():
             guard_lines = guard_sources(error, module, args, kwargs, export_options)
@@ -115,6 +116,9 @@ def export_module(
             # is enough, the rest (torch's logging advice, the same line quoted) is above
             error.args = (torch_reason(error)[0],)
         raise AotiExportError(message, stage="export") from error
+    # a custom class the compile could not store would fail one step later, and unexplained
+    check_program_classes(exported.call_spec.in_spec, exported.call_spec.out_spec)
+    return exported
 
 
 def decompose(exported: ExportedProgram) -> ExportedProgram:
@@ -180,8 +184,8 @@ def _isa_check_settled() -> contextlib.AbstractContextManager[object]:
 
 def check_constant_outputs(program: ExportedProgram) -> None:
     """Raise ``AotiCompileError`` for a constant output Inductor stops on with an opaque
-    ``AssertionError`` (a float: ``return x + 1, 0.5``); None, bool and int compile."""
-    import torch.utils._pytree as pytree
+    ``AssertionError`` (a float: ``return x + 1, 0.5``; a str, a dtype); None, bool and int
+    compile (the engine returns an int or bool as a 0-dim tensor)."""
     from torch.export.graph_signature import ConstantArgument, OutputKind
 
     outputs = [
@@ -189,32 +193,56 @@ def check_constant_outputs(program: ExportedProgram) -> None:
         for spec in program.graph_signature.output_specs
         if spec.kind == OutputKind.USER_OUTPUT
     ]
-    out_spec = program.call_spec.out_spec
-    if out_spec is not None and out_spec.num_leaves == len(outputs):
-        numbered = pytree.tree_unflatten(list(range(len(outputs))), out_spec)
-        paths = [
-            "output" + pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(numbered)[0]
-        ]
-    else:
-        paths = [f"output {index}" for index in range(len(outputs))]
-    for location, arg in zip(paths, outputs):
+    paths, parents = _output_paths(program.call_spec.out_spec, len(outputs))
+    for location, parent, arg in zip(paths, parents, outputs):
         if not isinstance(arg, ConstantArgument):
             continue
         value = arg.value
         if value is None or isinstance(value, int):  # bool is an int
             continue
-        as_tensor = (
-            f"return it as a tensor, e.g. torch.tensor({value!r}), or drop it from the outputs"
-            if isinstance(value, float)
-            else "drop it from the outputs, or return a tensor in its place"
-        )
         raise AotiCompileError(
             f"AOTI compile failed: {location} is the Python {type(value).__name__} "
             f"{value!r}, a constant the AOTI engine cannot return\n"
             "  Inductor stops on it with an opaque AssertionError; tensors, None, int and "
-            "bool outputs compile\n"
-            f"  What to try: {as_tensor}"
+            "bool outputs compile (the engine returns an int or bool as a 0-dim tensor)\n"
+            f"  What to try: {_constant_fix(value, parent, location)}"
         )
+
+
+def _output_paths(out_spec: Any, count: int) -> tuple[list[str], list[type | None]]:
+    """Per user output, its path (``output.name``, ``output[1]``) and the class holding it."""
+    import torch.utils._pytree as pytree
+
+    from pytest_aoti.compiling.tree_types import leaf_parents
+
+    if out_spec is None or out_spec.num_leaves != count:
+        return [f"output {index}" for index in range(count)], [None] * count
+    numbered = pytree.tree_unflatten(list(range(count)), out_spec)
+    try:
+        with_paths = pytree.tree_flatten_with_path(numbered)[0]
+    except ValueError:  # a class registered without keys (refused at export)
+        return [f"output {index}" for index in range(count)], leaf_parents(out_spec)
+    return ["output" + pytree.keystr(path) for path, _ in with_paths], leaf_parents(out_spec)
+
+
+def _constant_fix(value: object, parent: type | None, location: str) -> str:
+    """What to do with the constant output ``value`` at ``location``, held by a node of class
+    ``parent``."""
+    from pytest_aoti.compiling.tree_types import is_custom, serialized_name
+
+    if isinstance(value, float):
+        return f"return it as a tensor, e.g. torch.tensor({value!r}), or drop it from the outputs"
+    if parent is not None and is_custom(parent):
+        field = location.rpartition(".")[2] if "." in location else "field"
+        return (
+            f"where it is the same on every call, carry it in {parent.__qualname__}'s pytree "
+            "context rather than as a leaf, and the engine returns the value exported: "
+            f"torch.utils._pytree.register_pytree_node({parent.__qualname__}, flatten_fn, "
+            f'unflatten_fn, serialized_type_name="{serialized_name(parent)}", '
+            "flatten_with_keys_fn=flatten_with_keys_fn), whose flatten_fn returns the tensors "
+            f"and obj.{field} as the context; else leave it out of the outputs"
+        )
+    return "drop it from the outputs, or return a tensor in its place"
 
 
 def unknown_inductor_options(configs: Mapping[str, Any]) -> str:

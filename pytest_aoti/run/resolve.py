@@ -178,12 +178,16 @@ def check_not_meta(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     import torch
     import torch.utils._pytree as pytree
 
+    from pytest_aoti.compiling.tree_types import check_input_classes
+
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if tensor.is_meta:
             raise AotiUsageError(
                 f"the module's {name!r} is on the meta device (a shape, no data); "
                 "materialize it first, e.g. module.to_empty(device=...) then load_state_dict"
             )
+    # the paths below need every custom class's keys
+    check_input_classes(tuple(args), dict(kwargs or {}))
     leaves, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs or {})))
     for path, leaf in leaves:
         if not isinstance(leaf, torch.Tensor):
