@@ -116,6 +116,7 @@ if TYPE_CHECKING:
     from pytest_aoti.shapes.generation import InputBuilder as InputBuilder
     from pytest_aoti.shapes.generation import value_range as value_range
     from pytest_aoti.shapes.read import ProgramShapes as ProgramShapes
+    from pytest_aoti.steps.chain import StepsRun as StepsRun
     from pytest_aoti.strategies import assignments as assignments
     from pytest_aoti.strategies import distinct_like as distinct_like
     from pytest_aoti.tester import AotiTester as AotiTester
@@ -151,6 +152,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "CheckRecord": "pytest_aoti.reports.records",
     "child_preparation": "pytest_aoti.compiling.custom_ops",
     "clone_tree": "pytest_aoti.trees",
+    "StepsRun": "pytest_aoti.steps.chain",
     "compare_leaf": "pytest_aoti.compare",
     "compare_trees": "pytest_aoti.compare",
     "copy_module": "pytest_aoti.checks.module_copy",

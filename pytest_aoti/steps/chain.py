@@ -81,6 +81,7 @@ class StepsRun:
         screen: Callable[[InputSet, int], None] | None = None,
         buffers: Callable[[], Mapping[str, Any]] | None = None,
         buffers_reason: str = "none",
+        follow_eager: bool = False,
     ) -> None:
         self.program = program
         self.module = module
@@ -93,6 +94,10 @@ class StepsRun:
         self.float64 = float64
         self.screen = screen
         self.engine_buffers = buffers
+        self.follow_eager = follow_eager
+        """Each engine step on a copy of eager's inputs of the step (no drift carried):
+        where extreme values would make rounding grow over the steps, a step's own fault
+        still shows."""
         self.chain = Chain(steps, buffers=buffers_reason)
 
     def run(self) -> Chain:
@@ -127,7 +132,7 @@ class StepsRun:
             if step == self.steps:
                 break
             eager_next = self._next(eager_out, eager_inputs, "eager", step)
-            if tie is not None:
+            if tie is not None or self.follow_eager:
                 figures.tie = tie
                 engine_inputs = clone_tree(eager_next)
             else:

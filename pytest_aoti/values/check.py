@@ -32,6 +32,7 @@ from pytest_aoti.api import (
     Outcome,
     Phase,
     RecordPart,
+    StepsRun,
     named_user_inputs,
     side_by_side,
     tensor_bytes,
@@ -251,6 +252,8 @@ class _Search:
             tolerance_text(self.plan.tolerance),
             self.context.calls,
             mutates_text(self.plan.mutates),
+            self.plan.steps,
+            mutates_text({"next_inputs": self.plan.next_inputs}),
         )
         return None if parts[0] is None else repr(parts)
 
@@ -368,6 +371,10 @@ class _Search:
             except AotiCheckError as error:
                 self.failed = _Failed(draw, dict(draw.values), error)
                 return False
+            except EagerRaised:  # a later step of the draw's loop the module refuses
+                self.refused += 1
+                self.refused_by_eager += 1
+                continue
             self.count += 1
             passed.append(draw.index)
         return True
@@ -399,10 +406,40 @@ class _Search:
         )
 
     def _checked(self, run: InputRun) -> list[Any]:
-        """One draw's run through parity's path, every call compared; its figures."""
-        return run.check(
+        """One draw's run through parity's path, every call compared, and with ``steps``
+        its decode loop from the draw; its figures."""
+        stats = run.check(
             self.context.calls, self.plan.mutates, values_too=False, eager_refusals=True
         )
+        if self.plan.steps is None or self.plan.next_inputs is None:
+            return stats
+        return stats + self._chain(run)
+
+    def _chain(self, run: InputRun) -> list[Any]:
+        """The draw's decode loop from the drawn inputs, each engine step on a copy of
+        eager's inputs of the step: a draw's extreme values would make the rounding of a
+        free-running chain grow (the first step's engine inputs were screened with the draw;
+        each later one is)."""
+        screen = self._screen
+
+        def screened(inputs: InputSet, step: int) -> None:
+            if screen is not None and step > 1:
+                screen.screen_all([inputs], [f"{run.label}, step {step}"])
+
+        chain = StepsRun(
+            self.program,
+            self.plan.module,
+            run.fresh_inputs(),
+            steps=self.plan.steps or 1,
+            next_inputs=self.plan.next_inputs,  # type: ignore[arg-type]
+            tolerance=self.plan.tolerance,
+            eager=self._copies.eager().module,
+            engine=self.context.fresh_engine(),
+            float64=self._copies.float64,
+            screen=screened,
+            follow_eager=True,
+        ).run()
+        return chain.stats
 
     def _check(self, index: int, inputs: InputSet, *, attribute: bool = False) -> list[Any]:
         """Draw ``index`` through parity's path, every call compared; its figures.
@@ -533,6 +570,7 @@ class _Search:
             "given": self.given,
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
+            "steps": self.plan.steps,
             "constants": list(self.plan_of_draws.constants),
             "positions": sorted(self.positions),
             "pairs_met": {

@@ -74,6 +74,46 @@ class WrongFromPositionEight(CustomGraphPass):
         return "test_steps.WrongFromPositionEight-1"
 
 
+class WrongOnACachedHalf(CustomGraphPass):
+    \"\"\"The output off by one from position 1 on where the key cache holds 0.5: what
+    only a draw's cache holds, and only a later step reads.\"\"\"
+
+    def __call__(self, graph):
+        aten = torch.ops.aten
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        pos = next(
+            node for node in placeholders
+            if getattr(node.meta.get("val"), "dtype", None) == torch.int64
+            and node.meta["val"].dim() == 0
+        )
+        cache = next(
+            node for node in placeholders
+            if tuple(getattr(node.meta.get("val"), "shape", ())) == (32, 16)
+        )
+        output = next(node for node in graph.nodes if node.op == "output")
+        value = output.args[0][0]
+        with graph.inserting_before(output):
+            half = graph.call_function(aten.any.default, (graph.call_function(aten.eq.Scalar, (cache, 0.5)),))
+            late = graph.call_function(aten.ge.Scalar, (pos, 1))
+            both = graph.call_function(aten.logical_and.default, (half, late))
+            plus = graph.call_function(aten.add.Tensor, (value, 1.0))
+            wrong = graph.call_function(aten.where.self, (both, plus, value))
+        output.args = ((wrong, *output.args[0][1:]),)
+
+    def uuid(self):
+        return "test_steps.WrongOnACachedHalf-1"
+
+
+def test_decode_drawn_fault(aoti):
+    aoti.check(
+        DecodeStep(),
+        decode_inputs(),
+        steps=4,
+        next_inputs=next_step,
+        inductor_configs={"post_grad_custom_post_pass": WrongOnACachedHalf()},
+    )
+
+
 def test_decode(aoti):
     aoti.check(DecodeStep(), decode_inputs(), steps=24, next_inputs=next_step)
 
@@ -180,7 +220,7 @@ def test_a_decode_loop_is_compared_at_every_step_and_a_late_fault_names_its_step
 ) -> None:
     report = tmp_path / "aoti.json"
     result = run_aoti(DECODE, "--aoti-probes=off", f"--aoti-report={report}")
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*test_decode_fault*",
@@ -189,7 +229,16 @@ def test_a_decode_loop_is_compared_at_every_step_and_a_late_fault_names_its_step
             "E *largest abs error of each step before it: 1: *, 8: *",
         ]
     )
+    # the values draws run the loop too: a fault only a drawn cache shows at step 2
+    result.stdout.fnmatch_lines(
+        [
+            "*test_decode_drawn_fault*",
+            "E * values draw * fails: *",
+            "E *the first step that differs is step 2 of 4*",
+        ]
+    )
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
+    assert records["test_decode[cpu]"]["values"]["steps"] == 24
     decoded = records["test_decode[cpu]"]["steps"]
     assert decoded["steps"] == 24 and len(decoded["per_step"]) == 24
     assert [figure["step"] for figure in decoded["per_step"]] == list(range(1, 25))
