@@ -1,33 +1,37 @@
-"""The options page's table, made from ``pytest_aoti.options.table.rows()`` at build time.
-
-``{aoti-options}`` in a page becomes one row per option: its flag, ini key, the marker's and
-``aoti.check``'s keyword, its default and its help, so the page cannot drift from the code.
-"""
+"""The options page's table is written into ``docs/options.md`` (``options_table.py``); the
+build warns, an error under ``sphinx-build -W``, where the written table is not the one the
+option rows make, so the site cannot go out with a stale one."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from docutils import nodes
-from docutils.statemachine import StringList
-from options_table import options_markdown
+from options_table import REGENERATE, page_with_table
 from sphinx.application import Sphinx
-from sphinx.util.docutils import SphinxDirective
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+PAGE = "options"
 
 
-class OptionsTable(SphinxDirective):
-    """Insert the table of every option."""
-
-    has_content = False
-
-    def run(self) -> list[Any]:
-        # parsed as the page's own Markdown (MyST), so code spans render as elsewhere
-        container = nodes.container()
-        content = StringList(options_markdown(), source="pytest_aoti.options.table.rows()")
-        self.state.nested_parse(content, self.content_offset, container)
-        return list(container.children)
+def check_written_table(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Warn where the options page's written table differs from the rows'."""
+    if docname != PAGE:
+        return
+    try:
+        current = page_with_table(source[0])
+    except ValueError as error:
+        logger.warning("%s", error, location=docname)
+        return
+    if current != source[0]:
+        logger.warning(
+            "the options table differs from what the option rows make: %s",
+            REGENERATE,
+            location=docname,
+        )
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
-    app.add_directive("aoti-options", OptionsTable)
+    app.connect("source-read", check_written_table)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,12 +1,23 @@
-"""The options page's table as Markdown lines, one row per entry of ``rows()``.
+"""The options page's table as Markdown lines, one row per entry of ``rows()``, written into
+``docs/options.md`` between :data:`BEGIN` and :data:`END`, so that the page reads as plain
+Markdown too (in a clone, on the repository host).
 
-Pure: no Sphinx, so the tests read the same rows the built page shows.
+Pure: no Sphinx. ``tests/core/test_docs.py`` fails where the page's table is not the one
+:func:`page_with_table` writes, and writes it under ``AOTI_REGENERATE_LISTINGS=1``; the site's
+build warns (an error under ``-W``) through ``aoti_options.py``.
 """
 
 from __future__ import annotations
 
 from pytest_aoti.options.option import Option
 from pytest_aoti.options.table import rows
+
+BEGIN = (
+    "<!-- begin: the options table, written from the option rows by tests/core/test_docs.py "
+    "(AOTI_REGENERATE_LISTINGS=1); do not edit -->"
+)
+END = "<!-- end: the options table -->"
+REGENERATE = "rerun tests/core/test_docs.py with AOTI_REGENERATE_LISTINGS=1"
 
 
 def flag(option: Option) -> str | None:
@@ -61,3 +72,17 @@ def options_markdown() -> list[str]:
         where = f" ({'; '.join(said)})" if said else ""
         lines.append(f"- **`{name}`**{where}: " + option.help.replace("\n", " "))
     return lines
+
+
+def page_with_table(text: str) -> str:
+    """``text`` (the options page) with the table between :data:`BEGIN` and :data:`END`
+    written from the rows; ``ValueError`` where the page lacks either line."""
+    lines = text.splitlines(keepends=True)
+    stripped = [line.rstrip("\n") for line in lines]
+    if stripped.count(BEGIN) != 1 or stripped.count(END) != 1:
+        raise ValueError(f"the options page must hold the lines {BEGIN!r} and {END!r} once each")
+    start, end = stripped.index(BEGIN), stripped.index(END)
+    if end < start:
+        raise ValueError(f"the options page has {END!r} before {BEGIN!r}")
+    table = "".join(f"{line}\n" for line in ["", *options_markdown(), ""])
+    return "".join(lines[: start + 1]) + table + "".join(lines[end:])

@@ -38,7 +38,8 @@ class CheckRecord:
     fp64_rescued: bool = False
     """A leaf beyond its tolerance passed by the fp64 rule."""
     shapes_tried: int = 0
-    """Input sets checked: the example, samples, boundary and generated shapes."""
+    """Input sets run through the engine and compared, summed over the check's checks: the
+    example and samples, aliased copies, generated shapes, values draws, weight sets."""
     calls: int = 1
     engine_seconds: float | None = None
     """Median wall time of one engine call, after the first."""

@@ -161,7 +161,7 @@ FAILING_PUBLISH = textwrap.dedent(
 )
 
 _SUMMARY = re.compile(
-    r"^aoti: (\d+) programs?; (\d+) compiled in [\d.]+ s; (\d+) loaded from cache in [\d.]+ s$",
+    r"^aoti: (\d+) programs?; (\d+) compiled in [\d.]+ s; (\d+) loaded from cache(?: in [\d.]+ m?s)?$",
     re.MULTILINE,
 )
 

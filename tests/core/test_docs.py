@@ -1,7 +1,8 @@
 """The README and the documentation site hold what the code does.
 
-The options page is made from the option table; here it is compared with ``pytest --help``,
-and the keyword lists the pages write out with the table and the tester's signatures. Every
+The options page holds the table the option rows make, written into it; here it is compared
+with the rows and ``pytest --help``, and the keyword lists the pages write out with the table
+and the tester's signatures. Every
 link resolves, every sample on a page is one a test runs or a copy of the file it links, every
 directive reads on the repository host (which shows ``docs/*.md`` as plain Markdown), and
 the README stays one screenful with no figure that goes stale.
@@ -10,6 +11,7 @@ the README stays one screenful with no figure that goes stale.
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import os
 import re
@@ -43,7 +45,8 @@ INCLUDE = re.compile(r"^```\{(literalinclude|include)\} (\S+)", re.MULTILINE)
 
 
 def options_table() -> ModuleType:
-    """The module the docs build renders the options page with."""
+    """The module that writes the options page's table (and that the docs build checks it
+    with)."""
     spec = importlib.util.spec_from_file_location(
         "options_table", DOCS / "_ext" / "options_table.py"
     )
@@ -85,7 +88,29 @@ def test_the_options_page_lists_exactly_the_flags_of_pytest_help(
             assert re.search(rf"^  {option.ini_key} ", result.stdout.str(), re.MULTILINE)
         if option.marker or option.keyword:
             assert f"`{option.keyword_name}=`" in text
-    assert "{aoti-options}" in (DOCS / "options.md").read_text(encoding="utf-8")
+
+
+def test_the_options_page_holds_the_table_the_rows_make() -> None:
+    """Read as plain Markdown (in a clone, on the repository host), the options page lists
+    every option: the table is written into it, between its begin and end lines, and is the
+    one the rows make. Under ``AOTI_REGENERATE_LISTINGS=1`` it is written again."""
+    module = options_table()
+    page = DOCS / "options.md"
+    text = page.read_text(encoding="utf-8")
+    current = module.page_with_table(text)
+    if current != text and os.environ.get("AOTI_REGENERATE_LISTINGS") == "1":
+        page.write_text(current, encoding="utf-8")
+        text = page.read_text(encoding="utf-8")
+    changed = [
+        line[:120]
+        for line in difflib.ndiff(text.splitlines(), current.splitlines())
+        if line.startswith(("- ", "+ "))
+    ]
+    stale = bool(changed)
+    assert not stale, (
+        f"docs/options.md lists other options than the rows make: {module.REGENERATE}\n"
+        + "\n".join(changed[:12])
+    )
 
 
 def test_the_readme_is_one_screenful_with_no_figure_that_goes_stale() -> None:
@@ -226,7 +251,7 @@ def test_every_copy_on_a_page_is_the_file_it_links(page: Path) -> None:
     )
 
 
-GENERATED = ("eval-rst", "aoti-options", "include")
+GENERATED = ("eval-rst", "include")
 """Directives whose content the site makes when it is built."""
 BUILD = "`sphinx-build docs docs/_build/html`"
 NOTE = "when the site is built"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
@@ -16,7 +17,7 @@ from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
-from pytest_aoti.reports.terminal import durations_table, problem_lines
+from pytest_aoti.reports.terminal import durations_table, problem_lines, summary_line
 
 # the engine adds 5e-5 to one of 1000 elements: beyond fp32's default tolerance, well
 # within the fp64 rule (RMSE 1.6e-6 against eager's float64 run)
@@ -244,6 +245,29 @@ def test_a_ratio_is_a_figure_only_above_the_noise_floor_on_an_idle_machine() -> 
     assert [record.speed_ratio for record in records[:2]] == [None, None]
     assert records[0].to_json()["engine_over_eager"] is None
     assert records[1].to_json()["timing_load"] == 3.8
+
+
+def test_the_summary_line_gives_the_load_time_measured_or_leaves_it_out() -> None:
+    """A warm run's loads take milliseconds: the line gives them as measured, never as
+    ``0.00 s``, also from an xdist worker; loads counted without a time (a shard's report
+    that lacks it) leave the figure out."""
+
+    def line(**fields: Any) -> str:
+        return summary_line(CompileStats(programs={"k"}, **fields))
+
+    assert line(loaded=31, load_seconds=0.0042) == (
+        "aoti: 1 program; 0 compiled in 0.0 s; 31 loaded from cache in 4.2 ms"
+    )
+    assert line(loaded=1, load_seconds=0.0003).endswith("; 1 loaded from cache in 0.3 ms")
+    assert line(loaded=5, load_seconds=0.41).endswith("; 5 loaded from cache in 0.41 s")
+    assert line(loaded=2).endswith("; 0 compiled in 0.0 s; 2 loaded from cache")
+    assert line(compiled=1, compile_seconds=14.1).endswith(
+        "; 1 compiled in 14.1 s; 0 loaded from cache in 0.00 s"
+    )
+    worker = CompileStats(programs={"k"}, loaded=1, load_seconds=0.0003)
+    controller = ReportCollector()
+    controller.merge(ReportCollector().payload(worker, []))
+    assert summary_line(controller.totals(None)).endswith("; 1 loaded from cache in 0.3 ms")
 
 
 def test_junit_leaves_out_an_absent_stage() -> None:
