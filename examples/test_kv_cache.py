@@ -134,7 +134,7 @@ def next_decoder_step(
 
 
 @pytest.mark.aoti
-def test_kv_cache_decoder_buffers_match_eager_at_every_step(aoti):
+def test_kv_cache_decoder_caches_match_eager_at_every_step(aoti):
     """The decoder's caches, registered buffers, read back from the engine after every step."""
     q, k, v, *_ = step_inputs(position=17)
     aoti.check(

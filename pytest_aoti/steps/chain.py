@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from pytest_aoti.checks.base import InputSet
 from pytest_aoti.checks.eager_history import EagerRaised
 from pytest_aoti.checks.float64 import Float64Reference
+from pytest_aoti.checks.replay import InputReplay
 from pytest_aoti.compare import compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError, AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
@@ -127,7 +128,7 @@ class StepsRun:
                     figures,
                 )
             except AotiCheckError as error:
-                raise self._at_step(error, step) from None
+                raise self._at_step(error, step, before) from None
             self.chain.figures.append(figures)
             if step == self.steps:
                 break
@@ -254,9 +255,10 @@ class StepsRun:
             return None
         return Float64Reference(self.program, self.module, *before, shared=self.float64)
 
-    def _at_step(self, error: AotiCheckError, step: int) -> AotiCheckError:
+    def _at_step(self, error: AotiCheckError, step: int, inputs: InputSet) -> AotiCheckError:
         """``error`` as the first step that differs, with the largest error of each step
-        before it (a drift that grows shows as such)."""
+        before it (a drift that grows shows as such); its repro bundle replays the step's
+        call on eager's ``inputs`` of the step."""
         finding = error.finding
         earlier = ", ".join(
             f"{f.step}: {f.max_abs:.3g}" + (" (tie)" if f.tie else "") for f in self.chain.figures
@@ -278,7 +280,10 @@ class StepsRun:
                 "per_step": [f.to_json() for f in self.chain.figures],
             },
         }
-        return error.amended(replace(finding, details=details, extra=extra))
+        amended = error.amended(replace(finding, details=details, extra=extra))
+        if not self.program.mutated_buffers:  # a buffer's state of the step is not replayed
+            amended.replay = InputReplay(self.module, tuple(inputs[0]), dict(inputs[1]), 1)
+        return amended
 
 
 def _split(tree: Any) -> tuple[Any, Any]:

@@ -147,7 +147,7 @@ def test_the_kv_cache_example_compares_its_cache_buffers(
         "-k",
         "buffers",
     )
-    result.assert_outcomes(passed=1, deselected=3)
+    result.assert_outcomes(passed=1, deselected=5)
     (record,) = _report(report).values()
     assert [(b["name"], b["verified"], b["calls_compared"]) for b in record["buffers"]] == [
         ("k_cache", True, 3),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -262,3 +263,23 @@ def test_steps_need_next_inputs_and_leave_calls_out() -> None:
         check_steps(0, lambda out, args, kwargs: (args, kwargs), None)
     with pytest.raises(AotiUsageError, match="leave calls= out"):
         check_steps(3, lambda out, args, kwargs: (args, kwargs), 2)
+
+
+@pytest.mark.compiles
+def test_a_failing_step_s_bundle_replays_that_step_in_a_fresh_python(
+    run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, run_isolated: Any
+) -> None:
+    bundles = tmp_path / "failed"
+    result = run_aoti(
+        DECODE,
+        "--aoti-probes=off",
+        "--aoti-localize=off",
+        f"--aoti-keep-failed={bundles}",
+        "-k",
+        "test_decode_fault",
+    )
+    result.assert_outcomes(failed=1)
+    [folder] = list(bundles.iterdir())
+    run = run_isolated(folder / "repro.py", tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "REPRODUCED: the AOTI engine differs from eager" in run.stdout

@@ -115,6 +115,7 @@ def test_a_program_wrong_only_on_exact_decimals_fails_by_default_naming_the_valu
         "left": 0,
         "given": False,
         "refused": 0,
+        "steps": None,
         "constants": [],
         "positions": [],
     }
