@@ -130,10 +130,6 @@ def test_constant(aoti):
         inductor_configs={"post_grad_custom_post_pass": WrongAtTheConstant()},
     )
 
-
-def test_constant_correct(aoti):
-    torch.manual_seed(0)
-    aoti.check(AddConstant(), (torch.randn(4, 8, dtype=torch.bfloat16),))
 """
 )
 
@@ -144,7 +140,7 @@ def test_faults_at_one_element_the_last_element_and_a_constant_fail_by_default(
 ) -> None:
     report = tmp_path / "aoti.json"
     result = run_aoti(FAULTS, "--aoti-probes=off", f"--aoti-report={report}")
-    result.assert_outcomes(failed=3, passed=1)
+    result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(
         [
             "*test_one_element*",
@@ -168,9 +164,6 @@ def test_faults_at_one_element_the_last_element_and_a_constant_fail_by_default(
         ]
     )
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
-    correct = records["test_constant_correct[cpu]"]["values"]
-    assert correct["constants"] == [1.7, 2.0]
-    assert correct["checked"] == correct["draws"] >= 16
     failed = records["test_constant[cpu]"]["finding"]["extra"]["values"]
     assert failed["constants"] == [1.7, 2.0]
     tail = records["test_tail[cpu]"]["finding"]["extra"]["values"]
