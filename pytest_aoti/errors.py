@@ -50,6 +50,10 @@ class Replay(Protocol):
     @property
     def calls(self) -> int: ...
 
+    @property
+    def step_inputs(self) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], ...] | None:
+        """A decode loop's ``(args, kwargs)`` of each call, else None (one input set)."""
+
     def weights(self) -> Mapping[str, Any]:
         """Weights loaded into the engine before the calls, by state-dict name (a weight
         swap's); empty for the compiled ones."""

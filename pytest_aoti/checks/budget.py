@@ -113,17 +113,19 @@ class CheckBudget:
         loads: bool = False,
         runs: int = 0,
         why: str = "",
+        calls: int | None = None,
     ) -> int:
         """How many items ``search`` runs now, of the ``planned - earlier`` no run has run:
         all where ``given`` (the user's count), without a limit or on a small program;
         else as many as the allowance left holds (each item ``calls`` reads of the program,
+        the check's :attr:`calls` unless given: a decode loop's item reads it once per step;
         plus one read where ``loads``: the package loaded again), at least ``floor``. Says so
         in :attr:`checks`; :meth:`ran` then says how many ran."""
         pending = max(0, planned - earlier)
         count = pending
         if self.limited and not given and pending:
             allowance = self.allowance or 0
-            item = max(1, self.program_bytes * self.calls)
+            item = max(1, self.program_bytes * (calls or self.calls))
             load = self.program_bytes if loads else 0
             room = max(0, allowance - self.reserved - load) // item
             count = min(pending, max(floor, room))

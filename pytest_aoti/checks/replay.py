@@ -27,6 +27,9 @@ class InputReplay:
     weight_set: Callable[[], Mapping[str, torch.Tensor]] | None = None
     """The new weights by state-dict name, drawn again when asked: the failure does not
     hold a model-sized set for as long as pytest keeps it; None: the compiled weights."""
+    step_inputs: tuple[tuple[tuple[Any, ...], dict[str, Any]], ...] | None = None
+    """A decode loop's inputs of each call, ``calls`` of them (the first is ``args`` and
+    ``kwargs``); None: every call on one copy of ``args`` and ``kwargs``."""
 
     def weights(self) -> Mapping[str, torch.Tensor]:
         """The weight set loaded into the engine before the calls (empty: the compiled)."""
@@ -52,12 +55,18 @@ class InputReplay:
         def held(*args: Any, **kwargs: Any) -> Any:
             return torch.func.functional_call(eager, weights, args, kwargs)
 
-        results = call_history(
-            program,
-            held if weights else eager,
-            self.args,
-            self.kwargs,
-            self.calls,
-            after_call=read_buffers if buffers else None,
-        )
+        function = held if weights else eager
+        after_call = read_buffers if buffers else None
+        if self.step_inputs is None:
+            results = call_history(
+                program, function, self.args, self.kwargs, self.calls, after_call=after_call
+            )
+        else:  # one module through the steps: its buffers carry from call to call
+            results = [
+                record
+                for args, kwargs in self.step_inputs
+                for record in call_history(
+                    program, function, args, kwargs, 1, after_call=after_call
+                )
+            ]
         return results, (states if buffers else None)

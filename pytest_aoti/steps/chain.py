@@ -22,7 +22,7 @@ from pytest_aoti.checks.eager_history import EagerRaised
 from pytest_aoti.checks.float64 import Float64Reference
 from pytest_aoti.checks.replay import InputReplay
 from pytest_aoti.compare import compare_leaf, compare_trees
-from pytest_aoti.errors import AotiCheckError, AotiUsageError
+from pytest_aoti.errors import AotiCheckError, AotiInputError, AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.trees import clone_tree
@@ -100,6 +100,8 @@ class StepsRun:
         where extreme values would make rounding grow over the steps, a step's own fault
         still shows."""
         self.chain = Chain(steps, buffers=buffers_reason)
+        self.step_inputs: list[InputSet] = []
+        """Eager's inputs of each step so far, before its call: what a repro bundle replays."""
 
     def run(self) -> Chain:
         """Both chains, compared at every step; raises the first step's difference."""
@@ -108,8 +110,9 @@ class StepsRun:
         engine_inputs = clone_tree(self.inputs)
         for step in range(1, self.steps + 1):
             context = f"step {step} of {self.steps}"
-            self.program.validate(*engine_inputs[0], **engine_inputs[1])
+            self._validate(engine_inputs, step)
             before = clone_tree(eager_inputs)
+            self.step_inputs.append(before)
             eager_out = self._eager_call(eager_inputs, step)
             if self.screen is not None:
                 self.screen(engine_inputs, step)
@@ -128,7 +131,7 @@ class StepsRun:
                     figures,
                 )
             except AotiCheckError as error:
-                raise self._at_step(error, step, before) from None
+                raise self._at_step(error, step) from None
             self.chain.figures.append(figures)
             if step == self.steps:
                 break
@@ -140,6 +143,21 @@ class StepsRun:
                 engine_inputs = self._next(engine_out, engine_inputs, "engine", step)
             eager_inputs = eager_next
         return self.chain
+
+    def _validate(self, inputs: InputSet, step: int) -> None:
+        """The step's inputs fit the exported program (a growing sequence stays inside the
+        ranges it was exported for), else a usage error naming the step."""
+        __tracebackhide__ = True
+        try:
+            self.program.validate(*inputs[0], **inputs[1])
+        except AotiInputError as error:
+            if step == 1:
+                raise
+            raise AotiInputError(
+                f"step {step} of {self.steps}: the inputs next_inputs built do not fit the "
+                f"exported program: {error}. Export with ranges that hold every step's "
+                "shapes (a larger max of the Dim), or run fewer steps"
+            ) from None
 
     def _eager_call(self, inputs: InputSet, step: int) -> Any:
         __tracebackhide__ = True
@@ -255,10 +273,11 @@ class StepsRun:
             return None
         return Float64Reference(self.program, self.module, *before, shared=self.float64)
 
-    def _at_step(self, error: AotiCheckError, step: int, inputs: InputSet) -> AotiCheckError:
+    def _at_step(self, error: AotiCheckError, step: int) -> AotiCheckError:
         """``error`` as the first step that differs, with the largest error of each step
-        before it (a drift that grows shows as such); its repro bundle replays the step's
-        call on eager's ``inputs`` of the step."""
+        before it (a drift that grows shows as such); its repro bundle replays the chain up
+        to that step, each call on eager's inputs of its step (the buffers' state of the
+        step comes from the calls before it)."""
         finding = error.finding
         earlier = ", ".join(
             f"{f.step}: {f.max_abs:.3g}" + (" (tie)" if f.tie else "") for f in self.chain.figures
@@ -281,8 +300,14 @@ class StepsRun:
             },
         }
         amended = error.amended(replace(finding, details=details, extra=extra))
-        if not self.program.mutated_buffers:  # a buffer's state of the step is not replayed
-            amended.replay = InputReplay(self.module, tuple(inputs[0]), dict(inputs[1]), 1)
+        first = self.step_inputs[0]
+        amended.replay = InputReplay(
+            self.module,
+            tuple(first[0]),
+            dict(first[1]),
+            step,
+            step_inputs=tuple(self.step_inputs[:step]),
+        )
         return amended
 
 

@@ -56,6 +56,7 @@ def keep_bundle(directory: Path, program: AotiProgram, error: AotiCheckError) ->
             eager_buffers=eager_buffers,
             custom_op_modules=child_preparation(program).imports,
             weights=replay.weights(),
+            step_inputs=replay.step_inputs,
         )
     except Exception as problem:  # the bundle is a bonus: never mask the failure
         return f"repro bundle not written: {type(problem).__name__}: {problem}".splitlines()[0]

@@ -110,6 +110,7 @@ def write_bundle(
     eager_buffers: Sequence[Mapping[str, Any]] | None = None,
     custom_op_modules: Sequence[tuple[str, str]] = (),
     weights: Mapping[str, torch.Tensor] | None = None,
+    step_inputs: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]] | None = None,
 ) -> Path:
     """Write a repro bundle for one failed check into ``directory``; return its ``repro.py``.
 
@@ -127,13 +128,18 @@ def write_bundle(
     each call (``{name: tensor}`` per call), compared with the engine's read back.
     ``custom_op_modules``: ``(name, file)`` of the modules that registered its custom ops.
     ``weights``: the weight set eager held (``weights.pt``), loaded by ``repro.py`` first.
+    ``step_inputs``: a decode loop's ``(args, kwargs)`` of each call (``steps.pt``), the
+    first being ``args`` and ``kwargs``; without it every call reuses one copy of those.
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
-    ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py``: nothing in it needs
+    ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py`` (and ``steps.pt``,
+    ``eager_buffers.pt`` and ``weights.pt`` where the failure has them): nothing in it needs
     more than torch to load (and the files that registered the engine's custom ops).
     """
     if calls < 1 or len(eager_results) != calls:
         raise ValueError(f"{calls} calls need {calls} eager results, got {len(eager_results)}")
+    if step_inputs is not None and len(step_inputs) != calls:
+        raise ValueError(f"{calls} calls need {calls} step inputs, got {len(step_inputs)}")
     _fresh_directory(directory)
     # clones: a view of a large tensor would otherwise save the whole storage, and the
     # check ran on clones too, so no input aliases another
@@ -158,6 +164,7 @@ def write_bundle(
             "mutated_inputs": mutated_inputs,
             **({"buffers": buffer_names} if buffer_names else {}),
             **({"weights": sorted(weights)} if weights else {}),
+            **({"steps": True} if step_inputs is not None else {}),
             **(
                 {"custom_op_modules": [list(m) for m in custom_op_modules]}
                 if custom_op_modules
@@ -170,6 +177,11 @@ def write_bundle(
     flat = flat_inputs(exported, inputs["args"], inputs["kwargs"])
     torch.save({"args": tuple(flat), "kwargs": {}}, directory / "inputs.pt")
     torch.save(results, directory / "eager.pt")
+    if step_inputs is not None:  # each call's flat inputs, cloned as the first call's are
+        steps = [
+            tuple(flat_inputs(exported, *clone_tree((tuple(a), dict(k))))) for a, k in step_inputs
+        ]
+        torch.save(steps, directory / "steps.pt")
     _write_states(directory, eager_buffers, weights)
     return _write_programs(directory, exported, package_path)
 

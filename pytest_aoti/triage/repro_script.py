@@ -345,6 +345,8 @@ class Bundle:
     eager: list[Any]
     buffers: list[dict[str, Any]] | None
     weights: dict[str, Any] | None = None
+    steps: list[tuple[Any, ...]] | None = None
+    """A decode loop's flat inputs of each call (steps.pt), else None."""
 
 
 def read_bundle() -> Bundle:
@@ -362,7 +364,8 @@ def read_bundle() -> Bundle:
     finding = (HERE / "finding.txt").read_text().splitlines()
     print(f"pytest-aoti reported: {finding[0] if finding else '(finding.txt is empty)'}")
     print(f"torch {torch.__version__}, device {device}; bundle written by torch {check['torch']}")
-    print(f"{plural(calls, 'call', 'calls')}; {describe_tolerance(rtol, atol)}")
+    stepped = " of a decode loop, each on its step's inputs" if check.get("steps") else ""
+    print(f"{plural(calls, 'call', 'calls')}{stepped}; {describe_tolerance(rtol, atol)}")
 
     register_custom_ops(check.get("custom_op_modules") or [])
     exported = load_exported()
@@ -381,7 +384,10 @@ def read_bundle() -> Bundle:
         path = bundle_file("eager_buffers.pt")
         buffers = torch.load(path, map_location=device, weights_only=False)
         engine = buffer_runner(device)
-    return Bundle(check, exported, engine, inputs, eager, buffers, weights)
+    steps = None
+    if check.get("steps"):
+        steps = torch.load(bundle_file("steps.pt"), map_location=device, weights_only=False)
+    return Bundle(check, exported, engine, inputs, eager, buffers, weights, steps)
 
 
 def bundle_file(name: str) -> Path:
@@ -517,6 +523,7 @@ def replay(bundle: Bundle, title: str, label: str, program: Callable[..., Any]) 
         names=check.get("outputs"),
         mutated=set(check.get("mutated_inputs", ())),
         buffers=bundle.buffers,
+        steps=bundle.steps,
     )
     for _, _, text in mismatches:
         print("  " + text.replace("\n", "\n    "))
@@ -593,8 +600,10 @@ def run_and_compare(
     names: Sequence[str] | None = None,
     mutated: Iterable[str] = (),
     buffers: Sequence[Mapping[str, Any]] | None = None,
+    steps: Sequence[Sequence[Any]] | None = None,
 ) -> list[Mismatch]:
-    """Call `program` len(eager) times on one copy of the inputs; return the mismatches.
+    """Call `program` len(eager) times on one copy of the inputs (with `steps`, a decode
+    loop's flat inputs of each call, each call on a copy of its own); return the mismatches.
 
     Each mismatch is (kind, location, text): kind "output", "mutated input", "untouched
     input" (an input the program does not mutate, changed), "buffer", or "raised". After
@@ -611,6 +620,9 @@ def run_and_compare(
     mismatches: list[Mismatch] = []
     for call, (eager_outputs, eager_inputs) in enumerate(eager, start=1):
         where = f"call {call} of {len(eager)}"
+        if steps is not None and call > 1:
+            args, kwargs = clone((tuple(steps[call - 1]), {}))
+            inputs = named_user_inputs(exported, args, kwargs)
         try:
             with torch.no_grad():
                 outputs = program(*args, **kwargs)

@@ -186,6 +186,7 @@ class _Search:
             given=self.given,
             runs=runs,
             why=self.why,
+            calls=self.plan.steps,  # a draw of a decode loop runs its steps
         )
         order = [*kept, *pending[:count]]
         self.left = len(pending) - count

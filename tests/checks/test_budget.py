@@ -79,10 +79,17 @@ def test_depth_quick(aoti):
 
 def test_depth_slow(aoti):
     aoti.check(SlowMulAdd(0.2), inputs())
+
+
+def test_depth_steps(aoti):
+    # a decode loop of two steps: each draw reads the program twice
+    aoti.check(
+        SlowMulAdd(), inputs(), steps=2, next_inputs=lambda out, args, kwargs: ((out, args[1]), {})
+    )
 """
     )
     result = run_aoti(source, f"--aoti-report={report}", "--aoti-budget=0.05")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     records = _records(report)
     quick, slow = records["test_depth_quick"], records["test_depth_slow"]
     assert slow["compile_seconds"] == 0, "one program: the sleep is not in the graph"
@@ -95,6 +102,10 @@ def test_depth_slow(aoti):
     assert quick["budget"]["allowance_bytes"] == 6 * 128
     # an eager call of 0.2 s is no reason to check less
     assert slow["check_seconds"] > 6 * 0.2
+    # steps x draws count: three draws of two steps each
+    stepped = records["test_depth_steps"]
+    assert _counts(stepped)["values"] == (3, 16, 13)
+    assert stepped["values"]["steps"] == 2 and stepped["steps"]["steps"] == 2
 
 
 @pytest.mark.compiles

@@ -20,6 +20,8 @@ from pytest_aoti.run.resolve import check_steps
 DECODE = """
 from dataclasses import dataclass
 
+from torch.export import Dim
+
 import torch.utils._pytree as pytree
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
@@ -212,6 +214,42 @@ def test_dataclass_cache(aoti):
     torch.manual_seed(4)
     cache = Cache(torch.randn(6, 8), torch.tensor(0))
     aoti.check(Rolling(), (torch.randn(1, 8), cache), steps=8, next_inputs=next_rolling)
+
+
+class Summary(torch.nn.Module):
+    \"\"\"The next position's vector from the sequence so far: each step one longer.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x).mean(1, keepdim=True))
+
+
+def grow(out, args, kwargs):
+    (x,) = args
+    return (torch.cat([x, out], 1),), {}
+
+
+def check_growing(aoti, steps):
+    torch.manual_seed(6)
+    aoti.check(
+        Summary(),
+        (torch.randn(1, 2, 8),),
+        dynamic_shapes=({1: Dim("seq", min=2, max=6)},),
+        steps=steps,
+        next_inputs=grow,
+    )
+
+
+def test_growing(aoti):
+    check_growing(aoti, 5)  # the sequence 2, 3, ..., 6 long
+
+
+def test_growing_past_its_range(aoti):
+    check_growing(aoti, 6)  # the sixth step's sequence is 7 long
 """
 
 
@@ -221,7 +259,7 @@ def test_a_decode_loop_is_compared_at_every_step_and_a_late_fault_names_its_step
 ) -> None:
     report = tmp_path / "aoti.json"
     result = run_aoti(DECODE, "--aoti-probes=off", f"--aoti-report={report}")
-    result.assert_outcomes(passed=3, failed=2)
+    result.assert_outcomes(passed=4, failed=3)
     result.stdout.fnmatch_lines(
         [
             "*test_decode_fault*",
@@ -238,7 +276,15 @@ def test_a_decode_loop_is_compared_at_every_step_and_a_late_fault_names_its_step
             "E *the first step that differs is step 2 of 4*",
         ]
     )
+    # a growing sequence: every step inside the exported range runs; one past it is refused
+    result.stdout.fnmatch_lines(
+        [
+            "*test_growing_past_its_range*",
+            "E *step 6 of 6: the inputs next_inputs built do not fit the exported program*seq*",
+        ]
+    )
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
+    assert len(records["test_growing[cpu]"]["steps"]["per_step"]) == 5
     assert records["test_decode[cpu]"]["values"]["steps"] == 24
     decoded = records["test_decode[cpu]"]["steps"]
     assert decoded["steps"] == 24 and len(decoded["per_step"]) == 24
@@ -266,7 +312,7 @@ def test_steps_need_next_inputs_and_leave_calls_out() -> None:
 
 
 @pytest.mark.compiles
-def test_a_failing_step_s_bundle_replays_that_step_in_a_fresh_python(
+def test_a_failing_step_s_bundle_replays_the_chain_up_to_that_step_in_a_fresh_python(
     run_aoti: Callable[..., pytest.RunResult], tmp_path: Path, run_isolated: Any
 ) -> None:
     bundles = tmp_path / "failed"
@@ -280,6 +326,12 @@ def test_a_failing_step_s_bundle_replays_that_step_in_a_fresh_python(
     )
     result.assert_outcomes(failed=1)
     [folder] = list(bundles.iterdir())
+    assert (folder / "steps.pt").is_file()
     run = run_isolated(folder / "repro.py", tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "REPRODUCED: the AOTI engine differs from eager" in run.stdout
+    # the chain up to the failing step, each call on its step's inputs: the cache the
+    # earlier steps wrote is there, and only the ninth call differs
+    assert "9 calls of a decode loop, each on its step's inputs" in run.stdout
+    engine = run.stdout.split("AOTI engine vs eager:")[1].split(" vs eager:")[0]
+    assert "call 9 of 9" in engine and "of 9" not in engine.replace("call 9 of 9", "")
