@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from pytest_aoti.compiling.graph_ops import is_view_op as is_view_op
     from pytest_aoti.compiling.graph_ops import op_name as op_name
     from pytest_aoti.compiling.graph_ops import schema_arguments as schema_arguments
+    from pytest_aoti.compiling.machine import machine_identity as machine_identity
     from pytest_aoti.compiling.machine import settled_target as settled_target
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
     from pytest_aoti.compiling.program import AotiProgram as AotiProgram
@@ -183,6 +184,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "schema_arguments": "pytest_aoti.compiling.graph_ops",
     "loop_width": "pytest_aoti.compiling.vec_isa",
     "settled_target": "pytest_aoti.compiling.machine",
+    "machine_identity": "pytest_aoti.compiling.machine",
     "ordered_kwargs": "pytest_aoti.checks.aliasing",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",

@@ -37,6 +37,7 @@ class FindingKind(str, Enum):
     EXPORT = "export"  # torch.export.export refused the module
     DECOMPOSE = "decompose"  # run_decompositions failed on the exported program
     COMPILE = "compile"  # aoti_compile_and_package or aoti_load_package failed
+    GOLDEN = "golden"  # an answer differs from the check's golden record, or it has none
 
     # The kinds of deployment-probe variants (a probe's ``kind``; ``probes_skip`` names them)
     CHANNELS_LAST = "channels_last"

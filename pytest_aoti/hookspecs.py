@@ -246,3 +246,13 @@ def pytest_aoti_summary_lines(
 def pytest_aoti_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Add ``python -m pytest_aoti`` commands: ``commands.add_parser(NAME, ...)`` with
     ``set_defaults(run=FUNCTION)``, a function of the parsed arguments returning the exit status."""
+
+
+@pytest.hookspec
+def pytest_aoti_model_prefixes(config: pytest.Config) -> Mapping[str, Callable[..., Any]] | None:
+    """Return ``--aoti-model`` spec prefixes this plugin adds, each with its resolver.
+
+    A resolver takes the spec's text and the rootdir and returns the spec's tests as a list of
+    ``(test id, fn)``, where ``fn(aoti)`` is the test, given the ``aoti`` fixture; or raises
+    ``pytest.UsageError`` naming the spec. The golden plugin adds ``golden:DIR`` this way.
+    """

@@ -32,6 +32,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "aoti-triage": "pytest_aoti.triage.plugin",
     "aoti-models": "pytest_aoti.models.plugin",
     "aoti-fleet": "pytest_aoti.fleet.plugin",
+    "aoti-golden": "pytest_aoti.golden.plugin",
 }
 """Name -> module, in the order of their checks, ``--help`` options and summary sections."""
 

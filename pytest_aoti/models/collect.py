@@ -13,15 +13,15 @@ fixture, reports, ``-k``, ``--lf``, ``--deselect`` and xdist treat it as ordinar
 from __future__ import annotations
 
 import types
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from _pytest.main import wrap_session
 
 from pytest_aoti.models.feature import parse_model_spec
-from pytest_aoti.models.model_spec import ModelSpec, make_importable, resolve_factory
+from pytest_aoti.models.model_spec import ModelSpec, clean_id, make_importable, resolve_factory
 from pytest_aoti.models.prefixes import resolver_of
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ _SPEC_ARG = "aoti_model_spec"
 def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
     """The spec's factory called (seeded) for this device, then the full default check."""
     __tracebackhide__ = True
+    if aoti_model_spec.run is not None:  # another plugin's spec (golden:): its own test
+        aoti_model_spec.run(aoti)
+        return
     # factories imports torch: this module loads at startup, where specs resolve
     from pytest_aoti.models.factories import call_factory
 
@@ -81,13 +84,31 @@ class ModelSpecs:
         return report
 
 
-def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) -> list[ModelSpec]:
-    """Every spec resolved, in order; raises ``pytest.UsageError`` for the first that is not."""
+def resolve_specs(
+    texts: Sequence[str],
+    rootpath: Path,
+    invocation_dir: Path,
+    prefixes: Mapping[str, Callable[[str, Path], Any]] | None = None,
+) -> list[ModelSpec]:
+    """Every spec resolved, in order; raises ``pytest.UsageError`` for the first that is not.
+    ``prefixes``: other plugins' spec prefixes and their resolvers (each returns its tests as
+    ``(test id, function of the aoti fixture)``), from
+    :func:`~pytest_aoti.hookspecs.pytest_aoti_model_prefixes`."""
     make_importable(rootpath, invocation_dir)
     specs: list[ModelSpec] = []
     for text in texts:
+        added = next(
+            (resolve for prefix, resolve in (prefixes or {}).items() if text.startswith(prefix)),
+            None,
+        )
+        if added is not None:  # each of its tests runs the plugin's function
+            specs.extend(
+                ModelSpec(text, clean_id(test_id), _no_factory, run=run)
+                for test_id, run in added(text, rootpath)
+            )
+            continue
         try:
-            parse_model_spec(text)
+            parse_model_spec(text, strict=True)
         except Exception as error:  # argparse.ArgumentTypeError from an ini line
             raise pytest.UsageError(f"--aoti-model={text}: {error}") from None
         resolver = resolver_of(text)
@@ -98,6 +119,19 @@ def resolve_specs(texts: Sequence[str], rootpath: Path, invocation_dir: Path) ->
     return specs
 
 
+def _no_factory() -> Any:
+    raise TypeError("this spec's test is its plugin's own function: it has no module factory")
+
+
+def plugin_prefixes(config: pytest.Config) -> dict[str, Callable[[str, Path], Any]]:
+    """The spec prefixes other plugins add, merged (the first plugin's resolver wins)."""
+    merged: dict[str, Callable[[str, Path], Any]] = {}
+    for prefixes in config.hook.pytest_aoti_model_prefixes(config=config):
+        for prefix, resolve in dict(prefixes or {}).items():
+            merged.setdefault(prefix, resolve)
+    return merged
+
+
 def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:
     """Resolve ``texts`` (a usage error for one that does not resolve) and add the plugin.
 
@@ -105,7 +139,9 @@ def register(config: pytest.Config, texts: tuple[str, ...]) -> ModelSpecs:
     the user asked for those models, not for the suite under ``testpaths`` or the current
     directory. Paths given: both. Specs from the ini ``aoti_models`` join the usual
     collection."""
-    specs = resolve_specs(texts, config.rootpath, config.invocation_params.dir)
+    specs = resolve_specs(
+        texts, config.rootpath, config.invocation_params.dir, plugin_prefixes(config)
+    )
     if config.getoption("aoti_model") and config.args_source is not pytest.Config.ArgsSource.ARGS:
         # xdist workers get the same command line and decide the same
         config.args = []

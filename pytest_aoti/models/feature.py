@@ -7,6 +7,7 @@ Pure data without torch; collecting the specs is :mod:`.collect`, its hooks :mod
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 
 from pytest_aoti.api import Feature, Option, parse_switch, session_field
@@ -25,15 +26,24 @@ _MODEL_SPEC_FORMS = (
 )
 
 
-def parse_model_spec(text: str) -> str:
+_PLUGIN_PREFIX = re.compile(r"^[a-z][a-z0-9_-]*:(?![A-Za-z_][\w.]*$)")
+"""``name:REST`` where REST is no Python name: another plugin's prefix (``golden:DIR``), which
+that plugin resolves (a factory's ``module:callable`` ends in a name)."""
+
+
+def parse_model_spec(text: str, *, strict: bool = False) -> str:
     """The form of an ``--aoti-model`` spec only: resolving it (importing the module,
-    building an ``hf:`` config) waits for the rootdir, in ``pytest_aoti.models.model_spec``."""
+    building an ``hf:`` config) waits for the rootdir, in ``pytest_aoti.models.model_spec``.
+    A spec with another plugin's prefix passes here (not with ``strict``, once every
+    plugin's prefixes are known): resolving says whether a plugin adds it."""
     spec = str(text).strip()
     for prefix, form in _NAMED_FORMS.items():
         if spec.startswith(prefix):
             if not spec[len(prefix) :].strip("?/"):
                 raise argparse.ArgumentTypeError(f"{spec!r}: expected {prefix}{form}")
             return spec
+    if not strict and _PLUGIN_PREFIX.match(spec):
+        return spec
     target, _, name = spec.rpartition(":")
     if not target or not name or not name.replace(".", "").isidentifier():
         raise argparse.ArgumentTypeError(f"{spec!r}: expected {_MODEL_SPEC_FORMS}")

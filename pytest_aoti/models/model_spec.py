@@ -37,6 +37,9 @@ class ModelSpec:
     :func:`pytest_aoti.models.factories.read_case`."""
     member: str = ""
     """For a member of a collection: its key (a dict's key, a function's name)."""
+    run: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+    """A spec of another plugin's prefix that is no module factory: its test, given the
+    ``aoti`` fixture, in place of the factory's check."""
 
     @property
     def label(self) -> str:

@@ -128,62 +128,81 @@ def write_bundle(
     each call (``{name: tensor}`` per call), compared with the engine's read back.
     ``custom_op_modules``: ``(name, file)`` of the modules that registered its custom ops.
     ``weights``: the weight set eager held (``weights.pt``), loaded by ``repro.py`` first.
-    ``step_inputs``: a decode loop's ``(args, kwargs)`` of each call (``steps.pt``), the
-    first being ``args`` and ``kwargs``; without it every call reuses one copy of those.
+    ``step_inputs``: a decode loop's ``(args, kwargs)`` of each call (``steps.pt``).
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
-    ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py`` (and ``steps.pt``,
-    ``eager_buffers.pt`` and ``weights.pt`` where the failure has them): nothing in it needs
-    more than torch to load (and the files that registered the engine's custom ops).
+    ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py`` (``steps.pt`` and the
+    states where the failure has them): nothing in it needs more than torch to load (and the
+    files that registered the engine's custom ops).
     """
-    if calls < 1 or len(eager_results) != calls:
-        raise ValueError(f"{calls} calls need {calls} eager results, got {len(eager_results)}")
-    if step_inputs is not None and len(step_inputs) != calls:
-        raise ValueError(f"{calls} calls need {calls} step inputs, got {len(step_inputs)}")
+    for given, name in ((eager_results, "eager results"), (step_inputs, "step inputs")):
+        if calls < 1 or (given is not None and len(given) != calls):
+            raise ValueError(f"{calls} calls need {calls} {name}, got {len(given or ())}")
     _fresh_directory(directory)
-    # clones: a view of a large tensor would otherwise save the whole storage, and the
-    # check ran on clones too, so no input aliases another
+    # clones: a view would save its whole storage; the check ran on clones too (no input
+    # aliases another)
     inputs = clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
     where = torch.device(device) if device is not None else _device_of(exported, inputs)
     mutated_inputs = sorted(_mutated_by(exported) if mutated_inputs is None else mutated_inputs)
     buffer_names = sorted(eager_buffers[0]) if eager_buffers else []
     results, output_names = flat_results(clone_tree(list(eager_results)))
-    spec = exported.call_spec
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
     _write_json(directory / "finding.json", finding_json)
+    check = {
+        "calls": calls,
+        "rtol": rtol,
+        "atol": atol,
+        "device": str(where),
+        "torch": torch.__version__,
+        "reproduces": reproduces(finding_json, mutated_inputs, buffer_names),
+        "outputs": output_names,
+        "mutated_inputs": mutated_inputs,
+    }
     _write_json(
         directory / "check.json",
-        {
-            "calls": calls,
-            "rtol": rtol,
-            "atol": atol,
-            "device": str(where),
-            "torch": torch.__version__,
-            "reproduces": reproduces(finding_json, mutated_inputs, buffer_names),
-            "outputs": output_names,
-            "mutated_inputs": mutated_inputs,
-            **({"buffers": buffer_names} if buffer_names else {}),
-            **({"weights": sorted(weights)} if weights else {}),
-            **({"steps": True} if step_inputs is not None else {}),
-            **(
-                {"custom_op_modules": [list(m) for m in custom_op_modules]}
-                if custom_op_modules
-                else {}
-            ),
-            "input_tree": tree_text(spec.in_spec),
-            "output_tree": tree_text(spec.out_spec),
-        },
+        {**check, **_check_extras(exported, buffer_names, weights, step_inputs, custom_op_modules)},
     )
     flat = flat_inputs(exported, inputs["args"], inputs["kwargs"])
     torch.save({"args": tuple(flat), "kwargs": {}}, directory / "inputs.pt")
     torch.save(results, directory / "eager.pt")
-    if step_inputs is not None:  # each call's flat inputs, cloned as the first call's are
+    _write_steps(directory, exported, step_inputs)
+    _write_states(directory, eager_buffers, weights)
+    return _write_programs(directory, exported, package_path)
+
+
+def _check_extras(
+    exported: ExportedProgram,
+    buffer_names: Sequence[str],
+    weights: Mapping[str, torch.Tensor] | None,
+    step_inputs: Sequence[Any] | None,
+    custom_op_modules: Sequence[tuple[str, str]],
+) -> dict[str, Any]:
+    """check.json's keys beyond the calls and their comparison: the states and the custom
+    ops where the failure has them, and the trees of the inputs and outputs."""
+    spec = exported.call_spec
+    return {
+        **({"buffers": list(buffer_names)} if buffer_names else {}),
+        **({"weights": sorted(weights)} if weights else {}),
+        **({"steps": True} if step_inputs is not None else {}),
+        **(
+            {"custom_op_modules": [list(m) for m in custom_op_modules]} if custom_op_modules else {}
+        ),
+        "input_tree": tree_text(spec.in_spec),
+        "output_tree": tree_text(spec.out_spec),
+    }
+
+
+def _write_steps(
+    directory: Path,
+    exported: ExportedProgram,
+    step_inputs: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]] | None,
+) -> None:
+    """``steps.pt``: a decode loop's flat inputs of each call, cloned as the first call's are."""
+    if step_inputs is not None:
         steps = [
             tuple(flat_inputs(exported, *clone_tree((tuple(a), dict(k))))) for a, k in step_inputs
         ]
         torch.save(steps, directory / "steps.pt")
-    _write_states(directory, eager_buffers, weights)
-    return _write_programs(directory, exported, package_path)
 
 
 def _write_states(

@@ -177,8 +177,7 @@ class _Search:
         # one passed on an earlier run of this package is not run again
         pending = [k for k in range(self.draws) if k not in kept and k not in passed]
         self.kept = sum(1 for k in range(self.draws) if k in passed and k not in kept)
-        # how many run now: decided here from the program's size, before the first draw
-        count = self.context.budget.plan(
+        count = self.context.budget.plan(  # from the program's size, before the first draw
             "values",
             self.draws,
             earlier=self.draws - len(pending),
@@ -186,7 +185,7 @@ class _Search:
             given=self.given,
             runs=runs,
             why=self.why,
-            calls=self.plan.steps,  # a draw of a decode loop runs its steps
+            calls=self.plan.steps,  # a draw of a decode loop reads the program per step
         )
         order = [*kept, *pending[:count]]
         self.left = len(pending) - count

@@ -1,0 +1,1 @@
+"""Golden records: what a passing check's engine answered, kept to be checked on the next torch."""

@@ -1,0 +1,102 @@
+"""``--aoti-model=golden:DIR``: every golden record in DIR as a test of its package alone, no
+model code: the recorded package loaded under this torch (in the engine child) answers the
+recorded inputs as recorded. What a serving team with only packages runs before it upgrades
+its runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_aoti.golden.records import GoldenRecord, RecordProblem, read_record, records_in
+
+if TYPE_CHECKING:
+    from pytest_aoti.api import AotiTester
+
+PREFIX = "golden:"
+
+
+def resolve_golden(text: str, rootpath: Path) -> list[tuple[str, Any]]:
+    """One test per record folder in the spec's DIR (relative to the rootdir), as
+    ``(test id, test)``; a usage error where DIR holds none."""
+    root = Path(text.removeprefix(PREFIX))
+    root = root if root.is_absolute() else rootpath / root
+    folders: list[Path] = [
+        found.folder if isinstance(found, GoldenRecord) else found[0] for found in records_in(root)
+    ]
+    if not folders:
+        raise pytest.UsageError(
+            f"--aoti-model={text}: no golden records in {root} (record them with "
+            "--aoti-golden=DIR --aoti-golden-update)"
+        )
+    return [(f"{PREFIX}{folder.name}", _RecordTest(folder)) for folder in folders]
+
+
+class _RecordTest:
+    """The test of one record: its package against its recorded engine's answers."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, aoti: AotiTester) -> None:
+        __tracebackhide__ = True
+        import torch
+
+        from pytest_aoti.api import AotiCheckError, FindingKind, plain_finding
+        from pytest_aoti.golden.check import (
+            PackageAbsent,
+            differences,
+            load_tensors,
+            package_answer,
+            same_build,
+        )
+
+        try:
+            record = read_record(self.folder)
+            device = torch.device(str(record.manifest.get("device", "cpu")))
+            if device.type != aoti.device.type:
+                pytest.skip(f"recorded on {device}, this test runs on {aoti.device}")
+            flat = load_tensors(record, "inputs.pt").get("flat") or []
+            answer = package_answer(
+                record, [leaf for leaf in flat if isinstance(leaf, torch.Tensor)], aoti.device
+            )
+        except PackageAbsent as absent:
+            pytest.skip(str(absent))
+        except RecordProblem as problem:
+            raise AotiCheckError(
+                plain_finding(FindingKind.GOLDEN, f"golden record unusable: {problem}")
+            ) from None
+        where = (
+            f"golden record {self.folder.name} of {record.label} "
+            f"(recorded under torch {record.manifest['torch']})"
+        )
+        if isinstance(answer, str):
+            raise AotiCheckError(
+                plain_finding(
+                    FindingKind.GOLDEN,
+                    f"the recorded package does not answer under torch {torch.__version__}: "
+                    f"{answer}\n{where}",
+                    location="package",
+                )
+            )
+        recorded = load_tensors(record, "engine.pt")
+        exact = same_build(record, aoti.device)
+        try:
+            differences(answer, recorded, record, exact=exact)
+        except AotiCheckError as difference:
+            raise AotiCheckError(
+                plain_finding(
+                    FindingKind.GOLDEN,
+                    "the recorded package (loaded under this torch) answers "
+                    f"{difference.finding.location or 'an output'} otherwise than recorded: "
+                    f"{difference.finding.message}\n{where}",
+                    location=difference.finding.location,
+                )
+            ) from None
+
+
+def spec_prefixes() -> dict[str, Any]:
+    """The model-spec prefix this plugin adds (``golden:``) and its resolver."""
+    return {PREFIX: resolve_golden}
