@@ -407,12 +407,16 @@ def test_the_script_s_copies_agree_with_the_package() -> None:
     """The script runs alone, so it holds its own copies of what the package does: the
     engine's library in torch's runner and its extraction (the same source), the user
     inputs by name and the layout-keeping clone (the same answers)."""
+    import importlib
     import inspect
 
     import torch
 
-    from pytest_aoti.compiling import library_runner
     from pytest_aoti.mutation_maps import named_user_inputs
+
+    # the module as sys.modules holds it: an inner pytest session that first imported it
+    # removes it from sys.modules on exit, and inspect finds a class's file through there
+    library_runner = importlib.import_module("pytest_aoti.compiling.library_runner")
     from pytest_aoti.trees import clone_tree
 
     for name in ("RUNNERS", "aoti_runner_class", "extract_model_library", "LibraryRunner"):
