@@ -1,14 +1,16 @@
 """The child process that calls AOTInductor engines, so an engine crash (or a poisoning CUDA error)
 costs this process only. Started as ``python child.py --serve`` by :mod:`.process`; imports nothing
-of pytest-aoti. Protocol: one JSON line per program on stdin, ``{"request": REQUEST, "outdir":
-OUTDIR}``; one answer line ``{"done": true, "rss": BYTES}`` when its jobs are done; end of input
-ends it; prints go to stderr. ``REQUEST`` is a ``torch.save``'d dict: ``package``,
-``device_index``, ``fresh`` (an engine per job), ``inputs`` (flat tensor inputs per variant),
-``jobs`` (``[variant, checked]``, unchecked first); optionally ``repeat`` (calls per job, default
-1), ``discard`` (save no outputs), ``libraries`` and ``imports`` (``[module, file]``) for custom
-ops. Job ``k`` writes ``OUTDIR/started-k`` before and ``OUTDIR/job-k.pt`` after its call. Checked
-jobs use a second engine first called with ``AOTI_RUNTIME_CHECK_INPUTS=1``: the wrapper reads it
-once per loaded library copy, so each engine keeps its first setting.
+of pytest-aoti. Protocol, through its pipes: per program, one JSON line on stdin,
+``{"request_bytes": N, "path": [...]}``, then the N bytes of the ``torch.save``'d ``REQUEST``;
+per job as it ends, one line ``{"job": POSITION, "bytes": M}`` on stdout, then the M bytes of its
+``torch.save``'d result; after the last job one line ``{"done": true, "rss": BYTES}``. A job
+without a whole result is the one the child died in. End of input ends it; prints go to stderr.
+``REQUEST`` is a dict: ``package``, ``device_index``, ``fresh`` (an engine per job), ``inputs``
+(flat tensor inputs per variant), ``jobs`` (``[variant, checked]``, unchecked first);
+optionally ``repeat`` (calls per job, default 1), ``discard`` (save no outputs), ``libraries``
+and ``imports`` (``[module, file]``) for custom ops. Checked jobs use a second engine first
+called with ``AOTI_RUNTIME_CHECK_INPUTS=1``: the wrapper reads it once per loaded library copy,
+so each engine keeps its first setting.
 
 Optionally ``keep_calls`` (save each call's outputs, the inputs after it, which outputs are
 inputs, and its seconds: the parent serves the check's calls from them; ``keep_bytes``: the
@@ -17,27 +19,51 @@ calls of a request kept in all, the later jobs' beyond it left out) and ``time_c
 request to the next of the same package (one load for a program's screens and probes), freed
 (its mapped weights too) before an engine of another package or setting loads, and on
 ``{"release": true}``. ``{"preload": PACKAGE, "device_index": N}`` loads a package's engine
-ahead of its first request (while the parent stores the package)."""
+ahead of its first request (while the parent stores the package). Each of the two is answered
+with the ``done`` line alone."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import io
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
 
 
-def _save(value: Any, path: Path) -> None:
+def _answer(answers: IO[bytes], line: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+    """Write one answer line and the bytes it announces, then flush: the parent reads each
+    job's result as the job ends (and knows a crash's job by what came before)."""
+    answers.write(json.dumps(line).encode() + b"\n")
+    if payload:
+        answers.write(payload)
+    answers.flush()
+
+
+def _send_result(answers: IO[bytes], position: int, result: dict[str, Any]) -> None:
+    """Answer job ``position`` with its ``torch.save``'d ``result``."""
     import torch
 
-    partial = path.with_name(path.name + ".tmp")
-    torch.save(value, partial)
-    os.replace(partial, path)
+    saved = io.BytesIO()
+    torch.save(result, saved)
+    with saved.getbuffer() as payload:  # written from the buffer itself: no copy of it
+        _answer(answers, {"job": position, "bytes": payload.nbytes}, payload)
+
+
+def _read_request(requests: IO[bytes], size: int) -> dict[str, Any] | None:
+    """The ``size`` bytes of a request, loaded; None where the input ends first."""
+    import torch
+
+    data = requests.read(size)
+    if len(data) < size:  # a buffered stream returns less only at its end
+        return None
+    loaded: dict[str, Any] = torch.load(io.BytesIO(data), weights_only=False)
+    return loaded
 
 
 def _set_checks(checked: bool) -> None:
@@ -124,23 +150,20 @@ def _identity(package: str) -> list[int] | str:
     return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns]
 
 
-def probe(request_path: str, outdir: str) -> None:
-    """Run one program's jobs (see the module's docstring)."""
+def probe(request: dict[str, Any], answers: IO[bytes]) -> None:
+    """Run one program's jobs, each answered on ``answers`` as it ends (see the module's
+    docstring)."""
     import time
 
     import torch
     import torch.utils._pytree as pytree
 
-    request = torch.load(request_path, weights_only=False)
-    out = Path(outdir)
     try:
         _prepare(request)
     except Exception as error:  # not the engine's doing: every job says why it did not run
         why = f"{type(error).__name__}: {str(error).strip()[:300]}"
         for position, (index, checked) in enumerate(request["jobs"]):
-            _save(
-                {"index": index, "checked": checked, "unprepared": why}, out / f"job-{position}.pt"
-            )
+            _send_result(answers, position, {"index": index, "checked": checked, "unprepared": why})
         return
     device_index = request.get("device_index")
     fresh = bool(request.get("fresh"))
@@ -158,7 +181,6 @@ def probe(request_path: str, outdir: str) -> None:
     kept = 0  # bytes of the calls kept so far, ``keep_bytes`` at most
     for position, (index, checked) in enumerate(request["jobs"]):
         runner = None  # the engine a job is done with must be free to go before the next loads
-        (out / f"started-{position}").write_text("")
         flat = copy.deepcopy(request["inputs"][index])  # keeps aliasing within the set
         result: dict[str, Any] = {"index": index, "checked": checked}
         try:
@@ -191,7 +213,7 @@ def probe(request_path: str, outdir: str) -> None:
             lines = [line for line in str(error).strip().splitlines() if line.strip()]
             useful = [line for line in lines if "unmatched" in line or "Error:" in line]
             result["error"] = (useful or lines or [type(error).__name__])[0].strip()[:300]
-        _save(result, out / f"job-{position}.pt")
+        _send_result(answers, position, result)
     _set_checks(False)
     if fresh:
         release()
@@ -303,30 +325,36 @@ def _resident_bytes() -> int:
 
 def serve() -> int:
     """Answer requests from stdin until it ends."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what torch or an engine prints must not garble an answer
     _set_checks(False)
     import torch  # noqa: F401  # imported while the parent still compiles
 
-    for line in sys.stdin:
+    requests = sys.stdin.buffer
+    while line := requests.readline():
         if not line.strip():
             continue
         asked = json.loads(line)
         if asked.get("release"):
             release()
-            answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
+            _answer(answers, {"done": True, "rss": _resident_bytes()})
             continue
         if asked.get("preload"):
             try:
                 _load(asked["preload"], asked.get("device_index"), checked=False)
             except Exception:  # the request that needs the engine says what is wrong
                 release()
-            answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
+            _answer(answers, {"done": True, "rss": _resident_bytes()})
             continue
         if asked.get("path"):  # where the parent imports the user's modules from
             sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
-        probe(asked["request"], asked["outdir"])
-        answers.write(json.dumps({"done": True, "rss": _resident_bytes()}) + "\n")
+        # the whole request is read before anything is written: the parent writes it at once
+        request = _read_request(requests, int(asked["request_bytes"]))
+        if request is None:  # the parent is gone
+            break
+        probe(request, answers)
+        del request
+        _answer(answers, {"done": True, "rss": _resident_bytes()})
     # the end of input: free the engine (its unpacked folder goes with it), then exit without
     # tearing torch down, which takes longer than the parent waits
     release()

@@ -2,12 +2,16 @@
 so torch's import is paid once. A crash or hang ends that child only; a new one goes on with the
 rest. It holds a program's engine from one request to the next until the check releases it;
 it is replaced after :data:`PACKAGES_PER_CHILD` programs, or above :data:`MEMORY_CAP` once it
-holds none."""
+holds none. Requests and results go through the child's pipes, no file between (see
+:mod:`.child`): a request is one line with its size and its ``torch.save``'d bytes; each job's
+result comes back the same way as the job ends, so the jobs done before a crash or a hang keep
+their results and the job after the last whole result is the one that crashed."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import os
 import selectors
@@ -15,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,51 +76,36 @@ class PendingJobs:
         self._late = late
         self._deadline = time.monotonic() + timeout
         self._child = engine_child()
-        self._root = tempfile.TemporaryDirectory(prefix="pytest-aoti-child-")
         self._remaining = list(jobs)
-        self._attempt = 0
-        self._outdir = Path(self._root.name)
         self._unsent: str | None = None
         """Why the last request could not be sent (None: it was)."""
         self._send()
 
     def _send(self) -> None:
-        import torch  # torch loads on first use
-
-        self._attempt += 1
-        self._outdir = Path(self._root.name) / f"run-{self._attempt}"
-        self._outdir.mkdir()
-        request_path = Path(self._root.name) / "request.pt"
-        torch.save({**self._request, "jobs": self._remaining}, request_path)
         left = max(1.0, self._deadline - time.monotonic())
-        self._unsent = self._child.send(request_path, self._outdir, self._path, left)
+        request = {**self._request, "jobs": self._remaining}
+        self._unsent = self._child.send(request, self._path, left)
 
     def results(self) -> dict[Job, dict[str, Any]]:
         """Every job's result (see :func:`run_jobs`), once the child answered."""
-        import torch
-
         results: dict[Job, dict[str, Any]] = {}
         try:
             while self._remaining:
                 why = self._unsent
+                done: list[dict[str, Any]] = []
                 if why is None:
-                    why = self._child.answer(max(1.0, self._deadline - time.monotonic()))
-                done = 0
-                for position, job in enumerate(self._remaining):
-                    job_path = self._outdir / f"job-{position}.pt"
-                    if not job_path.exists():
-                        break
-                    results[job] = torch.load(job_path, weights_only=False, map_location="cpu")
-                    done += 1
-                if done == len(self._remaining):
+                    left = max(1.0, self._deadline - time.monotonic())
+                    done, why = self._child.answer(left, _loaded)
+                results.update(zip(self._remaining, done))
+                if len(done) >= len(self._remaining):
                     break
                 if why is None:
                     why = "the child process stopped without a result"
-                results[self._remaining[done]] = {
+                results[self._remaining[len(done)]] = {
                     "crashed": why,
                     "signal": self._child.last_signal,
                 }
-                self._remaining = self._remaining[done + 1 :]
+                self._remaining = self._remaining[len(done) + 1 :]
                 if time.monotonic() >= self._deadline:
                     for job in self._remaining:
                         results[job] = {"crashed": self._late}
@@ -125,13 +114,20 @@ class PendingJobs:
                     self._send()
         finally:
             self._remaining = []
-            self._root.cleanup()
         return results
 
     def discarded(self) -> None:
         """Wait for the child's answer and drop it (this process no longer needs it)."""
         with contextlib.suppress(Exception):
             self.results()
+
+
+def _loaded(payload: bytes) -> dict[str, Any]:
+    """A job's result from the bytes the child sent."""
+    import torch  # torch loads on first use
+
+    result: dict[str, Any] = torch.load(io.BytesIO(payload), weights_only=False, map_location="cpu")
+    return result
 
 
 class EngineChild:
@@ -161,20 +157,25 @@ class EngineChild:
         """The signal that ended the child during the last :meth:`run` (None: none did)."""
 
     def run(
-        self, request: Path, outdir: Path, timeout: float, path: Sequence[str] = ()
-    ) -> str | None:
-        """Have the child run ``request``'s jobs (``path`` first on its ``sys.path``); None when
-        it answered, else why not (the child is then gone)."""
-        why = self.send(request, outdir, path, timeout)
-        return why if why is not None else self.answer(timeout)
+        self, request: Mapping[str, Any], timeout: float, path: Sequence[str] = ()
+    ) -> tuple[list[bytes], str | None]:
+        """Have the child run ``request``'s jobs (``path`` first on its ``sys.path``): the
+        results it sent, as in :meth:`answer`, and None when it answered, else why not (the
+        child is then gone)."""
+        why = self.send(request, path, timeout)
+        return ([], why) if why is not None else self.answer(timeout)
 
     def send(
-        self, request: Path, outdir: Path, path: Sequence[str] = (), timeout: float = 120.0
+        self, request: Mapping[str, Any], path: Sequence[str] = (), timeout: float = 120.0
     ) -> str | None:
-        """Ask the child to run ``request``'s jobs without waiting (:meth:`answer` waits);
-        None when asked, else why not (the child is then gone). ``timeout``: for the answers
-        of earlier preloads and releases."""
+        """Ask the child to run ``request``'s jobs (a request of :mod:`.child`) without waiting
+        (:meth:`answer` waits); None when asked, else why not (the child is then gone).
+        ``timeout``: for the answers of earlier preloads and releases."""
+        import torch  # torch loads on first use
+
         self.last_signal = None
+        saved = io.BytesIO()  # saved before anything is written: a failed save asks nothing
+        torch.save(dict(request), saved)
         process = self._process
         if process is not None and process.poll() is None:
             # an earlier preload or release unanswered ends that child, not this request
@@ -190,28 +191,49 @@ class EngineChild:
             self._stderr_start = os.fstat(self._stderr.fileno()).st_size
         self._holding = True
         try:
-            asked = {"request": str(request), "outdir": str(outdir), "path": list(path)}
-            process.stdin.write((json.dumps(asked) + "\n").encode())
-            process.stdin.flush()
+            # the child reads the whole request before it answers: no wait on each other
+            with saved.getbuffer() as payload:
+                asked = {"request_bytes": payload.nbytes, "path": list(path)}
+                process.stdin.write((json.dumps(asked) + "\n").encode())
+                process.stdin.write(payload)
+                process.stdin.flush()
         except OSError:
             return self._failed()
         return None
 
-    def answer(self, timeout: float) -> str | None:
-        """Wait for the answer to the request :meth:`send` asked; None when the child
-        answered, else why not (the child is then gone)."""
+    def answer(
+        self, timeout: float, load: Callable[[bytes], Any] | None = None
+    ) -> tuple[list[Any], str | None]:
+        """Wait for the answer to the request :meth:`send` asked, ``timeout`` seconds in all:
+        the result of each job the child finished, in order (its ``torch.save``'d bytes,
+        passed through ``load`` as it arrives), and None when the child answered every job,
+        else why not (the child is then gone; the job after the last result is the one it
+        died in)."""
         assert self._reader is not None and self._process is not None
-        line = self._reader.line(timeout)
-        if line is None:
-            self.close()
-            return f"{HUNG} {timeout:.0f} s"
+        deadline = time.monotonic() + timeout
+        results: list[Any] = []
         try:
-            answer = json.loads(line)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or not answer.get("done"):
-            return self._failed()
-        return None
+            while True:
+                line = self._reader.line(deadline - time.monotonic())
+                if line is None:
+                    self.close()
+                    return results, f"{HUNG} {timeout:.0f} s"
+                answer = _parsed(line)
+                if answer.get("done"):
+                    return results, None
+                size = answer.get("bytes")
+                if answer.get("job") != len(results) or not isinstance(size, int) or size < 0:
+                    return results, self._failed()
+                payload = self._reader.exactly(size, deadline - time.monotonic())
+                if payload is None:
+                    self.close()
+                    return results, f"{HUNG} {timeout:.0f} s"
+                if len(payload) < size:  # the child died while writing it: no result
+                    return results, self._failed()
+                results.append(payload if load is None else load(payload))
+        except BaseException:
+            self.close()  # an answer read in part: the child's next one would be misread
+            raise
 
     def prestart(self) -> None:
         """Start the child now (it imports torch while this process compiles), unless running."""
@@ -356,9 +378,21 @@ def exit_and_last_line(
     return code, lines[-1] if lines else ""
 
 
+def _parsed(line: bytes) -> dict[str, Any]:
+    """An answer line's JSON object; empty where the line is none (cut short or garbled)."""
+    if not line.endswith(b"\n"):
+        return {}
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 class LineReader:
-    """Lines of a pipe, each within a deadline: what one read brings past a line's end is
-    kept for the next line (answers written without waiting arrive together)."""
+    """Lines of a pipe, and the bytes a line announces, each within a deadline: what one read
+    brings past a line's end is kept for the next read (answers written without waiting
+    arrive together)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.fd = stream.fileno()
@@ -380,6 +414,30 @@ class LineReader:
                 self._buffered += chunk
         line, _, self._buffered = self._buffered.partition(b"\n")
         return line + b"\n"
+
+    def exactly(self, size: int, timeout: float) -> bytes | None:
+        """The next ``size`` bytes within ``timeout`` seconds (None on a timeout, what came
+        kept for the next read; fewer at the pipe's end)."""
+        if len(self._buffered) >= size:
+            data, self._buffered = self._buffered[:size], self._buffered[size:]
+            return data
+        deadline = time.monotonic() + timeout
+        # grown in place and handed over by getvalue: a large payload is held once
+        whole = io.BytesIO()
+        whole.write(self._buffered)
+        self._buffered = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fd, selectors.EVENT_READ)
+            while (got := whole.tell()) < size:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    self._buffered = whole.getvalue()
+                    return None
+                chunk = os.read(self.fd, min(size - got, 2**20))
+                if not chunk:
+                    break
+                whole.write(chunk)
+        return whole.getvalue()
 
 
 _PROCESS: EngineChild | None = None

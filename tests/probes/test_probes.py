@@ -9,6 +9,7 @@ is unguarded) and an input-mutating program (aliased inputs are wrong).
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import textwrap
@@ -378,27 +379,30 @@ def test_variants_of_a_4d_input_and_a_python_scalar() -> None:
 
 
 _FAKE_CHILD = """
-import json, os, signal, sys, time
-from pathlib import Path
+import io, json, os, signal, sys, time
 import torch
 
-answers = os.fdopen(os.dup(1), "w", buffering=1)
-for line in sys.stdin:
+answers = os.fdopen(os.dup(1), "wb")
+requests = sys.stdin.buffer
+while line := requests.readline():
     asked = json.loads(line)
     if asked.get("release"):
-        answers.write(json.dumps({"done": True, "rss": 1}) + "\\n")
+        answers.write(json.dumps({"done": True, "rss": 1}).encode() + b"\\n")
+        answers.flush()
         continue
-    request = torch.load(asked["request"], weights_only=False)
-    out = Path(asked["outdir"])
+    request = torch.load(io.BytesIO(requests.read(asked["request_bytes"])), weights_only=False)
     for position, (index, checked) in enumerate(request["jobs"]):
-        (out / f"started-{position}").write_text("")
         if index == 0 and not checked and CRASH:
             os.kill(os.getpid(), signal.SIGSEGV)
         if index == 2 and not checked and CRASH:
             time.sleep(600)
-        result = {"index": index, "checked": checked, "error": f"refused by {os.getpid()}"}
-        torch.save(result, out / f"job-{position}.pt")
-    answers.write(json.dumps({"done": True, "rss": 1}) + "\\n")
+        saved = io.BytesIO()
+        torch.save({"index": index, "checked": checked, "error": f"refused by {os.getpid()}"}, saved)
+        answers.write(json.dumps({"job": position, "bytes": len(saved.getvalue())}).encode())
+        answers.write(b"\\n" + saved.getvalue())
+        answers.flush()
+    answers.write(json.dumps({"done": True, "rss": 1}).encode() + b"\\n")
+    answers.flush()
 """
 
 
@@ -435,8 +439,11 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
 
 _QUIET_FAILURE_CHILD = """
 import json, sys
-for count, line in enumerate(sys.stdin):
-    if count == 0:
+count = 0
+while line := sys.stdin.buffer.readline():
+    sys.stdin.buffer.read(json.loads(line)["request_bytes"])
+    count += 1
+    if count == 1:
         sys.stderr.write("UserWarning: a note while the first program ran\\n")
         sys.stderr.flush()
         print(json.dumps({"done": True, "rss": 1}), flush=True)
@@ -462,8 +469,8 @@ def test_a_failure_quotes_only_what_its_own_program_wrote(
     child.write_text(f"LOUD = {loud}\n" + _QUIET_FAILURE_CHILD)
     process = engine_process.EngineChild(child)
     try:
-        assert process.run(tmp_path / "request-1.pt", tmp_path, timeout=30) is None
-        assert process.run(tmp_path / "request-2.pt", tmp_path, timeout=30) == why
+        assert process.run({"jobs": []}, timeout=30) == ([], None)
+        assert process.run({"jobs": []}, timeout=30) == ([], why)
     finally:
         process.close()
 
@@ -664,7 +671,7 @@ def test_outcomes_of_a_probe_run_out_of_time_are_not_kept(tmp_path: Path, monkey
     ],
 )
 def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, poisons: bool
+    monkeypatch: pytest.MonkeyPatch, message: str, poisons: bool
 ) -> None:
     """A CUDA error sticks to the process, so every later job would read as refused: the
     child ends (the parent records a crash and starts a fresh child); an ordinary refusal
@@ -686,22 +693,21 @@ def test_a_cuda_error_ends_the_probe_child_instead_of_reading_as_refused(
     monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
     monkeypatch.setattr(probe_child.os, "_exit", exit_now)
     monkeypatch.setattr(probe_child, "_HELD", {})  # no engine held from another test
-    request = tmp_path / "request.pt"
-    torch.save(
-        {
-            "package": "p.pt2",
-            "device_index": None,
-            "inputs": [[torch.ones(2)]],
-            "jobs": [(0, False)],
-        },
-        request,
-    )
+    request = {
+        "package": "p.pt2",
+        "device_index": None,
+        "inputs": [[torch.ones(2)]],
+        "jobs": [(0, False)],
+    }
+    answers = io.BytesIO()
     if poisons:
         with pytest.raises(SystemExit) as exited:
-            probe_child.probe(str(request), str(tmp_path))
+            probe_child.probe(request, answers)
         assert exited.value.code == 70
-        assert not (tmp_path / "job-0.pt").exists()
+        assert answers.getvalue() == b"", "no result for the job it ended in"
     else:
-        probe_child.probe(str(request), str(tmp_path))
-        saved = torch.load(tmp_path / "job-0.pt", weights_only=False)
+        probe_child.probe(request, answers)
+        line, _, payload = answers.getvalue().partition(b"\n")
+        assert json.loads(line) == {"job": 0, "bytes": len(payload)}
+        saved = torch.load(io.BytesIO(payload), weights_only=False)
         assert saved["error"].startswith("input_handles[0]: unmatched stride")
