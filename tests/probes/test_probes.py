@@ -425,7 +425,7 @@ def test_a_crash_or_a_hang_ends_the_child_not_the_probes(tmp_path: Path, monkeyp
     x = torch.ones(3, 2)
     program = _program_stub(Double(), (x,), set())
     variants = probes.choose_variants(program, (x,), {}, {})[:3]
-    results = probe_runner.run_child(program, variants, timeout=10)  # type: ignore[arg-type]
+    results = probe_runner.run_child(program, variants, timeout=20)  # type: ignore[arg-type]
     assert results[(0, False)]["crashed"] == (
         f"the engine crashed the process (signal {signal.SIGSEGV.value})"
     )
