@@ -18,10 +18,16 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX
+    fcntl = None  # type: ignore[assignment]
 
 PACKAGES_PER_CHILD = 32
 """Programs one child runs before a fresh one takes over."""
@@ -85,6 +91,11 @@ class PendingJobs:
         left = max(1.0, self._deadline - time.monotonic())
         request = {**self._request, "jobs": self._remaining}
         self._unsent = self._child.send(request, self._path, left)
+        self._reading = (
+            _Reading(self._child, max(1.0, self._deadline - time.monotonic()))
+            if self._unsent is None
+            else None
+        )
 
     def results(self) -> dict[Job, dict[str, Any]]:
         """Every job's result (see :func:`run_jobs`), once the child answered."""
@@ -93,9 +104,8 @@ class PendingJobs:
             while self._remaining:
                 why = self._unsent
                 done: list[dict[str, Any]] = []
-                if why is None:
-                    left = max(1.0, self._deadline - time.monotonic())
-                    done, why = self._child.answer(left, _loaded)
+                if why is None and self._reading is not None:
+                    done, why = self._reading.wait()
                 results.update(zip(self._remaining, done))
                 if len(done) >= len(self._remaining):
                     break
@@ -120,6 +130,46 @@ class PendingJobs:
         """Wait for the child's answer and drop it (this process no longer needs it)."""
         with contextlib.suppress(Exception):
             self.results()
+
+
+class _Reading:
+    """A request's answer, read in a thread of its own as the child writes it: the child
+    never waits on a full pipe while this process makes its own calls meanwhile."""
+
+    def __init__(self, child: EngineChild, timeout: float) -> None:
+        self._answer: tuple[list[Any], str | None] = ([], "the answer was not read")
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._read, args=(child, timeout), name="pytest-aoti-child-answer", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self, child: EngineChild, timeout: float) -> None:
+        try:
+            self._answer = child.answer(timeout, _loaded)
+        except BaseException as error:  # handed to the thread that waits for the answer
+            self._error = error
+
+    def wait(self) -> tuple[list[Any], str | None]:
+        """The jobs' results and why the rest have none (see :meth:`EngineChild.answer`)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._answer
+
+
+def _widen_pipe(stream: IO[bytes]) -> None:
+    """Let the pipe hold as much as the system allows (1 MiB on Linux by default, against
+    64 KiB): the child writes a request's answers while this process makes its own calls,
+    and a full pipe would stop it until this process reads."""
+    setting = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if setting is None:
+        return
+    try:
+        size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(stream.fileno(), setting, size)
+    except (OSError, ValueError):
+        pass  # a smaller pipe only makes the child wait for this process
 
 
 def _loaded(payload: bytes) -> dict[str, Any]:
@@ -312,7 +362,9 @@ class EngineChild:
             stderr=self._stderr,
         )
         self._owner = os.getpid()
-        assert self._process.stdout is not None
+        assert self._process.stdout is not None and self._process.stdin is not None
+        for stream in (self._process.stdout, self._process.stdin):
+            _widen_pipe(stream)
         self._reader = LineReader(self._process.stdout)
         self._packages = 0
         self._unanswered = []
