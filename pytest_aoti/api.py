@@ -50,6 +50,7 @@ from pytest_aoti.options.parsers import (
     parse_cache_mode,
     parse_non_negative_int,
     parse_positive_int,
+    parse_size,
     parse_switch,
 )
 
@@ -245,6 +246,7 @@ __all__ = [
     "parse_cache_mode",
     "parse_non_negative_int",
     "parse_positive_int",
+    "parse_size",
     "parse_switch",
     "per_check",
     "plain_finding",

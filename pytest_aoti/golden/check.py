@@ -42,7 +42,6 @@ from pytest_aoti.api import (
 )
 from pytest_aoti.golden.feature import UPDATE_FLAG, GoldenSettings
 from pytest_aoti.golden.records import (
-    DEFAULT_PACKAGE_LIMIT,
     MANIFEST,
     PACKAGE,
     SCHEMA,
@@ -84,7 +83,7 @@ class GoldenCheck:
         label = _label(context)
         folder = root / folder_name(label)
         if settings.golden_update:
-            return _record(plan, context, root, folder, label)
+            return _record(plan, context, root, folder, label, settings.golden_package_limit)
         if not (folder / MANIFEST).exists():
             raise AotiCheckError(
                 plain_finding(
@@ -125,7 +124,7 @@ def _label(context: CheckContext) -> str:
 
 
 def _record(
-    plan: CheckPlan, context: CheckContext, root: Path, folder: Path, label: str
+    plan: CheckPlan, context: CheckContext, root: Path, folder: Path, label: str, limit: int
 ) -> Outcome:
     program = context.program
     args, kwargs = plan.input_sets[0]
@@ -144,7 +143,7 @@ def _record(
         }
         package = Path(program.package_path)
         size = package.stat().st_size
-        kept = size <= DEFAULT_PACKAGE_LIMIT
+        kept = size <= limit
         if kept:
             files[PACKAGE] = scratch / PACKAGE
             shutil.copyfile(package, files[PACKAGE])
@@ -285,7 +284,10 @@ def _compare(plan: CheckPlan, context: CheckContext, record: GoldenRecord, label
     args, kwargs = _rebuilt(program, inputs.get("flat"), record)
     exact = same_build(record, program.device)
     recorded_torch = str(manifest["torch"])
-    where = f"golden record {record.folder.name} (recorded under torch {recorded_torch})"
+    where = (
+        f"golden record {record.folder.name} (recorded under torch {recorded_torch}, "
+        f"checked under torch {torch.__version__})"
+    )
     figures: dict[str, Any] = {}
 
     package = _package_answer(program, record, args, kwargs)

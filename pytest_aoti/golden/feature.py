@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, Option, parse_switch, session_field
+from pytest_aoti.api import Feature, Option, parse_size, parse_switch, session_field
 
 UPDATE_FLAG = "--aoti-golden-update"
 
@@ -27,6 +27,16 @@ class GoldenSettings:
             f"engine, each against what was recorded); {UPDATE_FLAG} writes them. A folder "
             "of the project's own files, reviewed like its code. Default: none.",
             path="location",
+        )
+    )
+    golden_package_limit: int = session_field(
+        Option(
+            "aoti-golden-package-limit",
+            parse_size,
+            64 * 2**20,
+            "Largest package a golden record keeps (4GiB, 500MB, bytes); a larger one is "
+            "recorded by its digest and the path it was written to, where the check expects "
+            "it. Default: 64MiB.",
         )
     )
     golden_update: bool = session_field(

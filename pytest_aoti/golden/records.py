@@ -28,8 +28,6 @@ VERSION = 1
 MANIFEST = "manifest.json"
 TENSOR_FILES = ("inputs.pt", "eager.pt", "engine.pt")
 PACKAGE = "package.pt2"
-DEFAULT_PACKAGE_LIMIT = 64 * 2**20
-"""Packages up to this many bytes are kept in the record; above it, only their digest."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "schema": str,

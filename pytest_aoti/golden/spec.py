@@ -70,7 +70,8 @@ class _RecordTest:
             ) from None
         where = (
             f"golden record {self.folder.name} of {record.label} "
-            f"(recorded under torch {record.manifest['torch']})"
+            f"(recorded under torch {record.manifest['torch']}, checked under torch "
+            f"{torch.__version__})"
         )
         if isinstance(answer, str):
             raise AotiCheckError(

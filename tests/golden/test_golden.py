@@ -198,7 +198,8 @@ def test_record_then_check_and_what_each_kind_of_change_fails_with(
         [
             "E * this torch's eager and this run's engine answer output otherwise than "
             "recorded: the model changed since the record*",
-            "E *golden record test_inner.py__test_model_cpu-* (recorded under torch *)*",
+            "E *golden record test_inner.py__test_model_cpu-* (recorded under torch *, "
+            "checked under torch *)*",
         ]
     )
 
