@@ -186,11 +186,20 @@ BAD_VALUES = {
     "aoti-crash-screen": "maybe",
     "aoti-budget": "lots",
     "aoti-layouts": "nhwc",
+    "aoti-golden-package-limit": "lots",
 }
 """A bad value of every option read at startup (its row has a parser); ``aoti-cache-dir``
 copes with an unusable place by design, ``aoti-cache-trusted-keys`` is checked where the
-remote store opens (tests/fleet/test_remote_units.py)."""
-_NOT_HERE = {"aoti-cache-dir", "aoti-cache-trusted-keys", "aoti-cache-clear", "aoti-models-list"}
+remote store opens (tests/fleet/test_remote_units.py), ``aoti-golden`` is a folder a check
+reads or an update writes (a missing record is that check's failure, tests/golden)."""
+_NOT_HERE = {
+    "aoti-cache-dir",
+    "aoti-cache-trusted-keys",
+    "aoti-cache-clear",
+    "aoti-models-list",
+    "aoti-golden",
+    "aoti-golden-update",
+}
 
 # every default plugin's options, whichever plugins this run blocks
 STARTUP = [option for option in Catalog(default_features()).rows() if option.parse is not None]
