@@ -267,8 +267,7 @@ def _machine_identity() -> dict[str, str]:
 
 
 def _configs_text(plan: CheckPlan) -> dict[str, str]:
-    configs = getattr(plan, "inductor_configs", None) or {}
-    return {str(key): repr(value) for key, value in dict(configs).items()}
+    return {str(key): repr(value) for key, value in plan.inductor_configs.items()}
 
 
 # --------------------------------------------------------------------------- comparing
@@ -292,14 +291,7 @@ def _compare(plan: CheckPlan, context: CheckContext, record: GoldenRecord, label
 
     package = _package_answer(program, record, args, kwargs)
     if isinstance(package, str):
-        raise AotiCheckError(
-            plain_finding(
-                FindingKind.GOLDEN,
-                f"the recorded package does not answer under torch {torch.__version__}: "
-                f"{package}\n{where}",
-                location="package",
-            )
-        )
+        raise package_refused(package, where)
     mutated = _mutated(record)
     eager = _answer(_one_call(program, plan.module, args, kwargs, eager=True), mutated)
     engine = _answer(_one_call(program, program.engine_in_exported_state(), args, kwargs), mutated)
@@ -310,9 +302,9 @@ def _compare(plan: CheckPlan, context: CheckContext, record: GoldenRecord, label
         "engine": (engine, recorded_engine, False),
     }
     moved: dict[str, AotiCheckError] = {}
-    for name, (answer, recorded, exact) in answers.items():
+    for name, (answer, recorded, bitwise) in answers.items():
         try:
-            figures[name] = differences(answer, recorded, record, exact=exact)
+            figures[name] = differences(answer, recorded, record, exact=bitwise)
         except AotiCheckError as difference:
             moved[name] = difference
     if moved:
@@ -383,6 +375,17 @@ def _package_answer(
         program.device,
         preparation.request(),
         preparation.path,
+    )
+
+
+def package_refused(why: str, where: str) -> AotiCheckError:
+    """The failure of a recorded package that gave no answer under this torch."""
+    return AotiCheckError(
+        plain_finding(
+            FindingKind.GOLDEN,
+            f"the recorded package does not answer under torch {torch.__version__}: {why}\n{where}",
+            location="package",
+        )
     )
 
 

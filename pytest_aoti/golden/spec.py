@@ -50,6 +50,7 @@ class _RecordTest:
             differences,
             load_tensors,
             package_answer,
+            package_refused,
             same_build,
         )
 
@@ -74,14 +75,7 @@ class _RecordTest:
             f"{torch.__version__})"
         )
         if isinstance(answer, str):
-            raise AotiCheckError(
-                plain_finding(
-                    FindingKind.GOLDEN,
-                    f"the recorded package does not answer under torch {torch.__version__}: "
-                    f"{answer}\n{where}",
-                    location="package",
-                )
-            )
+            raise package_refused(answer, where)
         recorded = load_tensors(record, "engine.pt")
         exact = same_build(record, aoti.device)
         try:

@@ -172,8 +172,13 @@ def test_record_then_check_and_what_each_kind_of_change_fails_with(
     manifest = json.loads((golden / folders[1] / MANIFEST).read_text())
     assert manifest["mutated_inputs"] == ["x"] and manifest["package"]["kept"]
 
-    checked = run_aoti(SOURCE, *common)
+    report = tmp_path / "checked.json"
+    checked = run_aoti(SOURCE, *common, f"--aoti-report={report}")
     checked.assert_outcomes(passed=2)
+    fields = [record["golden"] for record in json.loads(report.read_text())["checks"]]
+    # the same torch build and machine: the recorded package answers bit for bit
+    assert [(f["status"], f["bit_for_bit"]) for f in fields] == [("matched", True)] * 2
+    assert all(f["max_abs"]["package"] == 0.0 for f in fields)
     checked.stdout.fnmatch_lines(
         ["golden: 2 records (recorded under torch *); 2 packages load; 0 differ"]
     )
