@@ -10,12 +10,18 @@ from pathlib import Path
 import _pytest.pytester
 import pytest
 
+# The suite's engines have their C++ wrapper compiled at -O0 (about a sixth less per
+# compile; the kernels are compiled as a user's are): set before torch reads its config,
+# for every inner session and child process. A user's setting is kept.
+os.environ.setdefault("AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL", "O0")
+
 # Imported here, once, rather than first inside a pytester run (whose restored sys.modules
 # would import torch's lazily loaded parts a second time); the compile guard below patches
 # torch._inductor's attribute, which the plugin looks up at each compile.
 import torch
 import torch._inductor
 
+from pytest_aoti.isolation import process
 from pytest_aoti.options.catalog import Catalog, release, use
 from pytest_aoti.plugins import default_features
 
@@ -39,6 +45,25 @@ def _keep_torch_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
             super().__init__(preserve=keep)
 
     monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", Snapshot)
+
+
+def _release_the_engine_child() -> None:
+    """What an in-process session's end does to the engine child here: free its engine."""
+    process.release_engine()
+
+
+@pytest.fixture(autouse=True)
+def _one_engine_child_per_worker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session ends its engine child; the next session starts one, importing torch again
+    (about 3 s of CPU). The in-process sessions of this suite follow one another in one
+    process, as nothing else does: each leaves the child running with its engine freed,
+    and the next takes it. A child that crashed, hung or held too much is still replaced;
+    sessions in a subprocess, and tests without pytester, end theirs as a user's do; the
+    worker's exit ends the last."""
+    if "pytester" in request.fixturenames:
+        monkeypatch.setattr(process, "shutdown", _release_the_engine_child)
 
 
 UNMARKED_COMPILE = "this test compiles an engine: mark it `compiles`"

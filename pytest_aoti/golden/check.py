@@ -41,6 +41,7 @@ from pytest_aoti.api import (
     session_of,
 )
 from pytest_aoti.golden.feature import UPDATE_FLAG, GoldenSettings
+from pytest_aoti.golden.package import FleetStore, recorded_package
 from pytest_aoti.golden.records import (
     MANIFEST,
     PACKAGE,
@@ -168,7 +169,14 @@ def _record(
                 "sha256": file_digest(package),
                 "bytes": size,
                 "kept": kept,
-                **({} if kept else {"source": str(package), "program_key": program.key}),
+                **(
+                    {}
+                    if kept
+                    else {
+                        "source": str(_lasting_path(context, program)),
+                        "program_key": program.key,
+                    }
+                ),
             },
         }
         changed = write_record(folder, manifest, files)
@@ -188,6 +196,15 @@ def _record(
             }
         )
     )
+
+
+def _lasting_path(context: CheckContext, program: AotiProgram) -> Path:
+    """Where the package outlives this session: its entry in the local cache, where it is
+    there; else the path it was loaded from."""
+    assert context.item is not None
+    store = session_of(context.item.config).stores.store
+    entry = store.lookup(program.key) if store is not None else None
+    return Path(entry.package_path) if entry is not None else Path(program.package_path)
 
 
 def _one_call(
@@ -289,7 +306,8 @@ def _compare(plan: CheckPlan, context: CheckContext, record: GoldenRecord, label
     )
     figures: dict[str, Any] = {}
 
-    package = _package_answer(program, record, args, kwargs)
+    assert context.item is not None
+    package = _package_answer(program, record, args, kwargs, fleet_store(context.item.config))
     if isinstance(package, str):
         raise package_refused(package, where)
     mutated = _mutated(record)
@@ -363,8 +381,14 @@ def _rebuilt(program: AotiProgram, flat: Any, record: GoldenRecord) -> tuple[Any
     return tuple(args), dict(kwargs)
 
 
+def fleet_store(config: pytest.Config) -> FleetStore | None:
+    """The run's fleet store (``--aoti-cache-url``), where one is set."""
+    store: FleetStore | None = session_of(config).stores.remote
+    return store
+
+
 def _package_answer(
-    program: AotiProgram, record: GoldenRecord, args: Any, kwargs: Any
+    program: AotiProgram, record: GoldenRecord, args: Any, kwargs: Any, fleet: FleetStore | None
 ) -> dict[str, Any] | str:
     """The recorded package's answer in the engine child, or why there is none."""
     flat = flat_user_inputs(program.exported, args, kwargs)
@@ -375,6 +399,7 @@ def _package_answer(
         program.device,
         preparation.request(),
         preparation.path,
+        fleet,
     )
 
 
@@ -389,44 +414,27 @@ def package_refused(why: str, where: str) -> AotiCheckError:
     )
 
 
-def recorded_package(record: GoldenRecord) -> Path:
-    """The record's package after its bytes matched the manifest (damage is refused before
-    any load); a package kept elsewhere must be where the manifest says."""
-    if record.package_kept:
-        return record.verified(PACKAGE)
-    source = Path(str(record.manifest["package"].get("source", "")))
-    if not source.is_file() or file_digest(source) != record.manifest["package"]["sha256"]:
-        raise PackageAbsent(
-            f"golden record {record.folder.name} keeps only the digest of its package, and "
-            f"{source} does not hold it: fetch the package there, or record again with "
-            f"{UPDATE_FLAG}"
-        )
-    return source
-
-
-class PackageAbsent(RecordProblem):
-    """A record that keeps only its package's digest, whose package is not where it said."""
-
-
 def package_answer(
     record: GoldenRecord,
     tensors: Sequence[torch.Tensor],
     device: torch.device,
     preparation: Mapping[str, Any] | None = None,
     path: Sequence[str] = (),
+    fleet: FleetStore | None = None,
 ) -> dict[str, Any] | str:
     """The recorded package's answer to ``tensors`` (the flat tensor inputs) in the engine
     child, from its exported state: its output leaves and the inputs it mutated, by name; or
-    why there is none (it crashed the child, refused the inputs, or could not load)."""
-    package = recorded_package(record)
-    request = {
-        "package": str(package),
-        "device_index": device.index if device.type == "cuda" else None,
-        "fresh": True,
-        "inputs": [[tensor.to(device) for tensor in tensors]],
-        **(preparation or {}),
-    }
-    result = run_jobs(request, [(0, False)], PACKAGE_SECONDS, path)[(0, False)]
+    why there is none (it crashed the child, refused the inputs, or could not load). A
+    package kept outside the record may come from ``fleet`` (:mod:`.package`)."""
+    with recorded_package(record, fleet) as package:
+        request = {
+            "package": str(package),
+            "device_index": device.index if device.type == "cuda" else None,
+            "fresh": True,
+            "inputs": [[tensor.to(device) for tensor in tensors]],
+            **(preparation or {}),
+        }
+        result = run_jobs(request, [(0, False)], PACKAGE_SECONDS, path)[(0, False)]
     for key in ("crashed", "unprepared", "error"):
         if result.get(key):
             return f"{key}: {result[key]}"

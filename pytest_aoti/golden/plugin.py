@@ -41,7 +41,7 @@ def pytest_aoti_model_prefixes(config: pytest.Config) -> dict[str, Any]:
     """``--aoti-model=golden:DIR``: each record's package tested alone, no model code."""
     from pytest_aoti.golden.spec import spec_prefixes
 
-    return spec_prefixes()
+    return spec_prefixes(config)
 
 
 class ReportedTests:

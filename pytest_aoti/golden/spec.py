@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_aoti.golden.package import PackageAbsent
 from pytest_aoti.golden.records import GoldenRecord, RecordProblem, read_record, records_in
 
 if TYPE_CHECKING:
@@ -18,7 +19,9 @@ if TYPE_CHECKING:
 PREFIX = "golden:"
 
 
-def resolve_golden(text: str, rootpath: Path) -> list[tuple[str, Any]]:
+def resolve_golden(
+    text: str, rootpath: Path, config: pytest.Config | None = None
+) -> list[tuple[str, Any]]:
     """One test per record folder in the spec's DIR (relative to the rootdir), as
     ``(test id, test)``; a usage error where DIR holds none."""
     root = Path(text.removeprefix(PREFIX))
@@ -31,14 +34,16 @@ def resolve_golden(text: str, rootpath: Path) -> list[tuple[str, Any]]:
             f"--aoti-model={text}: no golden records in {root} (record them with "
             "--aoti-golden=DIR --aoti-golden-update)"
         )
-    return [(f"{PREFIX}{folder.name}", _RecordTest(folder)) for folder in folders]
+    return [(f"{PREFIX}{folder.name}", _RecordTest(folder, config)) for folder in folders]
 
 
 class _RecordTest:
     """The test of one record: its package against its recorded engine's answers."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, config: pytest.Config | None = None) -> None:
         self.folder = folder
+        self.config = config
+        """The run's: its fleet store holds the packages records keep outside themselves."""
 
     def __call__(self, aoti: AotiTester) -> None:
         __tracebackhide__ = True
@@ -46,8 +51,8 @@ class _RecordTest:
 
         from pytest_aoti.api import AotiCheckError, FindingKind, plain_finding
         from pytest_aoti.golden.check import (
-            PackageAbsent,
             differences,
+            fleet_store,
             load_tensors,
             package_answer,
             package_refused,
@@ -61,7 +66,10 @@ class _RecordTest:
                 pytest.skip(f"recorded on {device}, this test runs on {aoti.device}")
             flat = load_tensors(record, "inputs.pt").get("flat") or []
             answer = package_answer(
-                record, [leaf for leaf in flat if isinstance(leaf, torch.Tensor)], aoti.device
+                record,
+                [leaf for leaf in flat if isinstance(leaf, torch.Tensor)],
+                aoti.device,
+                fleet=fleet_store(self.config) if self.config is not None else None,
             )
         except PackageAbsent as absent:
             pytest.skip(str(absent))
@@ -92,6 +100,10 @@ class _RecordTest:
             ) from None
 
 
-def spec_prefixes() -> dict[str, Any]:
+def spec_prefixes(config: pytest.Config | None = None) -> dict[str, Any]:
     """The model-spec prefix this plugin adds (``golden:``) and its resolver."""
-    return {PREFIX: resolve_golden}
+
+    def resolve(text: str, rootpath: Path) -> list[tuple[str, Any]]:
+        return resolve_golden(text, rootpath, config)
+
+    return {PREFIX: resolve}

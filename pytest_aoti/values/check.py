@@ -37,8 +37,8 @@ from pytest_aoti.api import (
     side_by_side,
     tensor_bytes,
 )
+from pytest_aoti.values import failing_elements
 from pytest_aoti.values.draws import DrawPlan, draw_seed, tie_dependent
-from pytest_aoti.values.failing_elements import described_elements
 from pytest_aoti.values.feature import ValuesOptions
 from pytest_aoti.values.graph_constants import graph_constants
 from pytest_aoti.values.passes_key import example_digest, mutates_text, tolerance_text
@@ -501,29 +501,24 @@ class _Search:
         except EagerRaised:  # not when it failed: the failure stands as it was found
             pass
         classes = {name: drawn.classes for name, drawn in self.plan_of_draws.drawn.items()}
-        elements, annotated, met = described_elements(
-            failed.points, failed.values, classes, self.width
+        points = failed.points or failing_elements.constant_positions(
+            failed.values, classes, SHOWN_ELEMENTS
+        )
+        elements, annotated, met = failing_elements.described_elements(
+            points, failed.values, classes, self.width
         )
         inner = error.finding
         shown = ", ".join(elements[:SHOWN_ELEMENTS])
         if len(elements) > SHOWN_ELEMENTS:
             shown += f" and {len(elements) - SHOWN_ELEMENTS} more"
-        what = f"values draw {failed.draw.index} fails"
-        headline = f"{what}: {shown}" if shown else f"{what} (a plain draw of the example's range)"
-        where = [f"where {met}"] if met is not None else []
-        if annotated:
-            more = len(annotated) - SHOWN_ELEMENTS
-            shown_classes = ", ".join(annotated[:SHOWN_ELEMENTS])
-            where.append(
-                f"special points: {shown_classes}" + (f" and {more} more" if more > 0 else "")
-            )
+        headline = f"values draw {failed.draw.index} fails" + (f": {shown}" if shown else "")
+        if not failed.points:
+            headline += " (a plain draw of the example's range)"
         details = (
-            *where,
+            *failing_elements.where_lines(met, annotated, SHOWN_ELEMENTS),
             f"first difference: {inner.headline(stage=False)}",
             *inner.details,
-            f"{len(elements)} element(s) differ from the plain draw"
-            if elements
-            else "the plain draw (no special point) fails too",
+            failing_elements.elements_line(len(elements), planned=bool(failed.points)),
             "the draws come from the test id and the program, and this draw is kept with the "
             "package and tried first: the test fails the same way on every run; replay: run "
             "the test again, or values='off' to leave the check out",

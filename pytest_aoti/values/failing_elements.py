@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pytest_aoti.values.classes import PointClass
+from pytest_aoti.values.classes import CONSTANTS, PointClass
 from pytest_aoti.values.positions import PART_WORDS, Width, part_of
 
 
@@ -91,3 +91,42 @@ def _met(described: list[tuple[str, tuple[int, ...], str | None, list[str]]]) ->
             at = f", element {index}" if position else ""
             return f"{a[0]}'s {a[2]} met {b[0]}'s {b[2]}{where}{at}"
     return None
+
+
+def constant_positions(
+    values: Mapping[str, Any], classes: Mapping[str, Sequence[PointClass]], limit: int
+) -> list[tuple[str, list[int]]]:
+    """Where a plain draw took, by chance, a point of the program's constants (at most
+    ``limit`` elements): a failing plain draw names them as a planned one would."""
+    found: list[tuple[str, list[int]]] = []
+    for name, input_classes in classes.items():
+        tensor = values.get(name)
+        if not isinstance(tensor, torch.Tensor) or not tensor.dtype.is_floating_point:
+            continue
+        for point_class in input_classes:
+            if point_class.name != CONSTANTS:
+                continue
+            held = torch.tensor(point_class.points, dtype=torch.float64).to(tensor.dtype)
+            hits = torch.isin(tensor.detach().cpu(), held).nonzero().tolist()
+            found += [(name, position) for position in hits[: limit - len(found)]]
+    return found[:limit]
+
+
+def elements_line(count: int, planned: bool) -> str:
+    """What the named elements of a failing draw are: points it placed, or the program's
+    constants a plain draw took by chance."""
+    if not count:
+        return "the plain draw (no special point) fails too"
+    if planned:
+        return f"{count} element(s) differ from the plain draw"
+    return f"the plain draw holds {count} element(s) equal to the program's constants"
+
+
+def where_lines(met: str | None, annotated: Sequence[str], shown: int) -> list[str]:
+    """Where two inputs' points met, and the first ``shown`` special points, in words."""
+    lines = [f"where {met}"] if met is not None else []
+    if annotated:
+        more = len(annotated) - shown
+        listed = ", ".join(annotated[:shown])
+        lines.append(f"special points: {listed}" + (f" and {more} more" if more > 0 else ""))
+    return lines

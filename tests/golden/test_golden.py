@@ -9,8 +9,17 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import fsspec
 import pytest
 
+# imported here, not first inside an inner session (cryptography's compiled core, once)
+from pytest_aoti.fleet.signing import (
+    SIGNING_KEY_ENV,
+    TRUSTED_KEYS_ENV,
+    generate_key_pair,
+    load_trust,
+)
+from pytest_aoti.fleet.store import RemoteStore
 from pytest_aoti.golden.lines import summary_line
 from pytest_aoti.golden.records import (
     MANIFEST,
@@ -123,6 +132,55 @@ def test_a_record_rewrites_only_what_changed(tmp_path: Path) -> None:
         read_record(folder).verified(PACKAGE)
 
 
+def _a_package_above_the_limit_comes_from_the_fleet_store(
+    run_aoti: Callable[..., pytest.RunResult],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    common: tuple[str, ...],
+) -> None:
+    """Above the package limit a record keeps the package's digest, path and key: on a
+    machine without that path the package comes from the fleet store it was published to,
+    signed, verified and checked against the record's digest."""
+    large = tmp_path / "large"
+    options = (*common[:-1], f"--aoti-golden={large}", "-k", "test_model")
+    run_aoti(SOURCE, *options, "--aoti-golden-update", "--aoti-golden-package-limit=1")
+    (folder,) = large.iterdir()
+    manifest = json.loads((folder / MANIFEST).read_text())
+    about = manifest["package"]
+    assert not about["kept"] and not (folder / PACKAGE).exists()
+    assert about["program_key"] == manifest["program_key"] and Path(about["source"]).is_file()
+
+    # the CI machine that compiled it publishes the package; this one lacks the path
+    private, public = tmp_path / "ci.pem", tmp_path / "ci.pub"
+    generate_key_pair(private, public)
+    shared = tmp_path / "fleet"
+    fs, root = fsspec.core.url_to_fs(f"file://{shared}")
+    publisher = RemoteStore(
+        f"file://{shared}",
+        fs,
+        root,
+        mode="readwrite",
+        trust=load_trust(environ={SIGNING_KEY_ENV: str(private)}),
+        on_problem=pytest.fail,
+    )
+    assert publisher.publish(about["program_key"], Path(about["source"]), {})
+    about["source"] = str(tmp_path / "another-machine" / "package.pt2")
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+    absent = run_aoti(SOURCE, *options)
+    absent.assert_outcomes(failed=1)
+    absent.stdout.fnmatch_lines(
+        [
+            "*keeps only the digest of its package: *another-machine* does not hold it and no "
+            "fleet store*--aoti-cache-url*"
+        ]
+    )
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(public))
+    fetched = run_aoti(SOURCE, *options, f"--aoti-cache-url=file://{shared}")
+    fetched.assert_outcomes(passed=1)
+    fetched.stdout.fnmatch_lines(["golden: 1 records (recorded under torch *); 1 packages load; *"])
+
+
 def test_records_of_tests_gone_or_checks_no_longer_made_are_unused(tmp_path: Path) -> None:
     for label, test in [("a[cpu]", "a[cpu]"), ("a[cpu] #2", "a[cpu]"), ("b[cpu]", "b[cpu]")]:
         folder = tmp_path / folder_name(label)
@@ -193,6 +251,8 @@ def test_record_then_check_and_what_each_kind_of_change_fails_with(
     packages.assert_outcomes(passed=2)
     packages.stdout.fnmatch_lines(["*aoti-model::test_model?golden:test_inner.py__test_*PASSED*"])
     monkeypatch.chdir(pytester.path)
+
+    _a_package_above_the_limit_comes_from_the_fleet_store(run_aoti, tmp_path, monkeypatch, common)
 
     # the model changed after recording: eager and the engine both answer otherwise
     monkeypatch.setenv("GOLDEN_CHANGED", "1")

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from pytest_aoti.trees import clone_like, distinct_shape, laid_out_like
-from pytest_aoti.values.classes import point_classes
+from pytest_aoti.values.classes import PointClass, point_classes
 from pytest_aoti.values.draws import DrawPlan, draw_seed
+from pytest_aoti.values.failing_elements import constant_positions
 from pytest_aoti.values.meetings import MEETING_CAP, MeetingInput, plan_meetings
 
 LAYOUTS = {
@@ -110,8 +111,19 @@ def test_a_zero_meets_the_other_zero_at_the_tail_and_the_last_element() -> None:
     assert len(plan.meetings) <= 16
 
 
+def test_a_plain_draw_that_holds_a_constant_names_where() -> None:
+    classes = {"x": (PointClass("constants", (1.703125, -1.703125), (1.7, 1.7)),)}
+    x = torch.zeros(3, 4, dtype=torch.bfloat16)
+    x[1, 2], x[2, 0] = 1.7, -1.7  # rounded to the class's points
+    found = constant_positions({"x": x, "n": 3}, classes, limit=4)
+    assert found == [("x", [1, 2]), ("x", [2, 0])]
+    assert constant_positions({"x": torch.zeros(3, 4)}, classes, limit=4) == []
+
+
 def test_a_program_constant_is_a_class_rounded_to_the_inputs_dtype() -> None:
-    example = {"x": torch.randn(4, 8, dtype=torch.bfloat16)}
+    # the example's ends are points of their own: a range that holds neither the constant
+    # nor its negative keeps both in the constants' class (and drawn outside the range)
+    example = {"x": torch.linspace(-1.0, 1.0, 32, dtype=torch.bfloat16).view(4, 8)}
     plan = DrawPlan(example, draws=16, no_repeats=False, constants=(1.7,))
     constants = next(c for c in plan.drawn["x"].classes if c.name == "constants")
     assert 1.703125 in constants.points and -1.703125 in constants.points

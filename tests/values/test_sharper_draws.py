@@ -159,8 +159,9 @@ def test_faults_at_one_element_the_last_element_and_a_constant_fail_by_default(
     result.stdout.fnmatch_lines(
         [
             "*test_constant*",
-            "E * values draw * fails: x[[]*[]] = 1.703125",
-            "E *special points: x[[]*[]] = 1.703125 (graph constant 1.7; *)",
+            # a planned draw of the constant, or a plain draw that took it by chance
+            "E * values draw * fails: *x[[]*[]] = 1.703125*",
+            "E *special points: *x[[]*[]] = 1.703125 (graph constant 1.7*)*",
         ]
     )
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
