@@ -42,24 +42,25 @@ def recorded_package(record: GoldenRecord, fleet: FleetStore | None = None) -> I
         yield source
         return
     key = str(about.get("program_key") or "")
-    scratch = Path(tempfile.mkdtemp(prefix="pytest-aoti-golden-"))
-    try:
-        fetched = scratch / PACKAGE
-        if fleet is not None and key and fleet.fetch(key, fetched) is not None:
-            if file_digest(fetched) != digest:
-                raise PackageAbsent(
-                    f"golden record {record.folder.name}: the fleet store's package of key "
-                    f"{key[:12]} does not match the record's digest (record it again with "
-                    f"{UPDATE_FLAG})"
-                )
-            yield fetched
-            return
-        store = "the fleet store does not hold it" if fleet is not None else "no fleet store"
-        raise PackageAbsent(
-            f"golden record {record.folder.name} keeps only the digest of its package: "
-            f"{source} does not hold it and {store} (key {key[:12]}): fetch the package "
-            f"there, set --aoti-cache-url to the store it was published to, or record again "
-            f"with {UPDATE_FLAG}"
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    if fleet is not None and key:
+        scratch = Path(tempfile.mkdtemp(prefix="pytest-aoti-golden-"))
+        try:
+            fetched = scratch / PACKAGE
+            if fleet.fetch(key, fetched) is not None:
+                if file_digest(fetched) != digest:
+                    raise PackageAbsent(
+                        f"golden record {record.folder.name}: the fleet store's package of "
+                        f"key {key[:12]} does not match the record's digest (record it again "
+                        f"with {UPDATE_FLAG})"
+                    )
+                yield fetched
+                return
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    store = "the fleet store does not hold it" if fleet is not None else "no fleet store"
+    raise PackageAbsent(
+        f"golden record {record.folder.name} keeps only the digest of its package: "
+        f"{source} does not hold it and {store} (key {key[:12]}): fetch the package "
+        f"there, set --aoti-cache-url to the store it was published to, or record again "
+        f"with {UPDATE_FLAG}"
+    )

@@ -501,16 +501,18 @@ class _Search:
         except EagerRaised:  # not when it failed: the failure stands as it was found
             pass
         classes = {name: drawn.classes for name, drawn in self.plan_of_draws.drawn.items()}
-        points = failed.points or failing_elements.constant_positions(
-            failed.values, classes, SHOWN_ELEMENTS
-        )
+        points, count = failed.points, len(failed.points)
+        if not points:  # a plain draw: the program's constants it took by chance
+            points, count = failing_elements.constant_positions(
+                failed.values, classes, SHOWN_ELEMENTS
+            )
         elements, annotated, met = failing_elements.described_elements(
             points, failed.values, classes, self.width
         )
         inner = error.finding
         shown = ", ".join(elements[:SHOWN_ELEMENTS])
-        if len(elements) > SHOWN_ELEMENTS:
-            shown += f" and {len(elements) - SHOWN_ELEMENTS} more"
+        if count > SHOWN_ELEMENTS:
+            shown += f" and {count - SHOWN_ELEMENTS} more"
         headline = f"values draw {failed.draw.index} fails" + (f": {shown}" if shown else "")
         if not failed.points:
             headline += " (a plain draw of the example's range)"
@@ -518,7 +520,7 @@ class _Search:
             *failing_elements.where_lines(met, annotated, SHOWN_ELEMENTS),
             f"first difference: {inner.headline(stage=False)}",
             *inner.details,
-            failing_elements.elements_line(len(elements), planned=bool(failed.points)),
+            failing_elements.elements_line(count, planned=bool(failed.points)),
             "the draws come from the test id and the program, and this draw is kept with the "
             "package and tried first: the test fails the same way on every run; replay: run "
             "the test again, or values='off' to leave the check out",

@@ -95,10 +95,12 @@ def _met(described: list[tuple[str, tuple[int, ...], str | None, list[str]]]) ->
 
 def constant_positions(
     values: Mapping[str, Any], classes: Mapping[str, Sequence[PointClass]], limit: int
-) -> list[tuple[str, list[int]]]:
-    """Where a plain draw took, by chance, a point of the program's constants (at most
-    ``limit`` elements): a failing plain draw names them as a planned one would."""
+) -> tuple[list[tuple[str, list[int]]], int]:
+    """Where a plain draw took, by chance, a point of the program's constants: the first
+    ``limit`` such elements and how many there are in all (a failing plain draw names them
+    as a planned one would)."""
     found: list[tuple[str, list[int]]] = []
+    total = 0
     for name, input_classes in classes.items():
         tensor = values.get(name)
         if not isinstance(tensor, torch.Tensor) or not tensor.dtype.is_floating_point:
@@ -107,9 +109,11 @@ def constant_positions(
             if point_class.name != CONSTANTS:
                 continue
             held = torch.tensor(point_class.points, dtype=torch.float64).to(tensor.dtype)
-            hits = torch.isin(tensor.detach().cpu(), held).nonzero().tolist()
-            found += [(name, position) for position in hits[: limit - len(found)]]
-    return found[:limit]
+            hits = torch.isin(tensor.detach().cpu(), held)
+            total += int(hits.sum())
+            first = hits.nonzero()[: max(0, limit - len(found))].tolist()
+            found += [(name, position) for position in first]
+    return found, total
 
 
 def elements_line(count: int, planned: bool) -> str:

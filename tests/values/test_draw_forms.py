@@ -116,8 +116,9 @@ def test_a_plain_draw_that_holds_a_constant_names_where() -> None:
     x = torch.zeros(3, 4, dtype=torch.bfloat16)
     x[1, 2], x[2, 0] = 1.7, -1.7  # rounded to the class's points
     found = constant_positions({"x": x, "n": 3}, classes, limit=4)
-    assert found == [("x", [1, 2]), ("x", [2, 0])]
-    assert constant_positions({"x": torch.zeros(3, 4)}, classes, limit=4) == []
+    assert found == ([("x", [1, 2]), ("x", [2, 0])], 2)
+    assert constant_positions({"x": x}, classes, limit=1) == ([("x", [1, 2])], 2)
+    assert constant_positions({"x": torch.zeros(3, 4)}, classes, limit=4) == ([], 0)
 
 
 def test_a_program_constant_is_a_class_rounded_to_the_inputs_dtype() -> None:
