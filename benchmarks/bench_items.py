@@ -198,17 +198,17 @@ TEST_FILE = textwrap.dedent(
             from pytest_aoti.generated import check as generated
 
             self.seen, self._checker = [], generated._ShapeChecker
-            self._run = run = self._checker.run
+            self._run = run = self._checker._input_run
 
-            def noted(checker, values, seed):
+            def noted(checker, values, seed, **kwargs):
                 self.seen.extend(values.values())
-                return run(checker, values, seed)
+                return run(checker, values, seed, **kwargs)
 
-            self._checker.run = noted
+            self._checker._input_run = noted
             return self
 
         def __exit__(self, *exc):
-            self._checker.run = self._run
+            self._checker._input_run = self._run
 
 
     def test_warm(aoti):

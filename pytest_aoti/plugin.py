@@ -15,7 +15,7 @@ from pytest_aoti.options.settings import read_settings
 from pytest_aoti.options.table import add_options, core_rows
 from pytest_aoti.plugins import blocked_keywords, features_in_order, register_defaults
 from pytest_aoti.reports.xdist import XdistControllerHooks
-from pytest_aoti.session import SESSION_PLUGIN, AotiSession, session_of
+from pytest_aoti.session import SESSION_KEY, SESSION_PLUGIN, AotiSession, session_of
 from pytest_aoti.tester import AotiTester
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except BaseException:  # a usage error: no session to release the catalog
         release(catalog)
         raise
+    config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(XdistControllerHooks(session.collector), "aoti-xdist")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from pytest_aoti import hookspecs
+from pytest_aoti.hook_order import answers_in_order
 from pytest_aoti.run.added import PluginChecks, plugin_checks
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ DEFAULT_PLUGINS: dict[str, str] = {
 
 def register_defaults(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register every default plugin ``-p no:NAME`` did not block, in the list's order (so
-    their options follow it in ``--help``; their checks are ranked by it)."""
+    their options follow it in ``--help``); the hooks whose order shows (their checks, their
+    summary sections) are called in it by :func:`~pytest_aoti.hook_order.answers_in_order`."""
     for name, module in DEFAULT_PLUGINS.items():
         if pluginmanager.is_blocked(name) or pluginmanager.has_plugin(name):
             continue
@@ -54,7 +56,10 @@ def default_features() -> list[Feature]:
 def default_checks() -> PluginChecks:
     """The default plugins' checks, in the order a run gets them, outside a run (a tester
     made without the fixture)."""
-    return plugin_checks(default_manager().hook.pytest_aoti_checks, None, DEFAULT_PLUGINS)
+    answers = answers_in_order(
+        default_manager(), "pytest_aoti_checks", DEFAULT_PLUGINS, config=None
+    )
+    return plugin_checks(answers)
 
 
 def default_manager(names: Sequence[str] | None = None) -> pluggy.PluginManager:

@@ -15,6 +15,8 @@ import pytest
 from pytest_aoti.cache.run_stores import RunStores
 from pytest_aoti.compiling.pipeline import unknown_inductor_options
 from pytest_aoti.devices import devices_from_ini, resolve_devices, resolve_ini_devices
+from pytest_aoti.hook_order import answers_in_order
+from pytest_aoti.isolation.process import prestart_engine_child
 from pytest_aoti.options.catalog import release
 from pytest_aoti.options.resolve import layered_defaults
 from pytest_aoti.options.settings import AotiSettings
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 
 
 SESSION_PLUGIN = "aoti-session"
+
+SESSION_KEY = pytest.StashKey["AotiSession"]()
+"""The run's :class:`AotiSession` on ``config.stash`` (it is also registered as a plugin,
+for its hooks)."""
 
 
 class AotiSession:
@@ -149,8 +155,10 @@ class AotiSession:
         if self._plugin_checks is None:
             from pytest_aoti.run import catalog  # imports torch
 
-            hook = self.config.hook.pytest_aoti_checks
-            self._plugin_checks = plugin_checks(hook, self.config, DEFAULT_PLUGINS, catalog.CHECKS)
+            answers = answers_in_order(
+                self.config.pluginmanager, "pytest_aoti_checks", DEFAULT_PLUGINS, config=self.config
+            )
+            self._plugin_checks = plugin_checks(answers, catalog.CHECKS)
         return self._plugin_checks
 
     def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
@@ -215,6 +223,21 @@ class AotiSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.stores.start()
+        if self._runs_tests() and self.stores.served_any():
+            # the child served tests on the last run: it imports torch while the test
+            # modules do, and a served test's setup finds it ready to load its package
+            prestart_engine_child()
+
+    def _runs_tests(self) -> bool:
+        """This process runs tests (not an xdist controller) on a device the child serves."""
+        controller = getattr(self.config.option, "dist", "no") != "no" and not hasattr(
+            self.config, "workerinput"
+        )
+        # the devices as given: resolving "auto" would import torch before the child
+        served = any(
+            name.split(":")[0] in ("auto", "cpu", "cuda") for name in self.settings.devices
+        )
+        return served and not controller
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         stores = self.stores
@@ -259,7 +282,11 @@ class AotiSession:
                 )
                 for line in lines or ()
             ],
-            sections=lambda: self.config.hook.pytest_aoti_terminal_summary(
+            # each plugin's section in turn, in the default plugins' order
+            sections=lambda: answers_in_order(
+                self.config.pluginmanager,
+                "pytest_aoti_terminal_summary",
+                DEFAULT_PLUGINS,
                 terminalreporter=terminalreporter,
                 config=self.config,
                 records=tuple(self.collector.records),
@@ -272,9 +299,7 @@ class AotiSession:
 
 def session_of(config: pytest.Config) -> AotiSession:
     """The session's state, for a hook of the plugin's own features."""
-    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
-    assert isinstance(session, AotiSession)
-    return session
+    return config.stash[SESSION_KEY]
 
 
 def _merged(results: list[Mapping[str, Any] | None]) -> dict[str, Any]:

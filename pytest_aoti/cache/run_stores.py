@@ -163,6 +163,19 @@ class RunStores:
             return None
         return entry.package_path if entry is not None else None
 
+    def served_any(self) -> bool:
+        """Whether the engine child served any test on the last run of this cache (read
+        where the cache would be: nothing is made)."""
+        if self._settings.cache_mode == "off":
+            return False
+        root = self._settings.cache_dir
+        if root is None:
+            cachedir = getattr(getattr(self._config, "cache", None), "_cachedir", None)
+            if cachedir is None:
+                return False
+            root = Path(cachedir) / "d" / "aoti"  # where cache.mkdir("aoti") puts it
+        return ServedTests(root).any()
+
     def note_served(self, test: str, key: str | None) -> None:
         """Record the key of the program the engine child served ``test`` this run (None:
         none)."""

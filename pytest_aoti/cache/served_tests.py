@@ -30,6 +30,13 @@ class ServedTests:
             return None
         return key if key.isalnum() else None
 
+    def any(self) -> bool:
+        """Whether any test's marker is kept."""
+        try:
+            return any(self.root.iterdir())
+        except OSError:
+            return False
+
     def note(self, nodeid: str, key: str | None) -> None:
         """Record the key of the program the engine child served ``nodeid`` this run (None:
         it served none); written only when that changes."""

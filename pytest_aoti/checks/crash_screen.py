@@ -56,7 +56,7 @@ MAX_KEPT_BYTES = 2**28
 """Input bytes of one request above which the child's outputs are not kept: the check calls
 the engine here instead."""
 
-TIMED_CALLS = 5
+TIMED_CALLS = 3
 """Calls of the example the child times (fewer once :data:`TIMED_SECONDS` are spent)."""
 
 TIMED_SECONDS = 0.5
@@ -112,6 +112,8 @@ class CrashScreen:
     _search_calls: dict[int, tuple[InputSet, InputSetCalls]] = field(default_factory=dict)
     """The child's calls on each input set of the last request :meth:`screen_all` served
     (see ``serve``), by the input set's identity."""
+    _earlier_calls: dict[int, tuple[InputSet, InputSetCalls]] = field(default_factory=dict)
+    """The request's before it: a search checks one batch while the child runs the next."""
 
     @classmethod
     def for_check(cls, plan: CheckPlan, context: CheckContext) -> CrashScreen:
@@ -151,7 +153,8 @@ class CrashScreen:
         and raises the first crash's finding. The child takes no other request before it."""
         search = serve and self.served is None and not self.program.mutated_buffers
         if search:
-            self._search_calls = {}  # the last request's calls go
+            # the calls of the request before the last go
+            self._earlier_calls, self._search_calls = self._search_calls, {}
         serving = self.served is not None or search
         pending: list[tuple[int, str]] = []
         verdicts: dict[int, dict[str, Any]] = {}
@@ -208,7 +211,7 @@ class CrashScreen:
         ``load``'s. A call the child did not make goes to ``load``'s engine."""
 
         def engine() -> Any:
-            kept = self._search_calls.get(id(input_set)) if self._search_calls else None
+            kept = self._search_calls.get(id(input_set)) or self._earlier_calls.get(id(input_set))
             if kept is None or kept[0] is not input_set:
                 return load()
             from pytest_aoti.checks.served_calls import ServedEngine  # imports torch

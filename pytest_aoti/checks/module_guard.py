@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import operator
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -380,10 +381,10 @@ def _holds(container: Any, saved: Any) -> bool:
         return False
     if isinstance(container, dict):
         return list(container) == list(saved) and all(
-            container[key] is value for key, value in saved.items()
+            map(operator.is_, container.values(), saved.values())
         )
     if isinstance(container, list):
-        return all(item is other for item, other in zip(container, saved))
+        return all(map(operator.is_, container, saved))
     return all(item in container for item in saved)  # a set: hashed by identity or value
 
 

@@ -7,17 +7,11 @@ exported program, so a failure shrinks toward the smallest shape that still fail
 
 from __future__ import annotations
 
-import unittest
+import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
-
-import hypothesis
-import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 
 from pytest_aoti.api import (
     AotiCheckError,
@@ -35,7 +29,6 @@ from pytest_aoti.api import (
     Phase,
     Refusal,
     Triage,
-    assignments,
     boundary_assignments,
     plain_finding,
     refusal_lines,
@@ -43,6 +36,7 @@ from pytest_aoti.api import (
     side_by_side,
 )
 from pytest_aoti.generated.feature import GeneratedOptions
+from pytest_aoti.generated.search import AHEAD, Generation, ShapeFailure, search_shapes
 
 if TYPE_CHECKING:
     import torch
@@ -142,33 +136,6 @@ def _crash_screen(plan: CheckPlan, context: CheckContext) -> CrashScreen | None:
     return CrashScreen.where_on(plan, context)
 
 
-@dataclass(frozen=True)
-class Generation:
-    """How to generate: how many examples, the size cap, where Hypothesis keeps failures."""
-
-    examples: int
-    max_dim: int
-    database: Path | None = None
-    """Hypothesis example database (in pytest's cache dir): a failing shape is tried first
-    on the next run."""
-    label: str = ""
-    """What distinguishes this check's saved examples from other checks' (the test id)."""
-
-
-class _Failure(Exception):
-    """A generated input set failed; carries what is needed to report it."""
-
-    def __init__(self, values: dict[str, int], seed: int, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.values = values
-        self.seed = seed
-        self.error = error
-        self.boundary = False
-        """Found at an exported boundary, not drawn by Hypothesis."""
-        self.rerun: str | None = None
-        """How to run the search that found it again (``--hypothesis-seed=...``)."""
-
-
 def check_generated(
     program: AotiProgram,
     module: torch.nn.Module,
@@ -199,11 +166,11 @@ def check_generated(
         program, module, builder, calls, mutates, tolerance, triage, screen, engine
     )
 
-    boundary_failure: _Failure | None = None
+    boundary_failure: ShapeFailure | None = None
     for values in boundary_assignments(builder.shapes, generation.max_dim):
         try:
             checker.run(values, seed=0)
-        except _Failure as failure:
+        except ShapeFailure as failure:
             boundary_failure = failure
             boundary_failure.boundary = True
             break
@@ -213,7 +180,9 @@ def check_generated(
     refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
     search = not refused and checker.crashed is None  # a crash: nothing is run again
     checker.searching = True
-    found = (_search(checker, generation, builder.shapes) if search else None) or (boundary_failure)
+    found = (search_shapes(checker, generation, builder.shapes) if search else None) or (
+        boundary_failure
+    )
     if searched is not None:
         searched.append(checker.searched)
     if found is not None:
@@ -250,7 +219,7 @@ class _ShapeChecker:
         self.searched: int = 0
         """Generated shapes run in the search."""
         self.failed = False
-        self.crashed: _Failure | None = None
+        self.crashed: ShapeFailure | None = None
         """The first shape whose engine crashed its child: every later run fails with it
         (no engine is called again), and the search reports it unshrunk."""
         self.module = module
@@ -296,12 +265,73 @@ class _ShapeChecker:
             engine=self.screen.search_engine(load, inputs) if self.screen is not None else load,
             copies=self._copies,
             inputs_owned=True,  # built for this run alone
+            validated=True,  # built from the program's own shapes, inside its ranges
         )
+
+    def run_ahead(self, drawn: list[tuple[dict[str, int], int]]) -> bool:
+        """Run the shapes a search drew ahead, :data:`AHEAD` a request: the child calls the
+        engine on a batch while eager makes its calls here and the batch before is checked.
+        True when every one passed (counted), False (nothing counted) when one failed: the
+        search then runs them one at a time, so Hypothesis sees the failure and shrinks it."""
+        before = (self.count, len(self.stats), self.searched)
+        batches = [drawn[start : start + AHEAD] for start in range(0, len(drawn), AHEAD)]
+        checked: list[InputRun] = []
+        try:
+            for batch in batches:
+                runs = self._screen_batch(batch, then=checked)
+                checked = runs
+            self._check_all(checked)
+        except Exception:  # a failure, found again and reported by the search
+            self.count, self.searched = before[0], before[2]
+            del self.stats[before[1] :]
+            self.crashed = None
+            return False
+        return True
+
+    def _screen_batch(
+        self, batch: list[tuple[dict[str, int], int]], then: list[InputRun]
+    ) -> list[InputRun]:
+        """Build ``batch``'s input sets and have the child run them, checking ``then`` (the
+        batch before) and making eager's calls meanwhile; the batch's runs, to check."""
+        built: list[tuple[InputSet, InputRun, str]] = []
+        for values, seed in batch:
+            if self._refusals is not None:
+                seed = self._refusals.accepted_seed(partial(self.builder.build, values), seed)
+            inputs = self.builder.build(values, seed)
+            run = self._input_run(values, seed, inputs=inputs)
+            built.append((inputs, run, run.label))
+        runs = [run for _, run, _ in built]
+        if self.screen is None:
+            self._check_all(then)
+            return runs
+        screening = self.screen.start_all(
+            [inputs for inputs, _, _ in built], [label for _, _, label in built], serve=True
+        )
+        try:
+            if side_by_side():
+                self._check_all(then)
+                for run in runs:
+                    with contextlib.suppress(EagerRaised):  # its check says so
+                        run.eager_history(self.calls)
+        except BaseException:
+            screening.discard()
+            raise
+        screening.finish()
+        if not side_by_side():
+            self._check_all(then)
+        return runs
+
+    def _check_all(self, runs: list[InputRun]) -> None:
+        for run in runs:
+            stats = run.check(self.calls, self.mutates, values_too=False)
+            self.count += 1
+            self.searched += 1
+            self.stats += stats
 
     def run(self, values: dict[str, int], seed: int) -> None:
         try:
             self._run(values, seed)
-        except _Failure:
+        except ShapeFailure:
             self.failed = True
             raise
         finally:
@@ -315,19 +345,19 @@ class _ShapeChecker:
                     lambda other: self.builder.build(values, other), seed
                 )
             except Refusal as refusal:
-                raise _Failure(dict(values), seed, refusal) from None
+                raise ShapeFailure(dict(values), seed, refusal) from None
         if self.crashed is not None:
             raise self.crashed
         try:
             inputs = self.builder.build(values, seed)
             run = self._input_run(values, seed, inputs=inputs)
             if self.screen is not None:
-                self._screened(values, seed, inputs, run)  # raises its own _Failure: a crash
+                self._screened(values, seed, inputs, run)  # raises its own ShapeFailure: a crash
             stats = run.check(self.calls, self.mutates, values_too=False)
-        except _Failure:
+        except ShapeFailure:
             raise
         except Exception as error:  # the engine crashing on a legal shape is a failure too
-            raise _Failure(dict(values), seed, error) from None
+            raise ShapeFailure(dict(values), seed, error) from None
         self.count += 1
         self.stats += stats
 
@@ -349,10 +379,10 @@ class _ShapeChecker:
         try:
             screening.finish()
         except AotiCheckError as error:
-            self.crashed = _Failure(dict(values), seed, error)
+            self.crashed = ShapeFailure(dict(values), seed, error)
             raise self.crashed from None
 
-    def attributed(self, failure: _Failure) -> BaseException:
+    def attributed(self, failure: ShapeFailure) -> BaseException:
         """The failure of ``failure``'s shape again, with its stage and node (a crash is
         never run again: it would end the test process)."""
         if failure is self.crashed or not isinstance(failure.error, AotiCheckError):
@@ -365,64 +395,6 @@ class _ShapeChecker:
         return failure.error  # did not fail again: report what the search saw
 
 
-def _search(
-    checker: _ShapeChecker, generation: Generation, shapes: ProgramShapes
-) -> _Failure | None:
-    if generation.examples <= 0:
-        return None
-
-    last: list[_Failure] = []
-
-    # the active profile (the user's) applies; only the example count, the deadline (an
-    # engine call has no stable duration) and the database location are ours
-    @settings(
-        max_examples=generation.examples,
-        deadline=None,
-        database=DirectoryBasedExampleDatabase(generation.database)
-        if generation.database
-        else None,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-    )
-    @given(values=assignments(shapes, generation.max_dim), seed=st.integers(0, 2**32 - 1))
-    def generated_shapes(values: dict[str, int], seed: int) -> None:
-        try:
-            checker.run(values, seed)
-        except _Failure as failure:
-            last[:] = [failure]
-            raise
-
-    inner = generated_shapes.hypothesis.inner_test  # type: ignore[attr-defined]
-    inner._hypothesis_internal_add_digest = f"{generation.label}|{checker.program.key}".encode()
-
-    try:
-        generated_shapes()
-    except _Failure:
-        # Hypothesis re-runs the shrunk example last, so ``last`` holds the smallest
-        failure = last[0]
-        failure.rerun = _rerun_hint(generated_shapes)
-        return failure
-    except (pytest.skip.Exception, unittest.SkipTest):
-        # a profile that generates nothing (phases without generate, and nothing saved to
-        # replay) makes Hypothesis skip: the search is empty, the user's test goes on
-        return None
-    return None
-
-
-def _rerun_hint(search: Any) -> str:
-    """How to run the same search again.
-
-    No ``@seed`` is applied: a seeded search would not save the failing shape in the
-    example database. The seed Hypothesis drew (or ``--hypothesis-seed``'s) replays it.
-    """
-    seed = hypothesis.core.global_force_seed
-    if seed is None:
-        seed = getattr(search, "_hypothesis_internal_use_generated_seed", None)
-    if seed is None:  # a derandomizing profile, e.g. Hypothesis' "ci" profile
-        return "replay: run the test again (the Hypothesis profile derandomizes the search)"
-    return f"replay: pytest <this test> --hypothesis-seed={seed}"
-
-
 def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
     """``x=(3, 8), y=(3,)``: the concrete shape of every tensor input."""
     concrete = shapes_from_assignment(shapes, values)
@@ -430,7 +402,7 @@ def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
 
 
 def _report(
-    failure: _Failure, error: BaseException, shapes: ProgramShapes, generation: Generation
+    failure: ShapeFailure, error: BaseException, shapes: ProgramShapes, generation: Generation
 ) -> Finding:
     """The finding of a generated shape: the shape and its dims first, then what differed
     there (the inner finding's stage, node and figures are kept)."""

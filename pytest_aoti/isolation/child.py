@@ -78,16 +78,18 @@ _HELD: dict[str, Any] = {}
 """The engine this child holds: ``slot`` (package, device, checked) and ``runner``."""
 
 
-def release() -> None:
+def release(*, exiting: bool = False) -> None:
     """Free the held engine and the weights its library mapped (they stay mapped otherwise:
-    torch never unloads an engine's library)."""
+    torch never unloads an engine's library); ``exiting``: only the engine, whose
+    extraction folder goes with it (the process's end gives its memory back)."""
     import gc
 
     if _HELD.pop("runner", None) is None:
         return
     _HELD.clear()
     gc.collect()  # the runner's extraction folder goes with it
-    _drop_unloaded_libraries()
+    if not exiting:
+        _drop_unloaded_libraries()
 
 
 def _drop_unloaded_libraries() -> None:
@@ -357,7 +359,7 @@ def serve() -> int:
         _answer(answers, {"done": True, "rss": _resident_bytes()})
     # the end of input: free the engine (its unpacked folder goes with it), then exit without
     # tearing torch down, which takes longer than the parent waits
-    release()
+    release(exiting=True)
     answers.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import queue
 import selectors
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
@@ -133,29 +135,49 @@ class PendingJobs:
 
 
 class _Reading:
-    """A request's answer, read in a thread of its own as the child writes it: the child
-    never waits on a full pipe while this process makes its own calls meanwhile."""
+    """A request's answer, read by this process's answer reader as the child writes it: the
+    child never waits on a full pipe while this process makes its own calls meanwhile."""
 
     def __init__(self, child: EngineChild, timeout: float) -> None:
-        self._answer: tuple[list[Any], str | None] = ([], "the answer was not read")
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._read, args=(child, timeout), name="pytest-aoti-child-answer", daemon=True
+        self._answer: Future[tuple[list[Any], str | None]] = _ANSWER_READER.submit(
+            lambda: child.answer(timeout, _loaded)
         )
-        self._thread.start()
-
-    def _read(self, child: EngineChild, timeout: float) -> None:
-        try:
-            self._answer = child.answer(timeout, _loaded)
-        except BaseException as error:  # handed to the thread that waits for the answer
-            self._error = error
 
     def wait(self) -> tuple[list[Any], str | None]:
         """The jobs' results and why the rest have none (see :meth:`EngineChild.answer`)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._answer
+        return self._answer.result()
+
+
+class _AnswerReader:
+    """One daemon thread that reads the child's answers, one request at a time: started once,
+    not per request (a thread's start costs a request more than its calls on a busy core)."""
+
+    def __init__(self) -> None:
+        self._asked: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, read: Callable[[], Any]) -> Future[Any]:
+        answer: Future[Any] = Future()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="pytest-aoti-child-answer", daemon=True
+                )
+                self._thread.start()
+        self._asked.put((read, answer))
+        return answer
+
+    def _serve(self) -> None:
+        while True:
+            read, answer = self._asked.get()
+            try:
+                answer.set_result(read())
+            except BaseException as error:  # handed to the thread that waits for the answer
+                answer.set_exception(error)
+
+
+_ANSWER_READER = _AnswerReader()
 
 
 def _widen_pipe(stream: IO[bytes]) -> None:
@@ -385,14 +407,24 @@ class EngineChild:
             return f"the engine hit a CUDA error that sticks to its process: {tail or code}"
         return f"the probe process failed: {tail or code}"
 
-    def close(self) -> None:
-        """End the child: end of input first, then a kill if it does not exit."""
+    def close(self, *, wait: bool = True) -> None:
+        """End the child: end of input first, then a kill if it does not exit. ``wait``:
+        return once it has ended (else a thread of its own waits for it: the child frees
+        its engine and exits while this process ends)."""
         process, self._process = self._process, None
         if process is not None and self._owner != os.getpid():
             return  # a forked copy of the process that started it: never its to end
         if process is not None:
             # it holds nothing to save: a child slow to tear torch down is ended
-            end_process(process, CLOSE_WAIT)
+            if wait:
+                end_process(process, CLOSE_WAIT)
+            else:
+                threading.Thread(
+                    target=end_process,
+                    args=(process, CLOSE_WAIT),
+                    name="pytest-aoti-child-end",
+                    daemon=True,
+                ).start()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -541,5 +573,5 @@ def shutdown() -> None:
     """End this process's engine child, if there is one (at the end of the session)."""
     global _PROCESS
     if _PROCESS is not None:
-        _PROCESS.close()
+        _PROCESS.close(wait=False)  # its engine's teardown need not hold up the session's end
         _PROCESS = None

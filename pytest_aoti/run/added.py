@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.checks.base import PHASES, Check
 from pytest_aoti.errors import AotiUsageError
+
+if TYPE_CHECKING:
+    from pytest_aoti.hook_order import Answer
 
 
 @dataclass(frozen=True)
@@ -36,28 +39,18 @@ def default_plugin_checks() -> PluginChecks:
     return _DEFAULT[0]() if _DEFAULT else PluginChecks()
 
 
-def plugin_checks(
-    hook: Any, config: Any, defaults: Collection[str], core: Sequence[Check] = ()
-) -> PluginChecks:
-    """Each implementation of ``pytest_aoti_checks`` asked once: the default plugins' (named
-    in ``defaults``) ranked by that list, a ``trylast`` one's last of all; the others' in
-    registration (conftest) order. A malformed check or a taken name is a usage error."""
+def plugin_checks(answers: Sequence[Answer], core: Sequence[Check] = ()) -> PluginChecks:
+    """The checks of ``pytest_aoti_checks``, from its answers in the default plugins' order
+    (:func:`~pytest_aoti.hook_order.answers_in_order`): the default plugins' first, a
+    ``trylast`` one's last of all, the others' between them in registration (conftest)
+    order. A malformed check or a taken name is a usage error."""
     __tracebackhide__ = True
-    ranks = {name: rank for rank, name in enumerate(defaults)}
-    first: dict[int, Any] = {}
-    last: dict[int, Any] = {}
-    others: list[Any] = []
-    for impl in hook.get_hookimpls():  # registration order (conftest order)
-        if not (impl.hookwrapper or impl.wrapper):
-            result = impl.function(*(config for _ in impl.argnames))
-            rank = ranks.get(impl.plugin_name)
-            if rank is None:
-                others.append(result)
-            else:
-                (last if impl.trylast else first)[rank] = result
+    first = [answer.result for answer in answers if answer.plugin and not answer.trylast]
+    last = [answer.result for answer in answers if answer.plugin and answer.trylast]
+    others = [answer.result for answer in answers if not answer.plugin]
     taken = {check.name: "a built-in check" for check in core}
-    first_checks = _checked([first[r] for r in sorted(first)], taken, "a built-in check")
-    last_checks = _checked([last[r] for r in sorted(last)], taken, "a built-in check")
+    first_checks = _checked(first, taken, "a built-in check")
+    last_checks = _checked(last, taken, "a built-in check")
     return PluginChecks(first_checks, _checked(others, taken, "another added check"), last_checks)
 
 

@@ -70,6 +70,9 @@ def _evaluated(sizes: tuple[int | str, ...], values: Mapping[str, int]) -> tuple
         if isinstance(size, int):
             found.append(size)
             continue
+        if size in values:  # a dim that is one symbol: no expression to evaluate
+            found.append(int(values[size]))
+            continue
         expr = parse_size(size)
         found.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
     return tuple(found)

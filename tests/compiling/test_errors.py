@@ -32,7 +32,8 @@ from pytest_aoti.errors import (
     AotiUsageError,
     user_facing,
 )
-from pytest_aoti.generated.check import Generation, _Failure, _report
+from pytest_aoti.generated.check import _report
+from pytest_aoti.generated.search import Generation, ShapeFailure
 from pytest_aoti.mutation_maps import named_user_inputs, read_signature
 from pytest_aoti.shapes.read import read_program_shapes
 from pytest_aoti.shapes.validate import validate_inputs
@@ -465,7 +466,7 @@ def test_generated_shape_report_names_the_users_dims(rows_program: Any) -> None:
     program = program_for(exported)
     program.name_dims(spec, args)
     symbol = program.shapes.input("x").shape[0]
-    failure = _Failure({symbol: 3}, seed=7, error=AssertionError("differs"))
+    failure = ShapeFailure({symbol: 3}, seed=7, error=AssertionError("differs"))
     finding = _report(failure, failure.error, program.shapes, Generation(examples=1, max_dim=64))
     assert finding.render().splitlines()[:2] == [
         "generated shape fails: x=(3, 8), y=(3,)",

@@ -22,7 +22,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / PACKAGE
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # data and helpers every part uses: which code is the user's, pytree clones,
-    # findings, errors, the known torch bugs, the one atomic text write; the repro bundle's
+    # findings, errors, the known torch bugs, the one atomic text write, pluggy's calls in the
+    # default plugins' order; the repro bundle's
     # script (torch and the standard library only), whose assert_close defaults and AOTI
     # runner tolerance and compiling/engine_state import
     (
@@ -35,6 +36,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "torch_bugs",
             "atomic_files",
             "folder_names",
+            "hook_order",
         ),
     ),
     # rules and tables shared by all: judging numbers (tolerances and figures; the trees),

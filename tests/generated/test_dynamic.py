@@ -301,6 +301,29 @@ def test_stateless_program_served(aoti, loads, monkeypatch):
     assert result.examples >= 10
     assert len(loads) == 0  # the engine child's one engine answered every call
 
+def test_generated_shapes_reach_the_child_in_batches(aoti, monkeypatch):
+    import pytest_aoti.isolation.process as process
+
+    jobs_per_request = []
+    original = process.PendingJobs.__init__
+
+    def counted(self, request, jobs, *args, **kwargs):
+        jobs_per_request.append(len(jobs))
+        original(self, request, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(process.PendingJobs, "__init__", counted)
+    result = aoti.check(
+        RowScale(),
+        (torch.randn(4, 3), torch.randn(3)),
+        dynamic_shapes=({0: BATCH}, None),
+        examples=16,
+        values="off",
+        probes="off",
+    )
+    assert result.examples >= 16
+    # the search's 16 shapes: two requests of eight, not sixteen of one
+    assert jobs_per_request.count(8) == 2, jobs_per_request
+
 def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
     from pytest_aoti.values.check import STATEFUL_DRAWS
 
@@ -314,4 +337,4 @@ def test_buffer_program_gets_a_fresh_engine_per_input_set(aoti, loads):
     assert len(loads) == 2 + STATEFUL_DRAWS + 2
 """
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import AotiUsageError, Check, CheckContext, CheckPlan, Outcome
+from pytest_aoti.hook_order import Answer
 from pytest_aoti.run import catalog
 from pytest_aoti.run.added import plugin_checks
 
@@ -113,25 +114,8 @@ class _Named:
         return Outcome()
 
 
-class _Impl:
-    """What pluggy holds of one implementation of ``pytest_aoti_checks``."""
-
-    def __init__(self, plugin: str, checks: Any, trylast: bool = False) -> None:
-        self.plugin_name, self.trylast, self.hookwrapper, self.wrapper = plugin, trylast, 0, 0
-        self.function, self.argnames = (lambda config: checks), ("config",)
-
-
-class _Hook:
-    def __init__(self, *impls: _Impl) -> None:
-        self.impls = impls
-
-    def get_hookimpls(self) -> list[_Impl]:
-        return list(self.impls)  # pluggy's order: the earliest registered first
-
-
 def added_checks(results: list[Any]) -> tuple[Check, ...]:
-    hook = _Hook(*(_Impl(f"conftest{n}", result) for n, result in enumerate(results)))
-    return plugin_checks(hook, None, defaults=(), core=catalog.CHECKS).added
+    return plugin_checks([Answer(result) for result in results], core=catalog.CHECKS).added
 
 
 def test_added_checks_keep_the_hook_order_and_skip_empty_results() -> None:
@@ -142,17 +126,18 @@ def test_added_checks_keep_the_hook_order_and_skip_empty_results() -> None:
 
 def test_the_default_plugins_checks_come_in_the_list_s_order_a_trylast_one_last() -> None:
     memory, values, precision, mine = (_Named(n) for n in ("m", "v", "p", "mine"))
-    hook = _Hook(  # registered in any order: the list ranks them
-        _Impl("aoti-values", [values]),
-        _Impl("aoti-precision", [precision], trylast=True),
-        _Impl("conftest.py", [mine]),
-        _Impl("aoti-memory", [memory]),
-    )
-    found = plugin_checks(hook, None, defaults=("aoti-memory", "aoti-values", "aoti-precision"))
+    # as answers_in_order gives them: the default plugins in the list's order, then others
+    answers = [
+        Answer([memory], "aoti-memory"),
+        Answer([values], "aoti-values"),
+        Answer([precision], "aoti-precision", trylast=True),
+        Answer([mine]),
+    ]
+    found = plugin_checks(answers)
     assert found.in_order() == (memory, values, mine, precision)
     assert found.added == (mine,)
     with pytest.raises(AotiUsageError, match="'v', the name of a built-in check"):
-        plugin_checks(_Hook(*hook.impls, _Impl("other", [_Named("v")])), None, ("aoti-values",))
+        plugin_checks([*answers, Answer([_Named("v")])])
 
 
 @pytest.mark.parametrize(
