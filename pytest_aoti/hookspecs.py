@@ -171,7 +171,9 @@ def pytest_aoti_terminal_summary(
     """Write a section of pytest-aoti's terminal summary, from the session's check records.
 
     Called once at the end (on the xdist controller, with every worker's records), after
-    the slowest checks. ``records``: a :class:`~pytest_aoti.reports.records.CheckRecord` per
+    the slowest checks: the default plugins' sections first, in their list's order, then
+    the other plugins' and conftests' in registration order. ``records``: a
+    :class:`~pytest_aoti.reports.records.CheckRecord` per
     ``aoti.check`` (``other_fields``: the fields checks added, ``check_figures``).
 
     Example, in ``conftest.py``: one line for the checks over a latency budget::
