@@ -36,7 +36,7 @@ from pytest_aoti.api import (
     side_by_side,
 )
 from pytest_aoti.generated.feature import GeneratedOptions
-from pytest_aoti.generated.search import AHEAD, Generation, ShapeFailure, search_shapes
+from pytest_aoti.generated.search import Generation, ShapeFailure, search_shapes
 
 if TYPE_CHECKING:
     import torch
@@ -196,6 +196,10 @@ def check_generated(
     return checker.count, checker.stats
 
 
+AHEAD = 8
+"""Generated shapes a request to the engine child carries when the search runs ahead."""
+
+
 class _ShapeChecker:
     """Runs the core check on the input set built for one assignment of sizes."""
 
@@ -218,7 +222,6 @@ class _ShapeChecker:
         """In the Hypothesis search (past the boundary shapes)."""
         self.searched: int = 0
         """Generated shapes run in the search."""
-        self.failed = False
         self.crashed: ShapeFailure | None = None
         """The first shape whose engine crashed its child: every later run fails with it
         (no engine is called again), and the search reports it unshrunk."""
@@ -274,17 +277,14 @@ class _ShapeChecker:
         True when every one passed (counted), False (nothing counted) when one failed: the
         search then runs them one at a time, so Hypothesis sees the failure and shrinks it."""
         before = (self.count, len(self.stats), self.searched)
-        batches = [drawn[start : start + AHEAD] for start in range(0, len(drawn), AHEAD)]
         checked: list[InputRun] = []
         try:
-            for batch in batches:
-                runs = self._screen_batch(batch, then=checked)
-                checked = runs
+            for start in range(0, len(drawn), AHEAD):
+                checked = self._screen_batch(drawn[start : start + AHEAD], then=checked)
             self._check_all(checked)
         except Exception:  # a failure, found again and reported by the search
             self.count, self.searched = before[0], before[2]
             del self.stats[before[1] :]
-            self.crashed = None
             return False
         return True
 
@@ -293,33 +293,38 @@ class _ShapeChecker:
     ) -> list[InputRun]:
         """Build ``batch``'s input sets and have the child run them, checking ``then`` (the
         batch before) and making eager's calls meanwhile; the batch's runs, to check."""
-        built: list[tuple[InputSet, InputRun, str]] = []
+        built: list[tuple[InputSet, InputRun]] = []
         for values, seed in batch:
             if self._refusals is not None:
                 seed = self._refusals.accepted_seed(partial(self.builder.build, values), seed)
             inputs = self.builder.build(values, seed)
-            run = self._input_run(values, seed, inputs=inputs)
-            built.append((inputs, run, run.label))
-        runs = [run for _, run, _ in built]
+            built.append((inputs, self._input_run(values, seed, inputs=inputs)))
         if self.screen is None:
             self._check_all(then)
-            return runs
+        else:
+            self._screening(built, then).finish()
+            if not side_by_side():
+                self._check_all(then)
+        return [run for _, run in built]
+
+    def _screening(self, built: list[tuple[InputSet, InputRun]], then: list[InputRun]) -> Any:
+        """The child's request for ``built``'s input sets (their calls are the runs' engine
+        calls: each runs once), started; where the cores hold both processes, ``then`` is
+        checked and eager makes ``built``'s calls meanwhile. Finish it."""
+        assert self.screen is not None
         screening = self.screen.start_all(
-            [inputs for inputs, _, _ in built], [label for _, _, label in built], serve=True
+            [inputs for inputs, _ in built], [run.label for _, run in built], serve=True
         )
         try:
             if side_by_side():
                 self._check_all(then)
-                for run in runs:
+                for _, run in built:
                     with contextlib.suppress(EagerRaised):  # its check says so
                         run.eager_history(self.calls)
         except BaseException:
             screening.discard()
             raise
-        screening.finish()
-        if not side_by_side():
-            self._check_all(then)
-        return runs
+        return screening
 
     def _check_all(self, runs: list[InputRun]) -> None:
         for run in runs:
@@ -331,9 +336,6 @@ class _ShapeChecker:
     def run(self, values: dict[str, int], seed: int) -> None:
         try:
             self._run(values, seed)
-        except ShapeFailure:
-            self.failed = True
-            raise
         finally:
             self.searched += int(self.searching)
 
@@ -362,20 +364,9 @@ class _ShapeChecker:
         self.stats += stats
 
     def _screened(self, values: dict[str, int], seed: int, inputs: InputSet, run: InputRun) -> None:
-        """Screen the shape in the child (its calls are the shape's engine calls: each runs
-        once) while eager makes its calls here, where the cores hold both; a crash is this
-        shape's failure."""
-        assert self.screen is not None
-        label = "generated " + _describe_shapes(self.builder.shapes, values)
-        screening = self.screen.start_all([inputs], [label], serve=True)
-        try:
-            if side_by_side():
-                run.eager_history(self.calls)
-        except EagerRaised:
-            pass  # the check itself says so, after the screen's verdict
-        except BaseException:
-            screening.discard()
-            raise
+        """Screen the shape in the child while eager makes its calls here, where the cores
+        hold both; a crash is this shape's failure."""
+        screening = self._screening([(inputs, run)], then=[])
         try:
             screening.finish()
         except AotiCheckError as error:

@@ -62,10 +62,6 @@ class ShapeRunner(Protocol):
         """Run one shape; raise :class:`ShapeFailure` where it fails."""
 
 
-AHEAD = 8
-"""Generated shapes a request to the engine child carries when the search runs ahead."""
-
-
 def search_shapes(
     checker: ShapeRunner, generation: Generation, shapes: ProgramShapes
 ) -> ShapeFailure | None:

@@ -93,8 +93,11 @@ class PendingJobs:
         left = max(1.0, self._deadline - time.monotonic())
         request = {**self._request, "jobs": self._remaining}
         self._unsent = self._child.send(request, self._path, left)
-        self._reading = (
-            _Reading(self._child, max(1.0, self._deadline - time.monotonic()))
+        child, timeout = self._child, max(1.0, self._deadline - time.monotonic())
+        # read as the child writes it: the child never waits on a full pipe while this
+        # process makes its own calls meanwhile
+        self._reading: Future[tuple[list[Any], str | None]] | None = (
+            _ANSWER_READER.submit(lambda: child.answer(timeout, _loaded))
             if self._unsent is None
             else None
         )
@@ -107,7 +110,7 @@ class PendingJobs:
                 why = self._unsent
                 done: list[dict[str, Any]] = []
                 if why is None and self._reading is not None:
-                    done, why = self._reading.wait()
+                    done, why = self._reading.result()
                 results.update(zip(self._remaining, done))
                 if len(done) >= len(self._remaining):
                     break
@@ -132,20 +135,6 @@ class PendingJobs:
         """Wait for the child's answer and drop it (this process no longer needs it)."""
         with contextlib.suppress(Exception):
             self.results()
-
-
-class _Reading:
-    """A request's answer, read by this process's answer reader as the child writes it: the
-    child never waits on a full pipe while this process makes its own calls meanwhile."""
-
-    def __init__(self, child: EngineChild, timeout: float) -> None:
-        self._answer: Future[tuple[list[Any], str | None]] = _ANSWER_READER.submit(
-            lambda: child.answer(timeout, _loaded)
-        )
-
-    def wait(self) -> tuple[list[Any], str | None]:
-        """The jobs' results and why the rest have none (see :meth:`EngineChild.answer`)."""
-        return self._answer.result()
 
 
 class _AnswerReader:
