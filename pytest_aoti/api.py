@@ -31,6 +31,7 @@ from pytest_aoti.errors import (
 from pytest_aoti.findings import (
     PARITY_KINDS,
     REPRODUCIBLE_KINDS,
+    BundleAdapter,
     Figures,
     Finding,
     FindingKind,
@@ -218,6 +219,7 @@ __all__ = [
     "AotiCheckError",
     "AotiInputError",
     "AotiUsageError",
+    "BundleAdapter",
     "Check",
     "CheckBudget",
     "CheckContext",

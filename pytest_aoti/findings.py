@@ -4,59 +4,79 @@ into text: the failure text, the JSON report and the repro bundle read the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 
-class FindingKind(str, Enum):
+class FindingKind(str):
     """What a check found wrong: the ``kind`` of every :class:`Finding`. A str, so that
-    ``finding.kind == "buffer"`` holds, JSON writes ``"buffer"`` and f-strings print it."""
+    ``finding.kind == "buffer"`` holds, JSON writes ``"buffer"`` and f-strings print it.
 
-    OUTPUT = "output"  # an output differs between eager and the engine
-    MUTATED_INPUT = "mutated input"  # a mutated input ends with another value than eager's
-    UNTOUCHED_INPUT = "untouched input"  # the engine wrote to an input the program keeps
-    IN_PLACE = "in-place"  # the engine moved a mutated input's storage instead of writing it
-    EXPECTED_VALUE = "expected value"  # the engine's input differs from the test's value
-    EXPECTATION = "expectation"  # the test's expected value is wrong: eager misses it too
-    BUFFER = "buffer"  # a buffer's state differs or is not recorded by the program
-    SIGNATURE = "signature"  # the mutation maps differ from what the test declared
-    ALIASING = "aliasing"  # aliased example inputs specialized the program
-    SHAPE = "shape"  # a generated input shape fails
-    THREADS = "threads"  # one engine shared by threads differs from sequential eager
-    MEMORY = "memory"  # an engine call allocated more than max_extra_bytes
-    RANDOM = "random"  # the program draws random numbers: eager and engine cannot agree
-    EAGER = "eager"  # eager PyTorch itself fails on the example
-    PROBE = "probe"  # the engine silently differs on an input the program accepts
-    CRASH = "crash"  # the engine crashed or hung the crash screen's child process
-    PRECISION = "precision"  # eager rounds where the engine does not (fp64 sides with it)
-    ATTRIBUTE = "python attribute"  # forward changes a Python attribute export froze
-    WEIGHTS = "weights"  # the engine cannot take a weight set the module takes
-    CHECK = "check"  # a plain message (AotiCheckError raised with a string)
-    EXPORT = "export"  # torch.export.export refused the module
-    DECOMPOSE = "decompose"  # run_decompositions failed on the exported program
-    COMPILE = "compile"  # aoti_compile_and_package or aoti_load_package failed
-    GOLDEN = "golden"  # an answer differs from the check's golden record, or it has none
+    The core's own kinds are the class's attributes (:data:`CORE_KINDS` says what each
+    means); a feature declares its own with its :class:`~pytest_aoti.api.Feature`'s
+    ``kinds`` and makes them with ``FindingKind("name")``."""
 
-    # The kinds of deployment-probe variants (a probe's ``kind``; ``probes_skip`` names them)
-    CHANNELS_LAST = "channels_last"
-    CHANNELS_LAST_3D = "channels_last_3d"
-    PERMUTED = "permuted"
-    STRIDED_SLICE = "strided_slice"
-    STORAGE_OFFSET = "storage_offset"
-    SIZE = "size"
-    DTYPE = "dtype"
-    DEVICE = "device"
-    SCALAR = "scalar"
-    ALIASED = "aliased"
-    VALUES = "values"  # edge values: NaN, infinities, magnitudes near overflow
+    __slots__ = ()
 
-    def __str__(self) -> str:
-        return self.value
+    @property
+    def value(self) -> str:
+        """The kind's name, a plain str (as an enum member's ``value``)."""
+        return str.__str__(self)
 
-    def __format__(self, format_spec: str) -> str:
-        return self.value.__format__(format_spec)
+    def __repr__(self) -> str:
+        return f"FindingKind({self.value!r})"
+
+    OUTPUT: ClassVar[FindingKind]
+    MUTATED_INPUT: ClassVar[FindingKind]
+    UNTOUCHED_INPUT: ClassVar[FindingKind]
+    IN_PLACE: ClassVar[FindingKind]
+    EXPECTED_VALUE: ClassVar[FindingKind]
+    EXPECTATION: ClassVar[FindingKind]
+    BUFFER: ClassVar[FindingKind]
+    SIGNATURE: ClassVar[FindingKind]
+    ALIASING: ClassVar[FindingKind]
+    RANDOM: ClassVar[FindingKind]
+    EAGER: ClassVar[FindingKind]
+    CRASH: ClassVar[FindingKind]
+    ATTRIBUTE: ClassVar[FindingKind]
+    CHECK: ClassVar[FindingKind]
+    EXPORT: ClassVar[FindingKind]
+    DECOMPOSE: ClassVar[FindingKind]
+    COMPILE: ClassVar[FindingKind]
+
+
+CORE_KINDS: dict[FindingKind, str] = {}
+"""The core's kinds, each with what it means (a feature's are in its ``Feature.kinds``)."""
+
+
+def _core_kind(attribute: str, name: str, meaning: str) -> None:
+    kind = FindingKind(name)
+    setattr(FindingKind, attribute, kind)
+    CORE_KINDS[kind] = meaning
+
+
+for _attribute, _name, _meaning in (
+    ("OUTPUT", "output", "an output differs between eager and the engine"),
+    ("MUTATED_INPUT", "mutated input", "a mutated input ends with another value than eager's"),
+    ("UNTOUCHED_INPUT", "untouched input", "the engine wrote to an input the program keeps"),
+    ("IN_PLACE", "in-place", "the engine moved a mutated input's storage instead of writing it"),
+    ("EXPECTED_VALUE", "expected value", "the engine's input differs from the test's value"),
+    ("EXPECTATION", "expectation", "the test's expected value is wrong: eager misses it too"),
+    ("BUFFER", "buffer", "a buffer's state differs or is not recorded by the program"),
+    ("SIGNATURE", "signature", "the mutation maps differ from what the test declared"),
+    ("ALIASING", "aliasing", "aliased example inputs specialized the program"),
+    ("RANDOM", "random", "the program draws random numbers: eager and engine cannot agree"),
+    ("EAGER", "eager", "eager PyTorch itself fails on the example"),
+    ("CRASH", "crash", "the engine crashed or hung the crash screen's child process"),
+    ("ATTRIBUTE", "python attribute", "forward changes a Python attribute export froze"),
+    ("CHECK", "check", "a plain message (AotiCheckError raised with a string)"),
+    ("EXPORT", "export", "torch.export.export refused the module"),
+    ("DECOMPOSE", "decompose", "run_decompositions failed on the exported program"),
+    ("COMPILE", "compile", "aoti_compile_and_package or aoti_load_package failed"),
+):
+    _core_kind(_attribute, _name, _meaning)
 
 
 PARITY_KINDS = frozenset(
@@ -80,6 +100,19 @@ REPRODUCIBLE_KINDS = frozenset(
 )
 """Finding kinds a repro bundle's ``repro.py`` reproduces: a difference from eager's saved
 results, or an engine killed by a signal (``repro.py`` exits 128+N for signal N)."""
+
+
+@dataclass(frozen=True)
+class BundleAdapter:
+    """How a repro bundle reproduces a finding of a feature's own kinds (its ``Feature``'s
+    ``bundle``): ``target`` gives the finding ``repro.py`` must see again, as JSON of the
+    core's kinds (the difference found on a generated shape, say), or None where there is
+    none to reproduce (the failure then gets no bundle); ``files`` writes the feature's own
+    files into the bundle's folder."""
+
+    target: Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+    files: Callable[[Mapping[str, Any], Path], None] | None = None
+
 
 STAGES = {
     "eager": "eager PyTorch fails on the example",
@@ -168,7 +201,8 @@ class Finding:
     """One thing a check found wrong, with everything needed to report it."""
 
     kind: FindingKind
-    """What was found (a plain string is taken as the :class:`FindingKind` it names)."""
+    """What was found (a plain string is taken as the :class:`FindingKind` it names): one
+    of :data:`CORE_KINDS` or of a feature's ``kinds``."""
     location: str
     """What was compared: ``output[0]``, ``input 'x'``, ``buffer 'counter'``."""
     summary: str
@@ -216,7 +250,7 @@ class Finding:
     """The failed check, where another plugin added it; None for the built-in checks."""
 
     def __post_init__(self) -> None:
-        # a kind given as its string (``"buffer"``) is the member; an unknown one raises
+        # a kind given as its string (``"buffer"``) is taken as the kind it names
         object.__setattr__(self, "kind", FindingKind(self.kind))
 
     def with_call(self, call: int, calls: int, sample: str, context: str) -> Finding:

@@ -202,11 +202,16 @@ def pytest_aoti_triage(
 
 @pytest.hookspec(firstresult=True)
 def pytest_aoti_failure_bundle(
-    program: AotiProgram, error: AotiCheckError, bundle_dir: Callable[[], Path | None]
+    program: AotiProgram,
+    error: AotiCheckError,
+    bundle_dir: Callable[[], Path | None],
+    features: Sequence[Feature],
 ) -> str | None:
     """Keep what reproduces ``error``; return the line the failure shows about it, or None.
     ``bundle_dir()`` gives the test's next bundle folder (None: none is kept); call it only
-    for a failure that gets one. The first result counts; the plugin's own answers last."""
+    for a failure that gets one. ``features``: the run's features (a finding of a feature's
+    kind is reproduced as its ``bundle`` says). The first result counts; the plugin's own
+    answers last."""
 
 
 @pytest.hookspec(firstresult=True)

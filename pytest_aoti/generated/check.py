@@ -21,7 +21,6 @@ from pytest_aoti.api import (
     EagerRaised,
     ExportedRefusals,
     Finding,
-    FindingKind,
     InputBuilder,
     InputRun,
     InputSet,
@@ -35,7 +34,7 @@ from pytest_aoti.api import (
     shapes_from_assignment,
     side_by_side,
 )
-from pytest_aoti.generated.feature import GeneratedOptions
+from pytest_aoti.generated.feature import SHAPE_KIND, GeneratedOptions
 from pytest_aoti.generated.search import Generation, ShapeFailure, search_shapes
 
 if TYPE_CHECKING:
@@ -432,7 +431,7 @@ def _report(
         details, notes = refusal_lines(error)
 
         return Finding(
-            kind=FindingKind.SHAPE,
+            kind=SHAPE_KIND,
             location="",
             summary="",
             message=f"{what} refused by the exported program: {described}",
@@ -445,7 +444,7 @@ def _report(
         inner = error.finding
         return replace(
             inner,
-            kind=FindingKind.SHAPE,
+            kind=SHAPE_KIND,
             message=headline,
             details=(
                 *shape_lines,

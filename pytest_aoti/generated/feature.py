@@ -5,10 +5,14 @@ Pure data without torch; the check is :mod:`.check`, its hooks :mod:`.plugin`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_aoti.api import (
+    BundleAdapter,
     Feature,
+    FindingKind,
     check_count,
     check_non_negative,
     parse_non_negative_int,
@@ -43,9 +47,21 @@ class GeneratedOptions:
     )
 
 
+def _shape_target(finding: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A generated shape's failure reproduces as the difference found on it."""
+    inner = (finding.get("extra") or {}).get("inner_kind")
+    return {"kind": str(inner), "location": finding.get("location") or ""} if inner else None
+
+
+SHAPE_KIND = FindingKind("shape")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 GENERATED = Feature(
     "generated",
     "Generated shapes: Hypothesis draws input shapes inside the exported ranges and each "
     "is compared with eager on the one engine",
     options=GeneratedOptions,
+    kinds={SHAPE_KIND: "a generated input shape fails"},
+    bundle=BundleAdapter(_shape_target),
 )

@@ -27,7 +27,6 @@ from pytest_aoti.api import (
     AotiCheckError,
     CheckContext,
     CheckPlan,
-    FindingKind,
     Outcome,
     Phase,
     RecordPart,
@@ -40,7 +39,7 @@ from pytest_aoti.api import (
     run_jobs,
     session_of,
 )
-from pytest_aoti.golden.feature import UPDATE_FLAG, GoldenSettings
+from pytest_aoti.golden.feature import GOLDEN_KIND, UPDATE_FLAG, GoldenSettings
 from pytest_aoti.golden.package import FleetStore, recorded_package
 from pytest_aoti.golden.records import (
     MANIFEST,
@@ -88,7 +87,7 @@ class GoldenCheck:
         if not (folder / MANIFEST).exists():
             raise AotiCheckError(
                 plain_finding(
-                    FindingKind.GOLDEN,
+                    GOLDEN_KIND,
                     f"no golden record of this check in {root}\n"
                     f"record it: pytest --aoti-golden={root} {UPDATE_FLAG} "
                     f"'{context.item.nodeid}'",
@@ -99,7 +98,7 @@ class GoldenCheck:
             return _compare(plan, context, record, label)
         except RecordProblem as problem:
             raise AotiCheckError(
-                plain_finding(FindingKind.GOLDEN, f"golden record unusable: {problem}")
+                plain_finding(GOLDEN_KIND, f"golden record unusable: {problem}")
             ) from None
 
 
@@ -369,7 +368,7 @@ def _rebuilt(program: AotiProgram, flat: Any, record: GoldenRecord) -> tuple[Any
     if not isinstance(flat, list) or spec is None or spec.num_leaves != len(flat):
         raise AotiCheckError(
             plain_finding(
-                FindingKind.GOLDEN,
+                GOLDEN_KIND,
                 f"the recorded inputs of golden record {record.folder.name} do not fit this "
                 "program (the model's inputs changed): record it again with "
                 f"{UPDATE_FLAG}",
@@ -407,7 +406,7 @@ def package_refused(why: str, where: str) -> AotiCheckError:
     """The failure of a recorded package that gave no answer under this torch."""
     return AotiCheckError(
         plain_finding(
-            FindingKind.GOLDEN,
+            GOLDEN_KIND,
             f"the recorded package does not answer under torch {torch.__version__}: {why}\n{where}",
             location="package",
         )
@@ -462,7 +461,7 @@ def differences(
     if len(got_outputs) != len(wanted_outputs):
         raise AotiCheckError(
             plain_finding(
-                FindingKind.GOLDEN,
+                GOLDEN_KIND,
                 f"{len(got_outputs)} output leaves, the record {len(wanted_outputs)}",
                 location="output",
             )
@@ -501,7 +500,7 @@ def differences(
 
 
 def _leaf_differs(location: str, figures: str) -> AotiCheckError:
-    return AotiCheckError(plain_finding(FindingKind.GOLDEN, figures, location=location))
+    return AotiCheckError(plain_finding(GOLDEN_KIND, figures, location=location))
 
 
 _WHO = {
@@ -537,6 +536,4 @@ def _what_moved(
         *(f"{_WHO[name]}: {error.finding.message}" for name, error in moved.items()),
         f"if the change is intended, record again: {UPDATE_FLAG}",
     ]
-    return AotiCheckError(
-        plain_finding(FindingKind.GOLDEN, "\n".join(lines), location=first.location)
-    )
+    return AotiCheckError(plain_finding(GOLDEN_KIND, "\n".join(lines), location=first.location))

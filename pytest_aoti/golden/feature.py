@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, Option, parse_size, parse_switch, session_field
+from pytest_aoti.api import Feature, FindingKind, Option, parse_size, parse_switch, session_field
 
 UPDATE_FLAG = "--aoti-golden-update"
 
@@ -64,12 +64,17 @@ def golden_properties(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+GOLDEN_KIND = FindingKind("golden")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 GOLDEN = Feature(
     "golden",
     "Golden records: passing engines recorded, then checked on the next torch (the upgrade gate)",
     settings=GoldenSettings,
     record_fields={"golden": None},
     properties=golden_properties,
+    kinds={GOLDEN_KIND: "an answer differs from the check's golden record, or it has none"},
 )
 """``golden`` in every JSON record: None where no golden folder was given; else ``status``
 (``recorded``, ``unchanged`` or ``matched``), ``folder``, ``recorded_torch``, ``torch``,

@@ -14,7 +14,8 @@ from pytest_aoti.golden.package import PackageAbsent
 from pytest_aoti.golden.records import GoldenRecord, RecordProblem, read_record, records_in
 
 if TYPE_CHECKING:
-    from pytest_aoti.api import AotiTester
+    from pytest_aoti.golden.feature import GOLDEN_KIND
+from pytest_aoti.api import AotiTester
 
 PREFIX = "golden:"
 
@@ -49,7 +50,7 @@ class _RecordTest:
         __tracebackhide__ = True
         import torch
 
-        from pytest_aoti.api import AotiCheckError, FindingKind, plain_finding
+        from pytest_aoti.api import AotiCheckError, plain_finding
         from pytest_aoti.golden.check import (
             differences,
             fleet_store,
@@ -75,7 +76,7 @@ class _RecordTest:
             pytest.skip(str(absent))
         except RecordProblem as problem:
             raise AotiCheckError(
-                plain_finding(FindingKind.GOLDEN, f"golden record unusable: {problem}")
+                plain_finding(GOLDEN_KIND, f"golden record unusable: {problem}")
             ) from None
         where = (
             f"golden record {self.folder.name} of {record.label} "
@@ -91,7 +92,7 @@ class _RecordTest:
         except AotiCheckError as difference:
             raise AotiCheckError(
                 plain_finding(
-                    FindingKind.GOLDEN,
+                    GOLDEN_KIND,
                     "the recorded package (loaded under this torch) answers "
                     f"{difference.finding.location or 'an output'} otherwise than recorded: "
                     f"{difference.finding.message}\n{where}",

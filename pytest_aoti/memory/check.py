@@ -21,13 +21,12 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Finding,
-    FindingKind,
     Outcome,
     Phase,
     RecordPart,
     clone_tree,
 )
-from pytest_aoti.memory.feature import MemoryOptions
+from pytest_aoti.memory.feature import MEMORY_KIND, MemoryOptions
 
 
 class MemoryCheck:
@@ -99,7 +98,7 @@ def _assert_extra_bytes(memory: PeakMemory, plan: Any, program: Any) -> None:
     mutated = sorted(program.mutated_inputs)
     raise AotiCheckError(
         Finding(
-            kind=FindingKind.MEMORY,
+            kind=MEMORY_KIND,
             location="the engine call",
             phrase=f"allocated {memory.peak_bytes:,} bytes of {memory.device} memory",
             summary=f"more than max_extra_bytes={limit:,}",

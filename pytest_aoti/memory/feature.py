@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, check_bytes, per_check
+from pytest_aoti.api import Feature, FindingKind, check_bytes, per_check
 
 
 @dataclass(frozen=True)
@@ -29,12 +29,17 @@ def memory_properties(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [] if measured is None else [("aoti_extra_bytes", measured)]
 
 
+MEMORY_KIND = FindingKind("memory")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 MEMORY = Feature(
     "memory",
     "Memory: the device memory one engine call allocates, against max_extra_bytes",
     options=MemoryOptions,
     record_fields={"extra_bytes": None, "extra_bytes_unmeasured": False},
     properties=memory_properties,
+    kinds={MEMORY_KIND: "an engine call allocated more than max_extra_bytes"},
 )
 """``extra_bytes``: the most device memory one engine call allocated, where measured;
 ``extra_bytes_unmeasured``: asked for on a device whose memory is not measured (CPU)."""

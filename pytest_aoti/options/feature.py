@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.options.fields import per_check_rows, session_rows
 
 if TYPE_CHECKING:
+    from pytest_aoti.findings import BundleAdapter
     from pytest_aoti.options.option import Option
 
 
@@ -17,7 +18,8 @@ class Feature:
     """One feature of the plugin, declared: ``options`` / ``settings``, frozen dataclasses of its
     per-check (``plan.options.NAME``) and session options (``settings.NAME``); ``record_fields``,
     added to every JSON record (value: where it did not run); ``properties``, its JUnit properties
-    from a record's fields, in place of their plain values."""
+    from a record's fields, in place of their plain values; ``kinds`` and ``bundle``, the
+    kinds of failure it finds and how a repro bundle reproduces them."""
 
     name: str
     summary: str
@@ -26,6 +28,10 @@ class Feature:
     settings: type | None = None
     record_fields: Mapping[str, Any] = field(default_factory=dict)
     properties: Callable[[Mapping[str, Any]], list[tuple[str, Any]]] | None = None
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    """The finding kinds it owns (``FindingKind(name)``), each with what it means."""
+    bundle: BundleAdapter | None = None
+    """How a repro bundle reproduces a finding of its ``kinds`` (None: as the core's kinds)."""
 
     def rows(self) -> tuple[Option, ...]:
         """Its options' rows: the per-check ones, then the session ones."""

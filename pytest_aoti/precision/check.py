@@ -19,12 +19,11 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Finding,
-    FindingKind,
     Outcome,
     Phase,
     RecordPart,
 )
-from pytest_aoti.precision.feature import PrecisionOptions
+from pytest_aoti.precision.feature import PRECISION_KIND, PrecisionOptions
 
 if TYPE_CHECKING:
     from pytest_aoti.api import LeafStats
@@ -101,7 +100,7 @@ def precision_part(stats: Iterable[tuple[str, LeafStats]], mode: str) -> RecordP
         first = entries[0]
         raise AotiCheckError(
             Finding(
-                kind=FindingKind.PRECISION,
+                kind=PRECISION_KIND,
                 location=first["location"],
                 summary="",
                 message=f"precision: {describe(first)}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_aoti.api import Feature, Words, per_check
+from pytest_aoti.api import Feature, FindingKind, Words, per_check
 
 PRECISION_MODES = Words("report", "fail", quoted=True)
 """What a check does where eager rounds to its dtype and the engine does not (the fp64 rule
@@ -28,11 +28,16 @@ class PrecisionOptions:
     )
 
 
+PRECISION_KIND = FindingKind("precision")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 PRECISION = Feature(
     "precision",
     "Precision: where eager rounds to its dtype and the engine does not, reported or failed",
     options=PrecisionOptions,
     record_fields={"precision": []},
+    kinds={PRECISION_KIND: "eager rounds where the engine does not (fp64 sides with it)"},
 )
 """``precision`` in every JSON record: ``location``, ``context``, ``dtype``, ``elements``,
 ``max_abs`` of each place eager rounds apart from the engine."""

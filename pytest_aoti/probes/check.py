@@ -50,7 +50,6 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Finding,
-    FindingKind,
     Float64Reference,
     InputRun,
     Outcome,
@@ -63,7 +62,7 @@ from pytest_aoti.api import (
     named_user_inputs,
     side_by_side,
 )
-from pytest_aoti.probes.feature import PROBE_KINDS, ProbeOptions
+from pytest_aoti.probes.feature import PROBE_KIND, PROBE_KINDS, ProbeOptions
 from pytest_aoti.probes.outcomes import (
     EDGE_KIND,
     HAZARDS,
@@ -576,7 +575,7 @@ def probe_failure(
         )
     error = AotiCheckError(
         Finding(
-            kind=FindingKind.PROBE,
+            kind=PROBE_KIND,
             location=f"input '{first.input}'",
             message=f"{headline} (first: input '{first.input}' {first.variant}, {first.figures()})",
             summary="",

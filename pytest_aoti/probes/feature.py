@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pytest_aoti.api import (
+    BundleAdapter,
     Feature,
     FindingKind,
     Option,
@@ -28,24 +30,38 @@ HAZARD_VIEWS = Words("summary", "all")
 """How the terminal lists deployment hazards."""
 
 
+class ProbeVariant(str, Enum):
+    """The kind of a deployment-probe variant (a probe's ``kind``; ``probes_skip`` names
+    them). A str: JSON writes ``"dtype"`` and f-strings print it."""
+
+    CHANNELS_LAST = "channels_last"
+    CHANNELS_LAST_3D = "channels_last_3d"
+    PERMUTED = "permuted"
+    STRIDED_SLICE = "strided_slice"
+    STORAGE_OFFSET = "storage_offset"
+    SIZE = "size"
+    DTYPE = "dtype"
+    DEVICE = "device"
+    SCALAR = "scalar"
+    ALIASED = "aliased"
+    VALUES = "values"  # edge values: NaN, infinities, magnitudes near overflow
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, format_spec: str) -> str:
+        return self.value.__format__(format_spec)
+
+
 PROBE_LAYOUT_KINDS = (
-    FindingKind.CHANNELS_LAST,
-    FindingKind.CHANNELS_LAST_3D,
-    FindingKind.PERMUTED,
-    FindingKind.STRIDED_SLICE,
-    FindingKind.STORAGE_OFFSET,
+    ProbeVariant.CHANNELS_LAST,
+    ProbeVariant.CHANNELS_LAST_3D,
+    ProbeVariant.PERMUTED,
+    ProbeVariant.STRIDED_SLICE,
+    ProbeVariant.STORAGE_OFFSET,
 )
-PROBE_KINDS = (
-    *PROBE_LAYOUT_KINDS,
-    FindingKind.SIZE,
-    FindingKind.DTYPE,
-    FindingKind.DEVICE,
-    FindingKind.SCALAR,
-    FindingKind.ALIASED,
-    FindingKind.VALUES,
-)
-"""The kinds of deployment-probe variants (members of :class:`FindingKind`);
-``probes_skip`` names these."""
+PROBE_KINDS = tuple(ProbeVariant)
+"""The kinds of deployment-probe variants; ``probes_skip`` names these."""
 
 
 def probes_skip_problem(name: str, value: Any) -> str:
@@ -145,6 +161,16 @@ def probe_properties(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+def _probe_target(finding: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A probe's failure reproduces as a difference of any output on the variant input the
+    bundle holds."""
+    return {"kind": "output", "location": ""}
+
+
+PROBE_KIND = FindingKind("probe")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 PROBES = Feature(
     "probes",
     "Deployment probes: the raw engine called with variants of the example, as deployed "
@@ -153,4 +179,6 @@ PROBES = Feature(
     settings=ProbeSettings,
     record_fields={"probes": [], "probes_cached": False},
     properties=probe_properties,
+    kinds={PROBE_KIND: "the engine silently differs on an input the program accepts"},
+    bundle=BundleAdapter(_probe_target),
 )

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.api import CheckRecord, FindingKind
-from pytest_aoti.probes.feature import PROBE_LAYOUT_KINDS
+from pytest_aoti.api import CheckRecord
+from pytest_aoti.probes.feature import PROBE_LAYOUT_KINDS, ProbeVariant
 from pytest_aoti.probes.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.probes.outcomes import hazard_group
 
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
 _KIND_WORDS: dict[str, str] = {
     **{kind: "layouts" for kind in PROBE_LAYOUT_KINDS},
-    FindingKind.SIZE: "sizes",
-    FindingKind.DTYPE: "dtypes",
-    FindingKind.DEVICE: "devices",
-    FindingKind.SCALAR: "scalars",
-    FindingKind.ALIASED: "aliasing",
+    ProbeVariant.SIZE: "sizes",
+    ProbeVariant.DTYPE: "dtypes",
+    ProbeVariant.DEVICE: "devices",
+    ProbeVariant.SCALAR: "scalars",
+    ProbeVariant.ALIASED: "aliasing",
 }
 _WORD_ORDER = ("layouts", "sizes", "dtypes", "devices", "scalars", "aliasing", "other")
 

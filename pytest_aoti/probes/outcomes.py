@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pytest_aoti.api import FindingKind
+from pytest_aoti.probes.feature import ProbeVariant
 
 OUTCOMES = ("ok", "refused", "wrong", "unguarded")
 HAZARDS = ("wrong", "unguarded")
-EDGE_KIND = FindingKind.VALUES
+EDGE_KIND = ProbeVariant.VALUES
 """The variant kind of edge values."""
 GROUPS = ("none", "input_checks", "silent", "values")
 """What a variant's outcome asks of a user: ``none`` (the engine is right or refuses it),
@@ -67,7 +67,7 @@ class ProbeOutcome:
     outcome: str
     """One of :data:`OUTCOMES`."""
     kind: str = ""
-    """One of :data:`~pytest_aoti.probes.feature.PROBE_KINDS` (a ``FindingKind``)."""
+    """One of :data:`~pytest_aoti.probes.feature.PROBE_KINDS` (a :class:`~pytest_aoti.probes.feature.ProbeVariant`)."""
     max_abs: float | None = None
     max_rel: float | None = None
     refused_with_checks: bool | None = None

@@ -20,14 +20,13 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.api import (
     AotiUsageError,
-    FindingKind,
     aliased_inputs,
     clone_tree,
     ordered_kwargs,
     read_signature_names,
     relaid,
 )
-from pytest_aoti.probes.feature import PROBE_KINDS, probes_skip_problem
+from pytest_aoti.probes.feature import PROBE_KINDS, ProbeVariant, probes_skip_problem
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -64,7 +63,7 @@ class Variant:
 
     input: str
     variant: str
-    kind: FindingKind
+    kind: ProbeVariant
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     outside_contract: bool = False
@@ -99,9 +98,9 @@ def choose_variants(
         if isinstance(leaf, torch.Tensor):
             if leaf.layout == torch.strided and leaf.numel() >= 2:
                 maker.tensor_variants(index, name, leaf, dims.get(name, ()))
-        elif isinstance(leaf, (int, float)) and not maker.skipped(name, FindingKind.SCALAR):
+        elif isinstance(leaf, (int, float)) and not maker.skipped(name, ProbeVariant.SCALAR):
             new = (not leaf) if isinstance(leaf, bool) else leaf + 1
-            maker.make({index: new}, name, f"value={new!r}", FindingKind.SCALAR)
+            maker.make({index: new}, name, f"value={new!r}", ProbeVariant.SCALAR)
     # aliased *example* inputs are the aliasing check's: never both report an input set
     if program.mutated_inputs and not aliased_inputs(exported, args, kwargs):
         maker.aliasing_variants(program.mutated_inputs)
@@ -123,11 +122,11 @@ class _VariantMaker:
         self.example = (tuple(example_args), dict(example_kwargs))
         self.variants: list[Variant] = []
 
-    def skipped(self, name: str, kind: FindingKind) -> bool:
+    def skipped(self, name: str, kind: ProbeVariant) -> bool:
         return kind in self.skip.get(name, frozenset()) or kind in self.skip.get("*", frozenset())
 
     def make(
-        self, changes: Mapping[int, Any], name: str, variant: str, kind: FindingKind, **extra: Any
+        self, changes: Mapping[int, Any], name: str, variant: str, kind: ProbeVariant, **extra: Any
     ) -> None:
         fresh = [changes.get(index, leaf) for index, leaf in enumerate(self.leaves)]
         new_args, new_kwargs = pytree.tree_unflatten(fresh, self.spec)
@@ -140,26 +139,26 @@ class _VariantMaker:
         for kind, tensor in _layouts(leaf):
             if not self.skipped(name, kind):
                 self.make({index: tensor}, name, kind, kind)
-        if not self.skipped(name, FindingKind.SIZE):
+        if not self.skipped(name, ProbeVariant.SIZE):
             for label, tensor, risky in _sizes(leaf, dims):
-                self.make({index: tensor}, name, label, FindingKind.SIZE, risky=risky)
-        if not self.skipped(name, FindingKind.DTYPE):
+                self.make({index: tensor}, name, label, ProbeVariant.SIZE, risky=risky)
+        if not self.skipped(name, ProbeVariant.DTYPE):
             for dtype, risky in _dtypes(leaf):
                 label = f"dtype={str(dtype).removeprefix('torch.')}"
                 changes = {index: leaf.to(dtype)}
                 self.make(
-                    changes, name, label, FindingKind.DTYPE, outside_contract=True, risky=risky
+                    changes, name, label, ProbeVariant.DTYPE, outside_contract=True, risky=risky
                 )
-        if not self.skipped(name, FindingKind.VALUES):
+        if not self.skipped(name, ProbeVariant.VALUES):
             for label, tensor in edge_values(leaf):
-                self.make({index: tensor}, name, label, FindingKind.VALUES)
-        if not self.skipped(name, FindingKind.DEVICE):
+                self.make({index: tensor}, name, label, ProbeVariant.VALUES)
+        if not self.skipped(name, ProbeVariant.DEVICE):
             for device in _devices(leaf):
                 self.make(
                     {index: leaf.to(device)},
                     name,
                     f"device={device}",
-                    FindingKind.DEVICE,
+                    ProbeVariant.DEVICE,
                     outside_contract=True,
                     risky=True,
                     eager_inputs=self.example,
@@ -178,8 +177,8 @@ class _VariantMaker:
             for other, (o_index, o_leaf) in tensors.items():
                 if (
                     other == target
-                    or self.skipped(target, FindingKind.ALIASED)
-                    or self.skipped(other, FindingKind.ALIASED)
+                    or self.skipped(target, ProbeVariant.ALIASED)
+                    or self.skipped(other, ProbeVariant.ALIASED)
                 ):
                     continue
                 if o_leaf.shape != t_leaf.shape or o_leaf.dtype != t_leaf.dtype:
@@ -187,35 +186,35 @@ class _VariantMaker:
                 label = f"{target}, {other}"
                 shared = t_leaf.clone()
                 self.make(
-                    {t_index: shared, o_index: shared}, label, "same tensor", FindingKind.ALIASED
+                    {t_index: shared, o_index: shared}, label, "same tensor", ProbeVariant.ALIASED
                 )
                 rows = t_leaf.shape[0]
                 if rows >= 2:
                     shift = max(1, rows // 2)
                     base = torch.cat([t_leaf, o_leaf[rows - shift :]])
                     views = {t_index: base[:rows], o_index: base[shift : shift + rows]}
-                    self.make(views, label, "overlapping views", FindingKind.ALIASED)
+                    self.make(views, label, "overlapping views", ProbeVariant.ALIASED)
                 break  # one partner per mutated input is enough
 
 
-def _layouts(leaf: torch.Tensor) -> list[tuple[FindingKind, torch.Tensor]]:
+def _layouts(leaf: torch.Tensor) -> list[tuple[ProbeVariant, torch.Tensor]]:
     """Same shape and values in other memory layouts; none that equals the example's."""
-    found: list[tuple[FindingKind, torch.Tensor]] = []
-    for kind in (FindingKind.CHANNELS_LAST, FindingKind.CHANNELS_LAST_3D):
+    found: list[tuple[ProbeVariant, torch.Tensor]] = []
+    for kind in (ProbeVariant.CHANNELS_LAST, ProbeVariant.CHANNELS_LAST_3D):
         other = relaid(leaf, kind.value)  # the layouts option's own relaying
         if other is not None:
             found.append((kind, other))
     if leaf.dim() >= 2:  # every stride reversed; the layouts option swaps the last two only
         order = list(reversed(range(leaf.dim())))
-        found.append((FindingKind.PERMUTED, leaf.permute(order).contiguous().permute(order)))
+        found.append((ProbeVariant.PERMUTED, leaf.permute(order).contiguous().permute(order)))
     bigger = torch.zeros(
         (*leaf.shape[:-1], 2 * leaf.shape[-1]), dtype=leaf.dtype, device=leaf.device
     )
     bigger[..., ::2] = leaf
-    found.append((FindingKind.STRIDED_SLICE, bigger[..., ::2]))
+    found.append((ProbeVariant.STRIDED_SLICE, bigger[..., ::2]))
     flat = torch.zeros(leaf.numel() + 1, dtype=leaf.dtype, device=leaf.device)
     flat[1:] = leaf.reshape(-1)
-    found.append((FindingKind.STORAGE_OFFSET, flat[1:].view(leaf.shape)))
+    found.append((ProbeVariant.STORAGE_OFFSET, flat[1:].view(leaf.shape)))
     return [
         (kind, tensor)
         for kind, tensor in found

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.base import CheckContext, CheckPlan, CheckResult, Triage
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.options.catalog import Catalog
     from pytest_aoti.reports.collector import ReportCollector
 
 
@@ -29,6 +30,7 @@ class EventsHost(Protocol):
 
     config: pytest.Config
     collector: ReportCollector
+    catalog: Catalog
 
     @property
     def worker(self) -> str: ...
@@ -182,7 +184,10 @@ class ItemEvents:
 
     def failed(self, program: AotiProgram, error: AotiCheckError) -> str | None:
         line: str | None = self._session.config.hook.pytest_aoti_failure_bundle(
-            program=program, error=error, bundle_dir=lambda: self._session.bundle_dir(self._item)
+            program=program,
+            error=error,
+            bundle_dir=lambda: self._session.bundle_dir(self._item),
+            features=self._session.catalog.features,
         )
         return line
 

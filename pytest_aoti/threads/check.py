@@ -22,7 +22,6 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Finding,
-    FindingKind,
     LeafStats,
     Outcome,
     Phase,
@@ -34,7 +33,7 @@ from pytest_aoti.api import (
     distinct_like,
     warn_at_caller,
 )
-from pytest_aoti.threads.feature import ThreadsOptions
+from pytest_aoti.threads.feature import THREADS_KIND, ThreadsOptions
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -137,7 +136,7 @@ def check_threads(
         raise difference
     if isinstance(difference, str):
         raise AotiCheckError(
-            Finding(kind=FindingKind.THREADS, location="", summary="", message=difference)
+            Finding(kind=THREADS_KIND, location="", summary="", message=difference)
         )
     return [
         (f"thread {index + 1}", leaf)
@@ -245,7 +244,7 @@ def _unsafe_state(
     else:
         seen = "this run happened to match eager; the race is there all the same"
     return Finding(
-        kind=FindingKind.THREADS,
+        kind=THREADS_KIND,
         location=f"buffer{'s' if len(buffers) > 1 else ''} {names}",
         phrase=f"make{'' if len(buffers) > 1 else 's'} the program not thread-safe",
         summary=f"one engine serving {threads} threads shares this state between them",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_aoti.api import Feature, check_count, per_check
+from pytest_aoti.api import Feature, FindingKind, check_count, per_check
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,13 @@ class ThreadsOptions:
     )
 
 
+THREADS_KIND = FindingKind("threads")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 THREADS = Feature(
     "threads",
     "Threads: one engine serving several threads at once, each thread's results against eager",
     options=ThreadsOptions,
+    kinds={THREADS_KIND: "one engine shared by threads differs from sequential eager"},
 )

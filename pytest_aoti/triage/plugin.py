@@ -3,7 +3,7 @@ diverging node) and the repro bundle it leaves."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,15 +52,24 @@ def pytest_aoti_triage(
 
 @pytest.hookimpl(trylast=True)
 def pytest_aoti_failure_bundle(
-    program: AotiProgram, error: AotiCheckError, bundle_dir: Callable[[], Path | None]
+    program: AotiProgram,
+    error: AotiCheckError,
+    bundle_dir: Callable[[], Path | None],
+    features: Sequence[Feature],
 ) -> str | None:
-    """The repro bundle of a failure ``repro.py`` can reproduce, where one is asked for."""
-    from pytest_aoti.triage.bundles import keep_bundle, worth_keeping  # imports torch
+    """The repro bundle of a failure ``repro.py`` can reproduce, where one is asked for (a
+    feature's kind of failure as its ``bundle`` adapter says)."""
+    from pytest_aoti.triage.bundles import (  # imports torch
+        bundle_adapters,
+        keep_bundle,
+        worth_keeping,
+    )
 
-    if not worth_keeping(program, error):
+    adapters = bundle_adapters(features)
+    if not worth_keeping(program, error, adapters):
         return None  # a failure that gets no bundle takes no bundle folder name
     directory = bundle_dir()
-    return None if directory is None else keep_bundle(directory, program, error)
+    return None if directory is None else keep_bundle(directory, program, error, adapters)
 
 
 @pytest.hookimpl  # also read outside a run, by a plain plugin manager

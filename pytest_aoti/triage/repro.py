@@ -43,6 +43,8 @@ __all__ = [
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
+    from pytest_aoti.api import BundleAdapter
+
 REPRO_SCRIPT_FILE = Path(repro_script.__file__)
 """The bundle's ``repro.py``: the source file of :mod:`pytest_aoti.triage.repro_script`."""
 
@@ -51,30 +53,27 @@ def reproduces(
     finding_json: Mapping[str, Any],
     mutated_inputs: Iterable[str] = (),
     mutated_buffers: Iterable[str] = (),
+    adapter: BundleAdapter | None = None,
 ) -> dict[str, str] | None:
     """The ``{"kind", "location"}`` that ``repro.py`` would reproduce for a finding, or None
     where it cannot reproduce that kind of failure (see :data:`~pytest_aoti.findings.REPRODUCIBLE_KINDS`).
 
-    A failure found on a generated shape reproduces as the difference found on it; a
-    deployment probe's as a difference of any output on the variant input it holds; a
-    stateful program's output or input that diverges after its first call (kind
-    ``buffer``, located at the output or input) as that difference; a registered buffer the
-    program mutates that the engine holds wrong as that buffer's difference (a buffer the
-    program does not record as mutated is no engine's difference: no bundle); an engine that
-    killed its process by a signal as that signal (``location`` ``SIGABRT``); a weight set the
-    engine cannot take as the difference it made (the bundle loads the set into the engine
-    first; a finding that measured none gets no bundle).
+    A finding of a feature's own kind is first turned by the feature's ``adapter`` into
+    the finding the bundle reproduces (a generated shape's into the difference found on
+    it). Then a stateful program's output or input that diverges after its first call
+    (kind ``buffer``, located at the output or input) reproduces as that difference; a
+    registered buffer the program mutates that the engine holds wrong as that buffer's
+    difference (a buffer the program does not record as mutated is no engine's
+    difference: no bundle); an engine that killed its process by a signal as that signal
+    (``location`` ``SIGABRT``).
     """
+    if adapter is not None:
+        target = adapter.target(finding_json)
+        if target is None:
+            return None
+        finding_json = target
     kind = str(finding_json.get("kind", ""))
     location = str(finding_json.get("location") or "")
-    if kind == FindingKind.SHAPE:
-        kind = str((finding_json.get("extra") or {}).get("inner_kind", ""))
-    elif kind == FindingKind.WEIGHTS:
-        difference = ((finding_json.get("extra") or {}).get("weights") or {}).get("difference")
-        difference = difference if isinstance(difference, Mapping) else {}
-        kind, location = str(difference.get("kind", "")), str(difference.get("location") or "")
-    if kind == FindingKind.PROBE:  # the bundle holds the variant input: some output differs on it
-        return {"kind": FindingKind.OUTPUT.value, "location": ""}
     if kind == FindingKind.BUFFER and location.startswith("output"):
         kind = FindingKind.OUTPUT.value
     elif kind == FindingKind.BUFFER and location.startswith("input '"):
@@ -111,6 +110,7 @@ def write_bundle(
     custom_op_modules: Sequence[tuple[str, str]] = (),
     weights: Mapping[str, torch.Tensor] | None = None,
     step_inputs: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]] | None = None,
+    adapter: BundleAdapter | None = None,
 ) -> Path:
     """Write a repro bundle for one failed check into ``directory``; return its ``repro.py``.
 
@@ -129,6 +129,7 @@ def write_bundle(
     ``custom_op_modules``: ``(name, file)`` of the modules that registered its custom ops.
     ``weights``: the weight set eager held (``weights.pt``), loaded by ``repro.py`` first.
     ``step_inputs``: a decode loop's ``(args, kwargs)`` of each call (``steps.pt``).
+    ``adapter``: that of the feature whose kind the finding is (its target, its files).
 
     The folder holds ``exported.pt2``, ``package.pt2``, ``inputs.pt``, ``eager.pt``,
     ``finding.txt``, ``finding.json``, ``check.json`` and ``repro.py`` (``steps.pt`` and the
@@ -154,7 +155,7 @@ def write_bundle(
         "atol": atol,
         "device": str(where),
         "torch": torch.__version__,
-        "reproduces": reproduces(finding_json, mutated_inputs, buffer_names),
+        "reproduces": reproduces(finding_json, mutated_inputs, buffer_names, adapter),
         "outputs": output_names,
         "mutated_inputs": mutated_inputs,
     }
@@ -167,6 +168,8 @@ def write_bundle(
     torch.save(results, directory / "eager.pt")
     _write_steps(directory, exported, step_inputs)
     _write_states(directory, eager_buffers, weights)
+    if adapter is not None and adapter.files is not None:
+        adapter.files(finding_json, directory)
     return _write_programs(directory, exported, package_path)
 
 

@@ -30,7 +30,6 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     EagerRaised,
-    FindingKind,
     InputReplay,
     InputRun,
     Outcome,
@@ -50,7 +49,7 @@ from pytest_aoti.weights.draws import (
     weight_seed,
     with_values,
 )
-from pytest_aoti.weights.feature import WeightsOptions
+from pytest_aoti.weights.feature import WEIGHTS_KIND, WeightsOptions
 from pytest_aoti.weights.hazards import (
     DIFFERS,
     FOLDED,
@@ -101,7 +100,7 @@ class WeightsCheck:
         part = swap.part()
         if part["findings"] and swap.mode == "swap":
             finding = plain_finding(
-                FindingKind.WEIGHTS,
+                WEIGHTS_KIND,
                 failure_text(part),
                 location="weights",
                 tolerance=swap.difference_tolerance,  # the repro bundle's, where one differed
@@ -479,7 +478,7 @@ def _named(weight: Weight, value: torch.Tensor, listed: set[str]) -> dict[str, t
 def _not_restored(detail: str) -> AotiCheckError:
     return AotiCheckError(
         plain_finding(
-            FindingKind.WEIGHTS,
+            WEIGHTS_KIND,
             "weight swap: the engine does not answer as before once its compiled weights are "
             f"loaded back with load_constants\n{detail.splitlines()[0] if detail else ''}",
             location="weights",

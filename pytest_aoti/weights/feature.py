@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, Words, per_check
+from pytest_aoti.api import BundleAdapter, Feature, FindingKind, Words, per_check
 
 WEIGHTS_MODES = Words("swap", "report", "off", quoted=True)
 """What the weights check does after parity on the example: load new weight sets into the
@@ -53,6 +53,19 @@ def weights_properties(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return properties
 
 
+def _weights_target(finding: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A weight set's failure reproduces as the difference it made (the bundle loads the
+    set into the engine first); one that measured none, as nothing."""
+    difference = ((finding.get("extra") or {}).get("weights") or {}).get("difference")
+    if not isinstance(difference, Mapping):
+        return None
+    return {"kind": str(difference.get("kind", "")), "location": difference.get("location") or ""}
+
+
+WEIGHTS_KIND = FindingKind("weights")
+"""The kind of this feature's failures (its ``Feature``'s ``kinds`` say what it means)."""
+
+
 WEIGHTS = Feature(
     "weights",
     "Swapped weights: new weight sets loaded into the engine with load_constants, compared "
@@ -60,6 +73,8 @@ WEIGHTS = Feature(
     options=WeightsOptions,
     record_fields={"weights": None},
     properties=weights_properties,
+    kinds={WEIGHTS_KIND: "the engine cannot take a weight set the module takes"},
+    bundle=BundleAdapter(_weights_target),
 )
 """``weights`` in every JSON record (None where the check did not run): the mode, the
 sets planned and compared and why they stopped, the weights swapped and kept, the

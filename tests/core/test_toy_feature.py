@@ -1,11 +1,13 @@
 """A new feature is an outside plugin on ``pytest_aoti.api``, nothing else.
 
 The toy plugin (a module of its own, loaded with ``-p toy_plugin``, importing
-``pytest_aoti.api`` alone) declares one option, one check, one record field with its JUnit
-property and one summary line. The session run on it shows all five: the option in
-``--help``, its ini key and its marker keyword; the check inside ``aoti.check``; the field in
-every JSON record; the property in the JUnit XML; the line in the terminal summary. The
-toy's check fails in the eager phase above its level, so one test compiles nothing.
+``pytest_aoti.api`` alone) declares one option, two checks, one record field with its JUnit
+property, one summary line and a kind of failure of its own with its repro-bundle adapter.
+The session run on it shows them all: the option in ``--help``, its ini key and its marker
+keyword; the checks inside ``aoti.check``; the field in every JSON record; the property in
+the JUnit XML; the line in the terminal summary; the toy's kind in the JSON report and its
+own file in the failure's repro bundle. The toy's first check fails in the eager phase at
+level 3, so that test compiles nothing; the other tests share one program.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ import pytest
 
 from pytest_aoti.api import (
     AotiCheckError,
+    BundleAdapter,
     Feature,
+    Finding,
+    FindingKind,
     Outcome,
     RecordPart,
     add_options,
@@ -49,12 +54,26 @@ def toy_properties(fields):
     return [("aoti_toy_seen", fields["toy_seen"])] if fields.get("toy_seen") else []
 
 
+TOY_KIND = FindingKind("toy")
+
+
+def toy_target(finding):
+    # what the bundle's repro.py reproduces: the output the toy names
+    return {"kind": "output", "location": finding["location"]}
+
+
+def toy_files(finding, directory):
+    (directory / "toy.txt").write_text(f"toy level {finding['extra']['level']}\\n")
+
+
 TOY = Feature(
     "toy",
-    "A toy: fails a check whose level is over 2",
+    "A toy: fails a check at level 3, and with a toy failure from level 4",
     options=ToyOptions,
     record_fields={"toy_seen": 0},
     properties=toy_properties,
+    kinds={TOY_KIND: "the toy's level is 4 or more"},
+    bundle=BundleAdapter(toy_target, toy_files),
 )
 
 
@@ -66,9 +85,32 @@ class ToyCheck:
 
     def run(self, plan, context):
         level = plan.options.of(ToyOptions).toy_level
-        if level > 2:
+        if level == 3:
             raise AotiCheckError(f"toy level {level} is over 2")
         return Outcome(record=RecordPart({"toy_seen": level}))
+
+
+class ToyKindCheck:
+    name, phase = "toykind", "engine"
+
+    def applies(self, plan, context):
+        return plan.options.of(ToyOptions).toy_level >= 4
+
+    def run(self, plan, context):
+        from pytest_aoti.api import InputReplay
+
+        level = plan.options.of(ToyOptions).toy_level
+        finding = Finding(
+            kind=TOY_KIND,
+            location="output",
+            summary="",
+            message=f"toy level {level}: a toy failure",
+            extra={"level": level},
+        )
+        error = AotiCheckError(finding)
+        args, kwargs = plan.input_sets[0]
+        error.replay = InputReplay(plan.module, tuple(args), dict(kwargs), calls=1)
+        raise error
 
 
 def pytest_aoti_feature():
@@ -80,7 +122,7 @@ def pytest_addoption(parser):
 
 
 def pytest_aoti_checks(config):
-    return [ToyCheck()]
+    return [ToyCheck(), ToyKindCheck()]
 
 
 def pytest_aoti_terminal_summary(terminalreporter, config, records):
@@ -93,13 +135,23 @@ import pytest
 import torch
 
 
+def linear():
+    torch.manual_seed(0)  # one program for the tests that compile
+    return torch.nn.Linear(2, 2), (torch.randn(3, 2),)
+
+
 def test_default(aoti):
-    aoti.check(torch.nn.Linear(2, 2), (torch.randn(3, 2),), probes="off", values="off")
+    aoti.check(*linear(), probes="off", values="off")
 
 
 @pytest.mark.aoti(toy_level=3)
 def test_over(aoti):
-    aoti.check(torch.nn.Linear(2, 2), (torch.randn(3, 2),))
+    aoti.check(*linear())
+
+
+@pytest.mark.aoti(toy_level=4)
+def test_toy_kind(aoti):
+    aoti.check(*linear(), probes="off", values="off")
 """
 
 
@@ -120,11 +172,21 @@ def test_an_outside_plugin_adds_an_option_a_check_a_record_field_and_a_summary_l
         f"--aoti-report={report}",
         f"--junitxml={junit}",
         "--aoti-toy-level=2",
+        "--aoti-keep-failed=failed",
     )
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["E * toy level 3 is over 2", "toy: 1 check(s) seen"])
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        ["E * toy level 3 is over 2", "E * toy level 4: a toy failure", "toy: 1 check(s) seen"]
+    )
     records = {r["test"].split("::")[-1]: r for r in json.loads(report.read_text())["checks"]}
     assert records["test_default[cpu]"]["toy_seen"] == 2
+    # the toy's own kind of failure: in the report, and its bundle holds the toy's own file
+    # and reproduces what the toy's adapter names
+    assert records["test_toy_kind[cpu]"]["finding"]["kind"] == "toy"
+    [bundle] = (pytester.path / "failed").iterdir()
+    assert (bundle / "toy.txt").read_text() == "toy level 4\n"
+    check = json.loads((bundle / "check.json").read_text())
+    assert check["reproduces"] == {"kind": "output", "location": "output"}
     properties = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert properties["aoti_toy_seen"] == "2"
 

@@ -581,14 +581,24 @@ def test_script_reports_a_raising_program_and_orders_keywords(script: dict[str, 
 
 
 def test_only_failures_the_script_can_reproduce_get_a_bundle() -> None:
+    from pytest_aoti.generated.feature import GENERATED
+    from pytest_aoti.probes.feature import PROBES
     from pytest_aoti.triage.repro import reproduces
+    from pytest_aoti.weights.feature import WEIGHTS
 
     assert reproduces({"kind": "output", "location": "output[0]"}) == {
         "kind": "output",
         "location": "output[0]",
     }
     shape = {"kind": "shape", "location": "input 'x'", "extra": {"inner_kind": "mutated input"}}
-    assert reproduces(shape) == {"kind": "mutated input", "location": "input 'x'"}
+    # a feature's kind of failure, as its bundle adapter says (unknown to the core alone)
+    assert reproduces(shape, (), (), GENERATED.bundle) == {
+        "kind": "mutated input",
+        "location": "input 'x'",
+    }
+    assert reproduces(shape) is None
+    probe = {"kind": "probe", "location": "input 'x'", "extra": {"kind": "dtype"}}
+    assert reproduces(probe, (), (), PROBES.bundle) == {"kind": "output", "location": ""}
     # a stateful program diverging on call 2 shows at the output or input it reached
     assert reproduces({"kind": "buffer", "location": "output"}) == {
         "kind": "output",
@@ -611,9 +621,9 @@ def test_only_failures_the_script_can_reproduce_get_a_bundle() -> None:
         "location": "weights",
         "extra": {"weights": {"difference": differed}},
     }
-    assert reproduces(swap) == {"kind": "output", "location": "output[1]"}
+    assert reproduces(swap, (), (), WEIGHTS.bundle) == {"kind": "output", "location": "output[1]"}
     none = {"kind": "weights", "location": "weights", "extra": {"weights": {"difference": None}}}
-    assert reproduces(none) is None
+    assert reproduces(none, (), (), WEIGHTS.bundle) is None
     for kind, location in [
         ("signature", ""),
         ("expectation", "input 'x'"),
