@@ -406,6 +406,50 @@ def test_leaf_stats_are_computed_in_float64() -> None:
     assert stats.max_rel == 2**-23
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("atol", [1e-5, 0.0])
+def test_a_passing_leaf_s_figures_are_those_of_the_full_comparison(
+    dtype: torch.dtype, atol: float
+) -> None:
+    from pytest_aoti.compare import _passed_finite
+    from pytest_aoti.tolerance import abs_diff, leaf_stats
+
+    generator = torch.Generator().manual_seed(0)
+    want = torch.randn(4, 64, 32, generator=generator).to(dtype)
+    want[0, 0, :4] = 0.0  # zeros: no relative error there
+    got = want.clone()
+    got[1:] += (want[1:].abs() * 1e-3).to(dtype)
+    rtol = 2e-3 if dtype != torch.bfloat16 else 2e-2
+    fast = _passed_finite(want, got, "o", rtol, atol)
+    full = leaf_stats("o", want, abs_diff(want, got), rtol, atol)
+    assert fast is not None
+    assert fast.max_abs == pytest.approx(full.max_abs, rel=1e-6)
+    assert fast.max_rel == pytest.approx(full.max_rel, rel=1e-2)
+    assert fast.tolerance_used == pytest.approx(full.tolerance_used, rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    "change", ["beyond", "nan", "inf on both", "inf on one", "overflowing difference"]
+)
+def test_a_leaf_beyond_tolerance_or_not_finite_takes_the_full_comparison(change: str) -> None:
+    from pytest_aoti.compare import _passed_finite
+
+    want = torch.ones(16)
+    got = want.clone()
+    if change == "beyond":
+        got[3] += 1e-3
+    elif change == "nan":
+        want[2] = got[2] = math.nan
+    elif change == "inf on both":
+        want[2] = got[2] = math.inf
+    elif change == "inf on one":
+        got[5] = math.inf
+    else:
+        want[0], got[0] = 3e38, -3e38
+    assert _passed_finite(want, got, "o", 1.3e-6, 1e-5) is None
+    assert _passed_finite(want, got, "o", 1.3e-6, 0.0) is None
+
+
 # --- fp64 rescue --------------------------------------------------------------------------
 
 
