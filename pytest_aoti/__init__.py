@@ -15,13 +15,7 @@ from pytest_aoti.errors import (
     AotiInputError,
     AotiUsageError,
 )
-from pytest_aoti.options.catalog import set_default
-from pytest_aoti.plugins import default_checks, default_features
-from pytest_aoti.run import added
 from pytest_aoti.tester import AotiTester, CheckDefaults, CheckResult
-
-set_default(default_features)  # the options outside a run: every default plugin's
-added.set_default(default_checks)  # and the checks of a tester made without the fixture
 
 __all__ = [
     "AotiBufferMutationWarning",

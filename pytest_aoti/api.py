@@ -103,7 +103,6 @@ if TYPE_CHECKING:
     from pytest_aoti.mutation_maps import flat_user_inputs as flat_user_inputs
     from pytest_aoti.mutation_maps import named_user_inputs as named_user_inputs
     from pytest_aoti.mutation_maps import read_signature_names as read_signature_names
-    from pytest_aoti.options.table import keyword_options as keyword_options
     from pytest_aoti.reports.collector import ReportCollector as ReportCollector
     from pytest_aoti.reports.json_report import REPORT_VERSION as REPORT_VERSION
     from pytest_aoti.reports.json_report import report_document as report_document
@@ -175,7 +174,6 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "InputRun": "pytest_aoti.checks.parity",
     "install_hint": "pytest_aoti.errors",
     "is_view_op": "pytest_aoti.compiling.graph_ops",
-    "keyword_options": "pytest_aoti.options.table",
     "laid_out_like": "pytest_aoti.trees",
     "LeafStats": "pytest_aoti.tolerance",
     "abs_diff": "pytest_aoti.tolerance",

@@ -14,12 +14,11 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.cache.registry import ProgramRegistry, RemoteCache
-    from pytest_aoti.checks.base import Check, CheckPlan, Triage
+    from pytest_aoti.checks.base import Check, CheckPlan, CheckResult, Triage
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.errors import AotiCheckError
     from pytest_aoti.options.feature import Feature
     from pytest_aoti.reports.records import CheckRecord
-    from pytest_aoti.tester import CheckResult
 
 
 @pytest.hookspec

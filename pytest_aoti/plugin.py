@@ -9,7 +9,7 @@ import pytest
 from pytest_aoti import hookspecs
 from pytest_aoti.devices import asks_for_cuda
 from pytest_aoti.isolation.process import preload_engine, prestart_engine_child
-from pytest_aoti.options.catalog import Catalog, release, use
+from pytest_aoti.options.catalog import Catalog
 from pytest_aoti.options.resolve import checked
 from pytest_aoti.options.settings import read_settings
 from pytest_aoti.options.table import add_options, core_rows
@@ -37,17 +37,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     manager = config.pluginmanager
     catalog = Catalog(features_in_order(manager), blocked=blocked_keywords(manager))
-    use(catalog)  # released with the session (AotiSession.pytest_unconfigure)
-    try:
-        config.addinivalue_line("markers", catalog.marker_help())
-        session = AotiSession(config, read_settings(config, catalog), catalog)
-        if asks_for_cuda(session.settings.devices):
-            # now: a missing GPU asked on the command line is a usage error (the ini's skips)
-            session.devices  # noqa: B018
-        session.stores.check_cache_dir()
-    except BaseException:  # a usage error: no session to release the catalog
-        release(catalog)
-        raise
+    config.addinivalue_line("markers", catalog.marker_help())
+    session = AotiSession(config, read_settings(config, catalog), catalog)
+    if asks_for_cuda(session.settings.devices):
+        # now: a missing GPU asked on the command line is a usage error (the ini's skips)
+        session.devices  # noqa: B018
+    session.stores.check_cache_dir()
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, SESSION_PLUGIN)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
@@ -107,7 +102,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if "aoti" in getattr(item, "fixturenames", ()):
         return
     for marker in item.iter_markers("aoti"):
-        checked(marker.kwargs, marker=True)
+        checked(marker.kwargs, marker=True, catalog=session_of(item.config).catalog)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pluggy
 
 from pytest_aoti import hookspecs
 from pytest_aoti.hook_order import answers_in_order
+from pytest_aoti.options.catalog import Catalog
 from pytest_aoti.run.added import PluginChecks, plugin_checks
 
 if TYPE_CHECKING:
@@ -51,6 +52,12 @@ def register_defaults(pluginmanager: pytest.PytestPluginManager) -> None:
 def default_features() -> list[Feature]:
     """Every default plugin's feature, outside a run (the options page, the tables' tests)."""
     return sorted(_declared(list(DEFAULT_PLUGINS)), key=_rank)
+
+
+def default_catalog() -> Catalog:
+    """Every default plugin's options, outside a run (a tester made without the fixture,
+    the options page)."""
+    return Catalog(default_features())
 
 
 def default_checks() -> PluginChecks:

@@ -17,7 +17,6 @@ from pytest_aoti.compiling.pipeline import unknown_inductor_options
 from pytest_aoti.devices import devices_from_ini, resolve_devices, resolve_ini_devices
 from pytest_aoti.hook_order import answers_in_order
 from pytest_aoti.isolation.process import prestart_engine_child
-from pytest_aoti.options.catalog import release
 from pytest_aoti.options.resolve import layered_defaults
 from pytest_aoti.options.settings import AotiSettings
 from pytest_aoti.plugins import DEFAULT_PLUGINS
@@ -140,6 +139,7 @@ class AotiSession:
         return layered_defaults(
             self.settings,
             reversed(list(item.iter_markers("aoti"))),
+            catalog=self.catalog,
             inductor_configs=_merged(
                 hook.pytest_aoti_inductor_configs(config=self.config, device=device, item=item)
             ),
@@ -266,7 +266,6 @@ class AotiSession:
         if process is not None:  # an engine ran in the child: end it
             process.shutdown()
         self.stores.close()
-        release(self.catalog)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write_summary(

@@ -53,8 +53,16 @@ class AotiTester:
         plugin_checks: PluginChecks | None = None,
     ) -> None:
         self.device = device  # every module and input is moved to it
-        # made here, not at import: the default plugins' options are known by now
-        self.defaults = defaults if defaults is not None else CheckDefaults()
+        # made without the fixture, outside a run: every default plugin's options and checks
+        if defaults is None:
+            from pytest_aoti.plugins import default_catalog
+
+            defaults = CheckDefaults(catalog=default_catalog())
+        if plugin_checks is None:
+            from pytest_aoti.plugins import default_checks
+
+            plugin_checks = default_checks()
+        self.defaults = defaults
         self._runner = CallRunner(
             device,
             registry,
@@ -88,7 +96,7 @@ class AotiTester:
         usage error that names the closest ones.
         """
         __tracebackhide__ = True
-        keywords.refuse_unknown(keywords.COMPILE, unknown)
+        keywords.refuse_unknown(keywords.COMPILE, unknown, self.defaults.catalog)
         options = {"strict": strict, "inductor_configs": inductor_configs}
         plan = resolve_call(
             self.defaults,

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import _pytest.pytester
@@ -22,8 +22,6 @@ import torch
 import torch._inductor
 
 from pytest_aoti.isolation import process
-from pytest_aoti.options.catalog import Catalog, release, use
-from pytest_aoti.plugins import default_features
 
 pytest_plugins = ["pytester"]
 
@@ -276,16 +274,6 @@ MODELS = textwrap.dedent(
             return x - 1
     '''
 )
-
-
-@pytest.fixture
-def every_default_plugin() -> Iterator[Catalog]:
-    """Every default plugin's options for the test, whichever plugins the run blocks (the
-    core-alone run blocks them all): for tests of the whole option table."""
-    catalog = Catalog(default_features())
-    use(catalog)
-    yield catalog
-    release(catalog)
 
 
 @pytest.fixture(scope="session")

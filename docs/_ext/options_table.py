@@ -10,7 +10,7 @@ build warns (an error under ``-W``) through ``aoti_options.py``.
 from __future__ import annotations
 
 from pytest_aoti.options.option import Option
-from pytest_aoti.options.table import rows
+from pytest_aoti.plugins import default_catalog
 
 BEGIN = (
     "<!-- begin: the options table, written from the option rows by tests/core/test_docs.py "
@@ -63,7 +63,7 @@ def options_markdown() -> list[str]:
     """The page's list, one entry per entry of ``rows()``: the flag (or, for an option
     without one, its ini key or keyword), where else it is set, its default and its help."""
     lines = []
-    for option in rows():
+    for option in default_catalog().rows():
         ini = option.ini_key if option.parse is not None else None
         name = flag(option) or ini or f"{option.keyword_name}="
         said = places(option, name)

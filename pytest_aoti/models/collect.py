@@ -41,7 +41,12 @@ def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
     # factories imports torch: this module loads at startup, where specs resolve
     from pytest_aoti.models.factories import call_factory
 
-    case = call_factory(aoti_model_spec.factory, aoti.device, aoti_model_spec.label)
+    case = call_factory(
+        aoti_model_spec.factory,
+        aoti.device,
+        aoti_model_spec.label,
+        aoti.defaults.catalog.keyword_options(),
+    )
     aoti.check(case.module, case.args, case.kwargs, **case.check)
 
 
@@ -155,7 +160,10 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
     # torch loads on first use: this module loads at startup, where specs resolve
     import torch
 
+    from pytest_aoti.api import session_of
     from pytest_aoti.models.factories import call_factory, describe_inputs
+
+    options = session_of(config).catalog.keyword_options()
 
     plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
     specs: list[ModelSpec] = plugin.specs if isinstance(plugin, ModelSpecs) else []
@@ -167,7 +175,7 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
     failed = False
     for spec in specs:
         try:
-            case = call_factory(spec.factory, torch.device("cpu"), spec.label)
+            case = call_factory(spec.factory, torch.device("cpu"), spec.label, options)
         except Exception as error:
             failed = True
             write(f"{spec.id}: the factory failed: {type(error).__name__}: {error}")

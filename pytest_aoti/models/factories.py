@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
-from pytest_aoti.api import CALL_ARGUMENTS, AotiUsageError, keyword_options, user_facing
+from pytest_aoti.api import CALL_ARGUMENTS, AotiUsageError, user_facing
 
 _RETURN_FORMS = (
     "(module, args), (module, args, kwargs) or a mapping with 'module', 'args', "
@@ -30,16 +30,19 @@ class ModelCase:
     """Further keywords of :meth:`~pytest_aoti.AotiTester.check` (``dynamic_shapes``, ...)."""
 
 
-def check_keywords() -> frozenset[str]:
+def check_keywords(options: Iterable[str]) -> frozenset[str]:
     """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: what the
-    call checks and every option row's keyword (``**options``)."""
-    return frozenset((*CALL_ARGUMENTS, *keyword_options()))
+    call checks and the run's option keywords ``options`` (``**options``)."""
+    return frozenset((*CALL_ARGUMENTS, *options))
 
 
 @user_facing
-def call_factory(factory: Callable[..., Any], device: torch.device, spec: str) -> ModelCase:
+def call_factory(
+    factory: Callable[..., Any], device: torch.device, spec: str, options: Iterable[str]
+) -> ModelCase:
     """``torch.manual_seed(0)``, then the factory (given ``device=`` if it takes it); a
-    wrong return shape raises ``AotiUsageError`` with the caller's frame only."""
+    wrong return shape raises ``AotiUsageError`` with the caller's frame only. ``options``:
+    the run's ``aoti.check`` option keywords, which a returned mapping may hold."""
     __tracebackhide__ = True
     torch.manual_seed(0)
     try:
@@ -50,7 +53,7 @@ def call_factory(factory: Callable[..., Any], device: torch.device, spec: str) -
     if signature is not None:
         _check_callable_as_factory(signature, spec)
     returned = factory(device=device) if takes_device else factory()
-    return read_case(returned, spec)
+    return read_case(returned, spec, options)
 
 
 def _check_callable_as_factory(signature: inspect.Signature, spec: str) -> None:
@@ -72,16 +75,18 @@ def _check_callable_as_factory(signature: inspect.Signature, spec: str) -> None:
         )
 
 
-def read_case(returned: Any, spec: str) -> ModelCase:
-    """The :class:`ModelCase` of a factory's return value; a wrong shape is an
-    ``AotiUsageError`` that says which forms are accepted."""
+def read_case(returned: Any, spec: str, options: Iterable[str]) -> ModelCase:
+    """The :class:`ModelCase` of a factory's return value (a mapping may hold the run's
+    ``aoti.check`` option keywords ``options``); a wrong shape is an ``AotiUsageError`` that
+    says which forms are accepted."""
     if isinstance(returned, Mapping):
-        unknown = sorted(set(returned) - set(_CASE_KEYS) - check_keywords())
+        keywords = check_keywords(options)
+        unknown = sorted(set(returned) - set(_CASE_KEYS) - keywords)
         if unknown:
             raise AotiUsageError(
                 f"{spec} returned a mapping with unknown keys {', '.join(map(repr, unknown))}; "
                 f"expected 'module', 'args', optional 'kwargs' and aoti.check keywords "
-                f"({', '.join(sorted(check_keywords()))})"
+                f"({', '.join(sorted(keywords))})"
             )
         missing = [key for key in ("module", "args") if key not in returned]
         if missing:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -67,8 +68,11 @@ class Catalog:
         }
 
     def record_fields(self) -> dict[str, Any]:
-        """The fields every feature adds to each JSON record, as where it did not run."""
-        return {name: value for f in self.features for name, value in f.record_fields.items()}
+        """The fields every feature adds to each JSON record, as where it did not run (a
+        copy: a record may change its own)."""
+        return copy.deepcopy(
+            {name: value for f in self.features for name, value in f.record_fields.items()}
+        )
 
     def record_properties(self, record: Mapping[str, Any]) -> list[tuple[str, Any]]:
         """Every feature's JUnit properties of a record's fields, in feature order."""
@@ -77,32 +81,3 @@ class Catalog:
 
 def _given(cls: Any, values: Mapping[str, Any]) -> dict[str, Any]:
     return {item.name: values[item.name] for item in fields(cls) if item.name in values}
-
-
-_CURRENT: list[Catalog] = []
-_DEFAULT: list[Callable[[], Sequence[Feature]]] = []
-
-
-def set_default(features: Callable[[], Sequence[Feature]]) -> None:
-    """Where the catalog outside a run takes its features from (set on import)."""
-    _DEFAULT[:] = [features]
-
-
-def current() -> Catalog:
-    """The catalog of the run (:func:`use`), else of every default plugin."""
-    if not _DEFAULT:  # the package is still importing: the core's alone, not kept
-        return Catalog(())
-    if not _CURRENT:
-        _CURRENT.append(Catalog(_DEFAULT[0]()))
-    return _CURRENT[-1]
-
-
-def use(catalog: Catalog) -> None:
-    """Make ``catalog`` the run's, until :func:`release` (a pytester session nests runs)."""
-    _CURRENT.append(catalog)
-
-
-def release(catalog: Catalog) -> None:
-    """The run of ``catalog`` ended: the one before it is current again."""
-    if catalog in _CURRENT:
-        _CURRENT.remove(catalog)

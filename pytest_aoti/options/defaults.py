@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.options.catalog import current
+from pytest_aoti.options.catalog import Catalog
 from pytest_aoti.options.check_options import CheckOptions
 
 if TYPE_CHECKING:
@@ -20,10 +20,12 @@ LAYERED = ("rtol", "atol", "strict", "inductor_configs")
 
 @dataclass(frozen=True)
 class CheckDefaults:
-    """Defaults a check falls back to: the options, the hooks and the marker."""
+    """Defaults a check falls back to: the options, the hooks and the marker, in a run of
+    ``catalog`` (default: the core's options alone; a test's come from its run's)."""
 
-    options: CheckOptions = field(default_factory=lambda: _defaults())
-    """Every per-check option's value (``defaults.options.random``), feature plugins' through ``of``."""
+    options: CheckOptions = field(default=None)  # type: ignore[assignment]
+    """Every per-check option's value (``defaults.options.random``), feature plugins' through
+    ``of``; by default the catalog's defaults."""
     rtol: float | None = None
     """Set by the marker; final (above the tolerance hook and ``--aoti-rtol``)."""
     atol: float | None = None
@@ -37,15 +39,12 @@ class CheckDefaults:
     export_options: Mapping[str, Any] = field(default_factory=dict)
     """``torch.export.export`` keywords from the export-options hook and ``--aoti-export``'s
     variant, below the marker's and the call's ``strict``."""
+    catalog: Catalog = field(default_factory=lambda: Catalog(()), compare=False, repr=False)
+    """The run's options: what a marker or a call may set."""
 
-    def __getattr__(self, name: str) -> Any:
-        # an option by its keyword (``defaults.examples``), the core's or a feature's
-        options = self.__dict__.get("options")
-        if options is not None:
-            values = options.as_dict()
-            if name in values:
-                return values[name]
-        raise AttributeError(name)
+    def __post_init__(self) -> None:
+        if self.options is None:
+            object.__setattr__(self, "options", self.catalog.check_options({}))
 
     def overridden(self, **values: Any) -> CheckDefaults:
         """A copy with every non-None (already checked) value applied; configs are merged."""
@@ -73,7 +72,3 @@ class CheckDefaults:
         if self.strict is not None:
             options["strict"] = self.strict
         return options
-
-
-def _defaults() -> CheckOptions:
-    return current().check_options({})

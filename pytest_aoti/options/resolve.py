@@ -7,10 +7,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options import defaults, keywords, table
+from pytest_aoti.options import defaults, keywords
 from pytest_aoti.options.parsers import ValueProblem
 
 if TYPE_CHECKING:
+    from pytest_aoti.options.catalog import Catalog
     from pytest_aoti.options.defaults import CheckDefaults
     from pytest_aoti.options.settings import AotiSettings
     from pytest_aoti.tolerance import ToleranceHook
@@ -26,13 +27,14 @@ class Marker(Protocol):
     def kwargs(self) -> Mapping[str, Any]: ...
 
 
-def checked(values: Mapping[str, Any], *, marker: bool) -> dict[str, Any]:
-    """A marker's or call's ``values``, each checked against its row; None stays None."""
+def checked(values: Mapping[str, Any], *, marker: bool, catalog: Catalog) -> dict[str, Any]:
+    """A marker's or call's ``values``, each checked against its row of ``catalog``; None
+    stays None."""
     __tracebackhide__ = True
-    by_name = {option.keyword_name: option for option in table.rows()}
-    allowed = table.marker_options() if marker else table.keyword_options()
+    by_name = {option.keyword_name: option for option in catalog.rows()}
+    allowed = catalog.marker_options() if marker else catalog.keyword_options()
     place = keywords.MARKER if marker else keywords.CHECK
-    keywords.refuse_unknown(place, [name for name in values if name not in allowed])
+    keywords.refuse_unknown(place, [name for name in values if name not in allowed], catalog)
     result: dict[str, Any] = {}
     for name, value in values.items():
         check = by_name[name].check
@@ -49,15 +51,18 @@ def layered_defaults(
     settings: AotiSettings,
     markers: Iterable[Marker],
     *,
+    catalog: Catalog,
     inductor_configs: Mapping[str, Any],
     export_options: Mapping[str, Any],
     tolerance_hook: ToleranceHook | None,
 ) -> CheckDefaults:
     """What a test's checks start from, lowest first: defaults, ``settings``, the hooks' answers
-    (``inductor_configs`` merged over the ini file's), then the markers from farthest to closest."""
+    (``inductor_configs`` merged over the ini file's), then the markers from farthest to closest;
+    ``catalog``: the run's options."""
     __tracebackhide__ = True
     layered = defaults.CheckDefaults(
         options=settings.checks,
+        catalog=catalog,
         base_rtol=settings.rtol,
         base_atol=settings.atol,
         inductor_configs={**(settings.inductor_configs or {}), **inductor_configs},
@@ -68,13 +73,13 @@ def layered_defaults(
         if marker.args:
             raise AotiUsageError(
                 f"@pytest.mark.aoti takes keyword options only "
-                f"({', '.join(table.marker_options())}), got positional {marker.args!r}"
+                f"({', '.join(catalog.marker_options())}), got positional {marker.args!r}"
             )
-        layered = layered.overridden(**checked(marker.kwargs, marker=True))
+        layered = layered.overridden(**checked(marker.kwargs, marker=True, catalog=catalog))
     return layered
 
 
 def call_defaults(base: CheckDefaults, values: Mapping[str, Any]) -> CheckDefaults:
     """One call's defaults: its keywords ``values``, checked, laid over ``base``."""
     __tracebackhide__ = True
-    return base.overridden(**checked(values, marker=False))
+    return base.overridden(**checked(values, marker=False, catalog=base.catalog))

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_aoti.options.catalog import Catalog, current
+from pytest_aoti.options.catalog import Catalog
 from pytest_aoti.options.check_options import CheckOptions
 from pytest_aoti.options.core_rows import DEFAULT_CACHE_MAX_SIZE
 from pytest_aoti.options.option import Option
@@ -49,9 +49,8 @@ class AotiSettings:
         return found if found is not None else settings()
 
 
-def read_settings(config: pytest.Config, catalog: Catalog | None = None) -> AotiSettings:
-    """Read the options of ``catalog`` (default: the run's); a bad ini value is a usage error."""
-    catalog = catalog or current()
+def read_settings(config: pytest.Config, catalog: Catalog) -> AotiSettings:
+    """Read the options of ``catalog`` (the run's); a bad ini value is a usage error."""
     core = {item.name for item in fields(AotiSettings)}
     values: dict[str, Any] = {}
     feature_values: dict[str, Any] = {}

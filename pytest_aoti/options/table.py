@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_aoti.options import catalog
 from pytest_aoti.options.check_options import CoreOptions
 from pytest_aoti.options.core_rows import DEFAULT_CACHE_MAX_SIZE, FIRST, SESSION
 from pytest_aoti.options.fields import per_check_rows
 from pytest_aoti.options.option import Option
 
 __all__ = ["DEFAULT_CACHE_MAX_SIZE", "FIRST", "SESSION"]
-
-
-def rows() -> tuple[Option, ...]:
-    """Every option of the run, in the order of ``--help``."""
-    return catalog.current().rows()
 
 
 def core_rows() -> tuple[Option, ...]:
@@ -49,18 +43,3 @@ def add_options(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
                 parser.addini(option.ini_key, help=option.help, type="linelist", default=None)
             else:
                 parser.addini(option.ini_key, help=option.help, default=None)
-
-
-def marker_options() -> tuple[str, ...]:
-    """The keywords of ``@pytest.mark.aoti``, in row order."""
-    return catalog.current().marker_options()
-
-
-def keyword_options() -> tuple[str, ...]:
-    """The option keywords of ``aoti.check``, in row order."""
-    return catalog.current().keyword_options()
-
-
-def marker_help() -> str:
-    """The ``@pytest.mark.aoti`` line of ``pytest --markers``."""
-    return catalog.current().marker_help()

@@ -91,6 +91,7 @@ class ItemEvents:
             if finding is not None
             else {"kind": FindingKind(stage).value, "message": first, "stage": stage},
             check_seconds=seconds,
+            other_fields=self._session.catalog.record_fields(),
         )
         if finding is not None:
             record.update(finding.record_fields)  # what the check measured until it failed
@@ -125,6 +126,7 @@ class ItemEvents:
             outcome="passed" if error is None else "failed",
             calls=context.calls,
             check_seconds=seconds,
+            other_fields=self._session.catalog.record_fields(),
         )
         if result is not None:
             record.max_abs = result.max_abs
@@ -202,4 +204,4 @@ class ItemEvents:
         record.layout = self._layout
         record.worker = self._session.worker
         self._session.collector.records.append(record)
-        self._item.user_properties.extend(check_properties(record))
+        self._item.user_properties.extend(check_properties(record, self._session.catalog))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.options.catalog import current
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
+
+if TYPE_CHECKING:
+    from pytest_aoti.options.catalog import Catalog
 
 PLAIN_VALUES = (bool, int, float, str)
 """The values a JUnit property holds as they are; others (lists, dicts) stay in JSON."""
@@ -22,8 +24,9 @@ def compile_properties(record: CompileRecord) -> list[tuple[str, Any]]:
     ]
 
 
-def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
-    """The properties of one ``aoti.check`` call: its figures and a failure's finding."""
+def check_properties(record: CheckRecord, catalog: Catalog) -> list[tuple[str, Any]]:
+    """The properties of one ``aoti.check`` call: its figures and a failure's finding, its
+    features' (of the run's ``catalog``) as they render them."""
     props: list[tuple[str, Any]] = [
         ("aoti_device", record.device),
         ("aoti_program", record.program),
@@ -44,13 +47,13 @@ def check_properties(record: CheckRecord) -> list[tuple[str, Any]]:
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
     # a check's own fields (CheckRecord.update) as plain values; features render theirs
-    owned = current().record_fields()
+    owned = catalog.record_fields()
     props += [
         (f"aoti_{name}", value)
         for name, value in record.other_fields.items()
         if isinstance(value, PLAIN_VALUES) and name not in owned
     ]
-    props += current().record_properties(record.other_fields)
+    props += catalog.record_properties(record.other_fields)
     finding = record.finding
     if finding is not None:
         figures = finding.get("figures") or {}

@@ -3,7 +3,6 @@ collected by the session (xdist: from the workers too); every view is rendered f
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -64,9 +63,9 @@ class CheckRecord:
     buffers: list[dict[str, Any]] = field(default_factory=list)
     """The mutated registered buffers as compared with eager's: ``name``, ``verified``,
     ``calls_compared``, ``max_abs``, ``max_rel``, ``reason``."""
-    other_fields: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(_feature_fields()))
-    """Undeclared fields a check adds; every feature's ``record_fields`` are here from the
-    start, so every record has their keys."""
+    other_fields: dict[str, Any] = field(default_factory=dict)
+    """Undeclared fields a check adds; a run's records start with every feature's
+    ``record_fields`` (``Catalog.record_fields``), so every record has their keys."""
 
     def update(self, fields: Mapping[str, Any]) -> None:
         """Set the fields a check reported (its figures), declared here or not."""
@@ -157,9 +156,3 @@ class CompileRecord:
     def from_json(cls, data: Mapping[str, Any]) -> CompileRecord:
         names = set(cls.__dataclass_fields__)
         return cls(**{key: value for key, value in data.items() if key in names})
-
-
-def _feature_fields() -> dict[str, Any]:
-    from pytest_aoti.options.catalog import current
-
-    return current().record_fields()

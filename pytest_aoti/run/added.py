@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,19 +24,6 @@ class PluginChecks:
 
     def in_order(self) -> tuple[Check, ...]:
         return (*self.first, *self.added, *self.last)
-
-
-_DEFAULT: list[Callable[[], PluginChecks]] = []
-
-
-def set_default(checks: Callable[[], PluginChecks]) -> None:
-    """Where a tester made outside a run takes its checks (the package sets it on import)."""
-    _DEFAULT[:] = [checks]
-
-
-def default_plugin_checks() -> PluginChecks:
-    """The default plugins' checks, for a tester made outside a run."""
-    return _DEFAULT[0]() if _DEFAULT else PluginChecks()
 
 
 def plugin_checks(answers: Sequence[Answer], core: Sequence[Check] = ()) -> PluginChecks:

@@ -28,7 +28,7 @@ from pytest_aoti.isolation.process import (
     prestart_engine_child,
     release_engine,
 )
-from pytest_aoti.run.added import PluginChecks, default_plugin_checks
+from pytest_aoti.run.added import PluginChecks
 from pytest_aoti.run.phases import PlanRun
 from pytest_aoti.shapes.formatting import format_dynamic_shapes
 from pytest_aoti.trees import LAYOUTS, relaid_tree
@@ -114,7 +114,7 @@ class CallRunner:
         self.label = label
         self.warned = warned if warned is not None else set()  # buffer mutation noted
         self.item = item
-        self.plugin_checks = plugin_checks if plugin_checks is not None else default_plugin_checks()
+        self.plugin_checks = plugin_checks if plugin_checks is not None else PluginChecks()
 
     def compile(self, plan: CheckPlan) -> AotiProgram:
         """``aoti.compile``: export and compile the plan's module, no check."""

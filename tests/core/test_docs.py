@@ -22,10 +22,10 @@ from types import ModuleType
 import pytest
 
 from pytest_aoti.options import keywords
-from pytest_aoti.options.table import keyword_options, marker_options, rows
+from pytest_aoti.plugins import default_catalog
 
-# the whole option table, also where the run blocks the feature plugins
-pytestmark = pytest.mark.usefixtures("every_default_plugin")
+RUN = default_catalog()
+"""The whole option table, also where the run blocks the feature plugins."""
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -74,7 +74,7 @@ def test_the_options_page_lists_exactly_the_flags_of_pytest_help(
     pytester: pytest.Pytester,
 ) -> None:
     table = options_table().options_markdown()
-    assert len(table) == len(rows()), "one row per option, keyword-only and ini-only ones too"
+    assert len(table) == len(RUN.rows()), "one row per option, keyword-only and ini-only ones too"
     page_flags = [
         m.group(1) for line in table if (m := re.match(r"- \*\*`(--aoti-[a-z-]+)`\*\*", line))
     ]
@@ -82,7 +82,7 @@ def test_the_options_page_lists_exactly_the_flags_of_pytest_help(
     assert sorted(page_flags) == sorted(help_group(result.stdout.str()))
     # every ini key and every keyword of the rows is on the page
     text = "\n".join(table)
-    for option in rows():
+    for option in RUN.rows():
         if option.parse is not None and option.ini_key:
             assert f"`{option.ini_key}`" in text, option.name
             assert re.search(rf"^  {option.ini_key} ", result.stdout.str(), re.MULTILINE)
@@ -312,7 +312,7 @@ def test_the_readme_names_every_keyword_of_aoti_check() -> None:
         "steps",
         "next_inputs",
     }
-    assert named == set(keyword_options()) | explicit
+    assert named == set(RUN.keyword_options()) | explicit
 
 
 def test_the_readme_failure_report_is_the_listing_the_triage_test_keeps() -> None:
@@ -355,7 +355,7 @@ def test_the_marker_line_on_the_page_is_the_one_pytest_markers_prints(
     result = pytester.runpytest("--markers")
     [line] = [line for line in result.stdout.lines if line.startswith("@pytest.mark.aoti(")]
     signature = line.split("): ", 1)[0] + ")"
-    assert signature == f"@pytest.mark.aoti({', '.join(f'{k}=None' for k in marker_options())})"
+    assert signature == f"@pytest.mark.aoti({', '.join(f'{k}=None' for k in RUN.marker_options())})"
     page = (DOCS / "writing-tests.md").read_text(encoding="utf-8")
     assert f"\n`{signature}`\n" in page
 
@@ -372,7 +372,7 @@ def test_the_writing_tests_page_names_every_keyword_of_check_and_compile() -> No
     assert shown(keywords.COMPILE, ") -> AotiProgram") in page
     assert shown(keywords.CHECK, ", **options) -> CheckResult") in page
     listed = page.split("where the options are the keywords ", 1)[1].split(" (each checked", 1)[0]
-    assert re.findall(r"`(\w+)`", listed) == list(keyword_options())
+    assert re.findall(r"`(\w+)`", listed) == list(RUN.keyword_options())
 
 
 def test_the_options_page_says_which_options_lack_a_place() -> None:
@@ -384,10 +384,10 @@ def test_the_options_page_says_which_options_lack_a_place() -> None:
         spans = [f"`{word}`" for word in words]
         return ", ".join(spans[:-1]) + f" and {spans[-1]}" if len(spans) > 1 else spans[0]
 
-    parsed = [option for option in rows() if option.parse is not None]
+    parsed = [option for option in RUN.rows() if option.parse is not None]
     no_ini = [f"--{option.name}" for option in parsed if option.ini_key is None]
     ini_only = [option.ini_key or "" for option in parsed if not option.cli and not option.flag]
-    keyword_only = [option.keyword_name for option in rows() if option.parse is None]
+    keyword_only = [option.keyword_name for option in RUN.rows() if option.parse is None]
     assert f"Every option but {named(no_ini)} has an ini twin" in opening
     assert f"{named(ini_only)} are ini-only" in opening
     assert f"{named(keyword_only)} are keywords only" in opening
@@ -398,7 +398,7 @@ def test_the_values_page_says_where_each_of_its_options_is_set() -> None:
     ``aoti.check`` keyword, flag, ini key."""
     text = (DOCS / "values.md").read_text(encoding="utf-8")
     section = text.split("\n## Options\n\n", 1)[1].split("\n\n", 1)[0]
-    by_name = {option.keyword_name: option for option in rows()}
+    by_name = {option.keyword_name: option for option in RUN.rows()}
     entries = {
         match.group(1): " ".join(match.group(2).split())
         for match in re.finditer(r"^- `(\w+)=(.*?)(?=^- |\Z)", section, re.MULTILINE | re.DOTALL)

@@ -208,9 +208,9 @@ def test_each_xdist_worker_takes_its_own_gpu(
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     config = types.SimpleNamespace(workerinput={"workerid": worker} if worker else {})
-    from pytest_aoti.options.catalog import current
+    from pytest_aoti.plugins import default_catalog
 
-    session = AotiSession(config, AotiSettings(), current())  # type: ignore[arg-type]
+    session = AotiSession(config, AotiSettings(), default_catalog())  # type: ignore[arg-type]
     assert session.torch_device("cuda") == torch.device(expected)
     # a device the user pinned stays pinned
     assert session.torch_device("cuda:2") == torch.device("cuda:2")

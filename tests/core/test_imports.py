@@ -58,10 +58,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # one call from eager to result: resolved into its frozen plan, its checks run phase by
     # phase, the runner that owns it around the export and the compile
     ("run", ("run",)),
-    # the `aoti` fixture's object: a thin front on the runner
-    ("tester", ("tester",)),
-    # session state, the hooks' extension points, the list of default plugins
-    ("session", ("session", "hookspecs", "plugins")),
+    # session state, the hooks' extension points, the list of default plugins (outside a
+    # run: their manager, options and checks), and the `aoti` fixture's object: a thin front
+    # on the runner, which a test may also make without the fixture
+    ("session", ("session", "hookspecs", "plugins", "tester")),
     # the public API a check or feature plugin imports
     ("api", ("api",)),
     # the feature plugins, each a folder on the API (see test_features_import_the_api_alone):

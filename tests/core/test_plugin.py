@@ -139,7 +139,7 @@ def test_ini_twin_sets_the_device(pytester: pytest.Pytester) -> None:
         """
         def test_device(aoti):
             assert str(aoti.device) == "cpu"
-            assert aoti.defaults.examples == 3
+            assert aoti.defaults.options.as_dict()["examples"] == 3
         """
     )
     result = pytester.runpytest("-v")
@@ -194,7 +194,7 @@ def test_marker_defaults_reach_the_tester(pytester: pytest.Pytester) -> None:
         @pytest.mark.aoti(rtol=1e-2, inductor_configs={"max_autotune": False})
         def test_defaults(aoti):
             assert (aoti.defaults.rtol, aoti.defaults.atol) == (1e-2, 1e-3)
-            assert aoti.defaults.examples == 5
+            assert aoti.defaults.options.as_dict()["examples"] == 5
             assert aoti.defaults.inductor_configs == {"max_autotune": False}
 
         def test_command_line_default(aoti):

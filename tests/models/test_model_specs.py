@@ -18,8 +18,12 @@ from pytest_aoti.errors import AotiUsageError, install_hint
 from pytest_aoti.models.collect import resolve_specs
 from pytest_aoti.models.factories import call_factory, describe_inputs, read_case
 from pytest_aoti.models.model_spec import clean_id
+from pytest_aoti.plugins import default_catalog
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "aoti_models.py"
+
+KEYWORDS = default_catalog().keyword_options()
+"""The option keywords of a run of every default plugin."""
 
 
 @pytest.fixture
@@ -46,10 +50,12 @@ def test_ids_carry_no_query_characters() -> None:
 def test_a_factory_may_return_a_pair_a_triple_or_a_mapping() -> None:
     module = torch.nn.Linear(2, 2)
     x = torch.ones(1, 2)
-    assert read_case((module, (x,)), "s").args == (x,)
-    triple = read_case((module, [x], {"y": x}), "s")
+    assert read_case((module, (x,)), "s", KEYWORDS).args == (x,)
+    triple = read_case((module, [x], {"y": x}), "s", KEYWORDS)
     assert triple.args == (x,) and triple.kwargs == {"y": x}
-    mapping = read_case({"module": module, "args": x, "samples": [(x,)], "rtol": 1e-3}, "s")
+    mapping = read_case(
+        {"module": module, "args": x, "samples": [(x,)], "rtol": 1e-3}, "s", KEYWORDS
+    )
     assert mapping.args == (x,) and mapping.check == {"samples": [(x,)], "rtol": 1e-3}
 
 
@@ -74,7 +80,7 @@ def test_a_factory_may_return_a_pair_a_triple_or_a_mapping() -> None:
 )
 def test_a_wrong_return_shape_says_what_is_accepted(returned: object, message: str) -> None:
     with pytest.raises(AotiUsageError) as caught:
-        read_case(returned, "s")
+        read_case(returned, "s", KEYWORDS)
     assert str(caught.value).startswith(message)
 
 
@@ -83,7 +89,7 @@ def test_a_mapping_takes_every_keyword_option_row() -> None:
     also one a plugin's feature declares."""
     from dataclasses import dataclass
 
-    from pytest_aoti.options.catalog import Catalog, current, release, use
+    from pytest_aoti.options.catalog import Catalog
     from pytest_aoti.options.feature import Feature
     from pytest_aoti.options.fields import per_check
 
@@ -92,16 +98,13 @@ def test_a_mapping_takes_every_keyword_option_row() -> None:
         probe_level: int = per_check(1, "Probe level.", keyword=True)
 
     case = {"module": torch.nn.Linear(2, 2), "args": (torch.ones(1, 2),), "probe_level": 3}
+    run = default_catalog()
     with pytest.raises(AotiUsageError, match="unknown keys 'probe_level'"):
-        read_case(case, "s")
-    catalog = Catalog([*current().features, Feature("level", "Levels", options=LevelOptions)])
-    use(catalog)
-    try:
-        assert read_case(case, "s").check == {"probe_level": 3}
-        with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
-            read_case({**case, "options": {}}, "s")
-    finally:
-        release(catalog)
+        read_case(case, "s", run.keyword_options())
+    catalog = Catalog([*run.features, Feature("level", "Levels", options=LevelOptions)])
+    assert read_case(case, "s", catalog.keyword_options()).check == {"probe_level": 3}
+    with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
+        read_case({**case, "options": {}}, "s", catalog.keyword_options())
 
 
 def test_a_factory_is_seeded_and_given_the_device(
@@ -114,9 +117,9 @@ def test_a_factory_is_seeded_and_given_the_device(
         "    return torch.nn.Identity(), (torch.randn(3, device=device),)\n"
     )
     [spec] = resolve_specs(["seeded.py:make"], tmp_path, tmp_path)
-    first = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    first = call_factory(spec.factory, torch.device("cpu"), spec.text, KEYWORDS)
     torch.manual_seed(5)
-    again = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    again = call_factory(spec.factory, torch.device("cpu"), spec.text, KEYWORDS)
     torch.testing.assert_close(first.args[0], again.args[0], rtol=0, atol=0)
     assert describe_inputs(first) == "input=(3,) float32"
 
@@ -354,7 +357,7 @@ def test_hf_overrides_go_to_the_config_and_the_model_class(tmp_path: Path) -> No
     from pytest_aoti.models.hf import resolve_hf
 
     spec = resolve_hf("hf:gpt2?attn_implementation=eager&n_layer=1&resid_pdrop=0.5", tmp_path)
-    case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    case = call_factory(spec.factory, torch.device("cpu"), spec.text, KEYWORDS)
     assert isinstance(case.module, transformers.GPT2Model) and not case.module.training
     config = case.module.config
     assert (config.n_layer, config.resid_pdrop, config.use_cache) == (1, 0.5, False)
@@ -364,9 +367,9 @@ def test_hf_overrides_go_to_the_config_and_the_model_class(tmp_path: Path) -> No
     )
 
     encoder = resolve_hf("hf:t5/T5EncoderModel", tmp_path)
-    assert type(call_factory(encoder.factory, torch.device("cpu"), "t5").module).__name__ == (
-        "T5EncoderModel"
-    )
+    assert type(
+        call_factory(encoder.factory, torch.device("cpu"), "t5", KEYWORDS).module
+    ).__name__ == ("T5EncoderModel")
 
     saved = tmp_path / "tiny" / "config.json"
     saved.parent.mkdir()
@@ -374,7 +377,7 @@ def test_hf_overrides_go_to_the_config_and_the_model_class(tmp_path: Path) -> No
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2
     ).to_json_file(saved)
     local = resolve_hf("hf:tiny/config.json?num_attention_heads=4", tmp_path)
-    model = call_factory(local.factory, torch.device("cpu"), local.text).module
+    model = call_factory(local.factory, torch.device("cpu"), local.text, KEYWORDS).module
     assert (model.config.hidden_size, model.config.num_attention_heads) == (32, 4)
     assert json.loads(saved.read_text())["num_attention_heads"] == 2
 
@@ -425,7 +428,7 @@ def test_hf_sequences_stay_inside_the_position_table(
     from pytest_aoti.models.hf import resolve_hf
 
     spec = resolve_hf(f"hf:{model_type}", tmp_path)
-    case = call_factory(spec.factory, torch.device("cpu"), spec.text)
+    case = call_factory(spec.factory, torch.device("cpu"), spec.text, KEYWORDS)
     seq = case.check["dynamic_shapes"]["input_ids"][1]
     assert (seq.min, seq.max) == (2, longest)
     longest_ids = torch.zeros(1, longest, dtype=torch.long)

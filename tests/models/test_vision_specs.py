@@ -20,8 +20,12 @@ from pytest_aoti.models.collect import resolve_specs
 from pytest_aoti.models.factories import call_factory, describe_inputs
 from pytest_aoti.models.feature import parse_model_spec
 from pytest_aoti.models.vision import literal, read_overrides
+from pytest_aoti.plugins import default_catalog
 
 # --------------------------------------------------------------------------- stand-ins
+
+KEYWORDS = default_catalog().keyword_options()
+"""The option keywords of a run of every default plugin."""
 
 
 class Net(torch.nn.Module):
@@ -100,7 +104,7 @@ def fake_torchvision(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 def build(spec: str, tmp_path: Path) -> tuple[Any, Any]:
     """The resolved spec and its case, as the test of the spec would get it."""
     (resolved,) = resolve_specs([spec], tmp_path, tmp_path)
-    return resolved, call_factory(resolved.factory, torch.device("cpu"), resolved.text)
+    return resolved, call_factory(resolved.factory, torch.device("cpu"), resolved.text, KEYWORDS)
 
 
 # --------------------------------------------------------------------------- pure logic
@@ -202,7 +206,7 @@ def test_a_timm_override_the_model_does_not_take_fails_its_test_with_the_name(
     fake_timm(monkeypatch)
     (resolved,) = resolve_specs(["timm:convy?bogus=1"], tmp_path, tmp_path)
     with pytest.raises(AotiUsageError, match="timm's convy takes no argument 'bogus'"):
-        call_factory(resolved.factory, torch.device("cpu"), resolved.text)
+        call_factory(resolved.factory, torch.device("cpu"), resolved.text, KEYWORDS)
 
 
 @pytest.mark.parametrize(

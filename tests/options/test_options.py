@@ -10,7 +10,6 @@ run's (its plugin registered), and the check joins the catalog of checks.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -20,8 +19,8 @@ import torch
 from pytest_aoti.checks.base import PHASES, CheckContext, CheckPlan, Outcome
 from pytest_aoti.compiling.random_ops import RandomOp
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options import keywords, resolve, table
-from pytest_aoti.options.catalog import Catalog, current, release, use
+from pytest_aoti.options import keywords, resolve
+from pytest_aoti.options.catalog import Catalog
 from pytest_aoti.options.defaults import CheckDefaults
 from pytest_aoti.options.feature import Feature
 from pytest_aoti.options.fields import per_check
@@ -29,8 +28,14 @@ from pytest_aoti.options.parsers import ValueProblem
 from pytest_aoti.options.settings import AotiSettings
 from pytest_aoti.run import catalog
 
-# the whole option table, also where the run blocks the feature plugins
-pytestmark = pytest.mark.usefixtures("every_default_plugin")
+
+@pytest.fixture
+def run() -> Catalog:
+    """The run's options: the whole option table, also where the run blocks the feature
+    plugins."""
+    from pytest_aoti.plugins import default_catalog
+
+    return default_catalog()
 
 
 def _probe_level(text: str) -> int:
@@ -69,8 +74,10 @@ class ProbeCheck:
     name = "probe"
     phase = "engine"
 
-    def __init__(self) -> None:
+    def __init__(self, catalog: Catalog) -> None:
         self.seen: list[int] = []
+        self.catalog = catalog
+        """The run's options with the new feature's (its plugin registered)."""
 
     def applies(self, plan: CheckPlan, context: CheckContext) -> bool:
         return True
@@ -82,46 +89,46 @@ class ProbeCheck:
 
 
 @pytest.fixture
-def probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProbeCheck]:
+def probe(monkeypatch: pytest.MonkeyPatch, run: Catalog) -> ProbeCheck:
     """The new feature and its check, registered as a plugin would register them."""
-    check = ProbeCheck()
-    run = Catalog([*current().features, LEVEL])
-    use(run)
+    check = ProbeCheck(Catalog([*run.features, LEVEL]))
     monkeypatch.setattr(catalog, "CHECKS", [*catalog.CHECKS, check])
-    yield check
-    release(run)
+    return check
 
 
 def test_a_field_reaches_marker_help_keywords_and_defaults(probe: ProbeCheck) -> None:
-    assert "probe_level=None" in table.marker_help()
-    assert table.marker_options()[-1] == "probe_level"
-    assert table.keyword_options()[-1] == "probe_level"
-    row = {option.keyword_name: option for option in table.rows()}["probe_level"]
+    run = probe.catalog
+    assert "probe_level=None" in run.marker_help()
+    assert run.marker_options()[-1] == "probe_level"
+    assert run.keyword_options()[-1] == "probe_level"
+    row = {option.keyword_name: option for option in run.rows()}["probe_level"]
     assert (row.name, row.ini_key, row.per_check) == ("aoti-probe-level", "aoti_probe_level", True)
-    assert CheckDefaults().options.of(LevelOptions).probe_level == 1
-    read = AotiSettings(checks=current().check_options({"probe_level": 3}))
+    assert CheckDefaults(catalog=run).options.of(LevelOptions).probe_level == 1
+    read = AotiSettings(checks=run.check_options({"probe_level": 3}))
     layered = resolve.layered_defaults(
-        read, [], inductor_configs={}, export_options={}, tolerance_hook=None
+        read, [], catalog=run, inductor_configs={}, export_options={}, tolerance_hook=None
     )
     assert layered.options.of(LevelOptions).probe_level == 3
     call = resolve.call_defaults(layered, {"probe_level": 4, "random": None})
     assert call.options.of(LevelOptions).probe_level == 4
     assert call.options.random == "fail"  # not given: the command line's, here the default
     with pytest.raises(AotiUsageError, match="^probe_level must be a positive int, got 0$"):
-        resolve.checked({"probe_level": 0}, marker=False)
+        resolve.checked({"probe_level": 0}, marker=False, catalog=run)
 
 
-def test_without_the_field_the_name_is_unknown() -> None:
-    assert "probe_level" not in table.marker_help()
+def test_without_the_field_the_name_is_unknown(run: Catalog) -> None:
+    assert "probe_level" not in run.marker_help()
     with pytest.raises(AttributeError):
-        CheckDefaults().probe_level  # type: ignore[attr-defined]  # noqa: B018
+        CheckDefaults(catalog=run).probe_level  # type: ignore[attr-defined]  # noqa: B018
+    # an option is read from the options object, typed, never as an attribute of the defaults
+    assert not hasattr(CheckDefaults(catalog=run), "examples")
     with pytest.raises(AotiUsageError, match="unknown option.s. probe_level"):
-        resolve.checked({"probe_level": 4}, marker=False)
+        resolve.checked({"probe_level": 4}, marker=False, catalog=run)
     with pytest.raises(AotiUsageError, match="@pytest.mark.aoti got unknown option.s. probe_level"):
-        resolve.checked({"probe_level": 4}, marker=True)
+        resolve.checked({"probe_level": 4}, marker=True, catalog=run)
 
 
-def test_each_place_lists_the_keywords_of_its_signature() -> None:
+def test_each_place_lists_the_keywords_of_its_signature(run: Catalog) -> None:
     """The keywords a message lists are the ones the tester's signatures and the run's
     resolver take: a new parameter cannot be left out of the list."""
     import inspect
@@ -139,8 +146,8 @@ def test_each_place_lists_the_keywords_of_its_signature() -> None:
 
     assert keywords.CHECK.call == named(AotiTester.check) == ("kwargs", *CALL_ARGUMENTS)
     assert keywords.COMPILE.call == named(AotiTester.compile)
-    assert keywords.MARKER.accepted() == table.marker_options()
-    assert keywords.CHECK.accepted() == (*keywords.CHECK.call, *table.keyword_options())
+    assert keywords.MARKER.accepted(run) == run.marker_options()
+    assert keywords.CHECK.accepted(run) == (*keywords.CHECK.call, *run.keyword_options())
 
 
 @pytest.mark.parametrize(
@@ -161,44 +168,43 @@ def test_each_place_lists_the_keywords_of_its_signature() -> None:
     ],
 )
 def test_an_unknown_keyword_names_the_closest_and_every_accepted_one(
-    place: keywords.Place, given: str, hint: str
+    place: keywords.Place, given: str, hint: str, run: Catalog
 ) -> None:
     with pytest.raises(AotiUsageError) as raised:
-        keywords.refuse_unknown(place, [given])
+        keywords.refuse_unknown(place, [given], run)
     assert str(raised.value) == (
         f"{place.title} got unknown option(s) {given}; "
-        f"allowed: {', '.join(place.accepted())}.{hint}"
+        f"allowed: {', '.join(place.accepted(run))}.{hint}"
     )
-    keywords.refuse_unknown(place, [])  # nothing unknown: nothing raised
+    keywords.refuse_unknown(place, [], run)  # nothing unknown: nothing raised
 
 
-def test_several_unknown_keywords_each_get_their_hint() -> None:
+def test_several_unknown_keywords_each_get_their_hint(run: Catalog) -> None:
     with pytest.raises(AotiUsageError, match=r"Did you mean mutates for mutate, rtol for rtoll\?$"):
-        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False)
+        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False, catalog=run)
     with pytest.raises(AotiUsageError, match="got unknown option.s. mutate, rtoll, zzz; allowed: "):
-        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False)
+        resolve.checked({"rtoll": 1.0, "zzz": 1, "mutate": {}}, marker=False, catalog=run)
 
 
 def test_a_new_field_is_a_keyword_the_hint_offers(probe: ProbeCheck) -> None:
     with pytest.raises(AotiUsageError, match=r"probe_level\. Did you mean probe_level\?$"):
-        resolve.checked({"probe_levle": 2}, marker=True)
-    assert keywords.CHECK.accepted()[-1] == "probe_level"
+        resolve.checked({"probe_levle": 2}, marker=True, catalog=probe.catalog)
+    assert keywords.CHECK.accepted(probe.catalog)[-1] == "probe_level"
 
 
-def test_rows_and_settings_agree() -> None:
+def test_rows_and_settings_agree(run: Catalog) -> None:
     """Every core session row is an ``AotiSettings`` field, every feature's a field of its
     settings class; every per-check row is a field of ``CoreOptions`` or of a feature's
     options class; every marker or call keyword has a value check; keywords are unique."""
     from pytest_aoti.options.check_options import CoreOptions
 
-    run = current()
     settings_fields = set(AotiSettings.__dataclass_fields__) | {
         item.name for f in run.features if f.settings for item in fields(f.settings)
     }
     option_names = {item.name for item in fields(CoreOptions)} | {
         item.name for f in run.features if f.options for item in fields(f.options)
     }
-    for option in table.rows():
+    for option in run.rows():
         if option.per_check:
             assert option.keyword_name in option_names, option.name
         elif option.parse is not None:
@@ -207,10 +213,10 @@ def test_rows_and_settings_agree() -> None:
             assert option.marker or option.keyword, option.name
         if option.marker or option.keyword:
             assert option.check is not None, option.name
-    names = [option.keyword_name for option in table.rows() if option.marker or option.keyword]
+    names = [option.keyword_name for option in run.rows() if option.marker or option.keyword]
     assert len(names) == len(set(names))
     # the marker's help line: the core options, then each feature plugin's in plugin order
-    assert table.marker_help().startswith(
+    assert run.marker_help().startswith(
         "aoti(rtol=None, atol=None, strict=None, inductor_configs=None, random=None, "
         "crash_screen=None, budget=None, layouts=None, examples=None, max_dim=None, values=None, "
         "values_draws=None, values_skip=None, precision=None, probes=None, probes_skip=None, "
@@ -218,15 +224,15 @@ def test_rows_and_settings_agree() -> None:
     )
 
 
-def test_one_vocabulary_parses_and_checks_the_probe_policy() -> None:
+def test_one_vocabulary_parses_and_checks_the_probe_policy(run: Catalog) -> None:
     from pytest_aoti.probes.feature import PROBE_POLICIES
 
     assert PROBE_POLICIES.parse(" Fail ") == "fail"
-    assert resolve.checked({"probes": "FAIL"}, marker=True) == {"probes": "fail"}
+    assert resolve.checked({"probes": "FAIL"}, marker=True, catalog=run) == {"probes": "fail"}
     with pytest.raises(argparse.ArgumentTypeError, match="off, report, fail"):
         PROBE_POLICIES.parse("loud")
     with pytest.raises(AotiUsageError, match="^@pytest.mark.aoti: probes must be one of off"):
-        resolve.checked({"probes": "loud"}, marker=True)
+        resolve.checked({"probes": "loud"}, marker=True, catalog=run)
 
 
 LEVEL_PLUGIN = """
@@ -365,7 +371,9 @@ def test_a_field_reads_its_ini_key(run_aoti, pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
 
 
-def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last() -> None:
+def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last(
+    run: Catalog,
+) -> None:
     from pytest_aoti.plugins import default_checks
 
     checks = [*catalog.CHECKS, *default_checks().in_order()]
@@ -395,7 +403,7 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
         "golden",  # trylast too, and registered later: only a passing check is recorded
     ]
     engine = [check for check in checks if check.phase == "engine"]
-    options = current().check_options({"threads": 1, "max_extra_bytes": None, "examples": 20})
+    options = run.check_options({"threads": 1, "max_extra_bytes": None, "examples": 20})
     plan = CheckPlan(module=None, input_sets=(), tolerance=None, calls=1, options=options)
     context = CheckContext(device=torch.device("cpu"))
     applying = [check.name for check in engine if check.applies(plan, context)]
@@ -443,20 +451,19 @@ def test_the_checks_come_by_phase_the_core_s_then_the_plugins_with_timing_last()
     assert "not random" not in [check.name for check in checks if check.applies(plan, context)]
 
 
-def test_the_catalog_orders_the_core_options_then_each_feature_s() -> None:
+def test_the_catalog_orders_the_core_options_then_each_feature_s(run: Catalog) -> None:
     """The run's options: the core per-check rows, then each feature plugin's in the
     default plugins' order; a feature's options and settings are objects of their own."""
     from pytest_aoti.options.check_options import CoreOptions
     from pytest_aoti.options.fields import per_check_fields
     from pytest_aoti.plugins import DEFAULT_PLUGINS
 
-    run = current()
     assert [f.plugin_name for f in run.features] == [
         name for name in DEFAULT_PLUGINS if name in {f.plugin_name for f in run.features}
     ]
     owners = [CoreOptions, *(f.options for f in run.features if f.options)]
     expected = [item.name for owner in owners for item in per_check_fields(owner)]
-    assert [row.keyword_name for row in table.rows() if row.per_check] == expected
+    assert [row.keyword_name for row in run.rows() if row.per_check] == expected
     options = run.check_options({})
     assert set(options.features) == {f.options for f in run.features if f.options}
     assert set(options.as_dict()) == set(expected)

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.options.catalog import Catalog
-from pytest_aoti.options.table import Option, rows
+from pytest_aoti.options.option import Option
 from pytest_aoti.plugins import default_features
 
 # the whole option table, also where the run blocks the feature plugins
-pytestmark = pytest.mark.usefixtures("every_default_plugin")
 
 NEEDS_CUDA = pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs a CUDA device"
@@ -270,7 +269,7 @@ BAD_KEYWORDS = {
 
 
 def test_the_keyword_table_covers_every_marker_and_call_keyword() -> None:
-    keywords = {o.keyword_name for o in rows() if o.marker or o.keyword}
+    keywords = {o.keyword_name for o in Catalog(default_features()).rows() if o.marker or o.keyword}
     assert keywords == set(BAD_KEYWORDS)
 
 
@@ -278,7 +277,7 @@ def test_the_keyword_table_covers_every_marker_and_call_keyword() -> None:
 def test_a_bad_marker_or_call_keyword_fails_its_test_before_any_compile(
     pytester: pytest.Pytester, where: str
 ) -> None:
-    options = {o.keyword_name: o for o in rows()}
+    options = {o.keyword_name: o for o in Catalog(default_features()).rows()}
     names = [
         name
         for name in BAD_KEYWORDS

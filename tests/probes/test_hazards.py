@@ -173,16 +173,21 @@ def test_the_view_and_serving_options_are_validated_and_read(pytester: pytest.Py
     bad_ini.stderr.fnmatch_lines(["*aoti_serving_checks*expected on or off*"])
 
     from pytest_aoti.options.settings import read_settings
+    from pytest_aoti.plugins import default_catalog
 
-    assert read_settings(pytester.parseconfig()).checks.of(ProbeOptions).serving_checks is False
+    run = default_catalog()
+
     assert (
-        read_settings(pytester.parseconfig("--aoti-serving-checks"))
+        read_settings(pytester.parseconfig(), run).checks.of(ProbeOptions).serving_checks is False
+    )
+    assert (
+        read_settings(pytester.parseconfig("--aoti-serving-checks"), run)
         .checks.of(ProbeOptions)
         .serving_checks
         is True
     )
     pytester.makeini("[pytest]\naoti_serving_checks = true\naoti_hazards = all\n")
-    settings = read_settings(pytester.parseconfig())
+    settings = read_settings(pytester.parseconfig(), run)
     assert settings.checks.of(ProbeOptions).serving_checks is True
     assert settings.of(ProbeSettings).hazards == "all"
 

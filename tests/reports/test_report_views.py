@@ -13,11 +13,15 @@ import pytest
 from section_lines import SectionLines
 
 from pytest_aoti.cache.registry import CompileStats
+from pytest_aoti.plugins import default_catalog
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 from pytest_aoti.reports.terminal import durations_table, problem_lines, summary_line
+
+RUN = default_catalog()
+"""A run of every default plugin."""
 
 # the engine adds 5e-5 to one of 1000 elements: beyond fp32's default tolerance, well
 # within the fp64 rule (RMSE 1.6e-6 against eager's float64 run)
@@ -272,10 +276,12 @@ def test_the_summary_line_gives_the_load_time_measured_or_leaves_it_out() -> Non
 
 def test_junit_leaves_out_an_absent_stage() -> None:
     finding = {"kind": "expectation", "message": "wrong", "stage": None}
-    names = [name for name, _ in check_properties(_record("t", outcome="failed", finding=finding))]
+    names = [
+        name for name, _ in check_properties(_record("t", outcome="failed", finding=finding), RUN)
+    ]
     assert "aoti_failure_kind" in names and "aoti_failure_stage" not in names
     staged = _record("t", outcome="failed", finding={**finding, "stage": "decompose"})
-    assert ("aoti_failure_stage", "decompose") in check_properties(staged)
+    assert ("aoti_failure_stage", "decompose") in check_properties(staged, RUN)
 
 
 def test_one_worker_payload_merges_in_one_place() -> None:

@@ -9,14 +9,15 @@ import torch
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.generated.feature import GeneratedOptions
 from pytest_aoti.options.defaults import CheckDefaults
-from pytest_aoti.options.table import keyword_options
+from pytest_aoti.plugins import default_catalog
 from pytest_aoti.probes.feature import ProbeOptions
 from pytest_aoti.run.resolve import CALL_ARGUMENTS, resolve_call
 from pytest_aoti.tester import AotiTester
 from pytest_aoti.threads.feature import ThreadsOptions
 
 # the whole option table, also where the run blocks the feature plugins
-pytestmark = pytest.mark.usefixtures("every_default_plugin")
+RUN = default_catalog()
+"""The whole option table, also where the run blocks the feature plugins."""
 
 CPU = torch.device("cpu")
 
@@ -25,7 +26,7 @@ def test_a_call_is_layered_over_its_defaults() -> None:
     module = torch.nn.Linear(2, 2)
     x, y = torch.ones(1, 2), torch.ones(3, 2)
     marked = CheckDefaults(
-        rtol=0.5, strict=True, inductor_configs={"max_autotune": False}
+        catalog=RUN, rtol=0.5, strict=True, inductor_configs={"max_autotune": False}
     ).overridden(examples=5)
     call = resolve_call(
         marked,
@@ -75,13 +76,13 @@ def test_a_wrong_call_is_refused_before_anything_moves(
     given: dict[str, object], message: str
 ) -> None:
     with pytest.raises(AotiUsageError, match=message):
-        resolve_call(CheckDefaults(), CPU, torch.nn.ReLU(), (torch.ones(2),), **given)  # type: ignore[arg-type]
+        resolve_call(CheckDefaults(catalog=RUN), CPU, torch.nn.ReLU(), (torch.ones(2),), **given)  # type: ignore[arg-type]
 
 
 def test_unknown_inductor_configs_are_refused_before_anything_moves() -> None:
     with pytest.raises(AotiUsageError, match="no_such_inductor_key"):
         resolve_call(
-            CheckDefaults(),
+            CheckDefaults(catalog=RUN),
             CPU,
             torch.nn.ReLU(),
             (torch.ones(2),),
@@ -92,9 +93,13 @@ def test_unknown_inductor_configs_are_refused_before_anything_moves() -> None:
 def test_a_factory_mapping_takes_the_calls_keywords() -> None:
     from pytest_aoti.models.factories import check_keywords
 
-    assert check_keywords() == frozenset((*CALL_ARGUMENTS, *keyword_options()))
-    assert {"rtol", "probes_skip", "max_extra_bytes", "samples"} <= check_keywords()
-    assert "max_dim" not in check_keywords()  # a marker option only
+    assert check_keywords(RUN.keyword_options()) == frozenset(
+        (*CALL_ARGUMENTS, *RUN.keyword_options())
+    )
+    assert {"rtol", "probes_skip", "max_extra_bytes", "samples"} <= check_keywords(
+        RUN.keyword_options()
+    )
+    assert "max_dim" not in check_keywords(RUN.keyword_options())  # a marker option only
 
 
 def test_aoti_check_names_no_option_as_a_parameter() -> None:
@@ -105,16 +110,18 @@ def test_aoti_check_names_no_option_as_a_parameter() -> None:
     parameters = inspect.signature(AotiTester.check).parameters
     named = [name for name in parameters if name not in ("self", "module", "args", "kwargs")]
     assert named == [*CALL_ARGUMENTS, "options"]
-    assert not set(named) & set(keyword_options())
+    assert not set(named) & set(RUN.keyword_options())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_cpu_module_is_moved_to_cuda_once_and_the_callers_stay() -> None:
     module, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
     cuda = torch.device("cuda")
-    call = resolve_call(CheckDefaults(), cuda, module, (x,), samples=[(x,)], dynamic_shapes={})
+    call = resolve_call(
+        CheckDefaults(catalog=RUN), cuda, module, (x,), samples=[(x,)], dynamic_shapes={}
+    )
     assert call.module is not module and next(call.module.parameters()).is_cuda
     assert next(module.parameters()).device == CPU and x.device == CPU
     assert all(args[0].is_cuda for args, _ in call.input_sets)
     # a module already on the device is used as it is
-    assert resolve_call(CheckDefaults(), cuda, call.module, (x,)).module is call.module
+    assert resolve_call(CheckDefaults(catalog=RUN), cuda, call.module, (x,)).module is call.module

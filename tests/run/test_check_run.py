@@ -17,7 +17,7 @@ from pytest_aoti.checks.parity import _expectation_or
 from pytest_aoti.checks.side_by_side import call_history, eager_module
 from pytest_aoti.compare import assert_values
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.options.catalog import current
+from pytest_aoti.plugins import default_catalog
 from pytest_aoti.reports.records import CheckRecord
 from pytest_aoti.run import catalog
 from pytest_aoti.run.phases import PlanRun
@@ -252,16 +252,20 @@ def test_a_missed_expected_value_is_its_own_kind_unless_eager_misses_it_too() ->
 
 
 def test_a_check_s_own_record_fields_reach_the_json_and_come_back() -> None:
+    run = default_catalog()
     record = CheckRecord("t.py::test", "cpu", "key", False, 0.0, 0.0)
+    record.other_fields = run.record_fields()  # as a run's records start
     record.update({"engine_seconds": 0.5, "probe_level": 3})
     assert record.engine_seconds == 0.5  # a declared field
     data = record.to_json()
     assert data["probe_level"] == 3 and "other_fields" not in data
-    declared = CheckRecord("t.py::test", "cpu", "key", False, 0.0, 0.0).to_json()
+    declared = CheckRecord(
+        "t.py::test", "cpu", "key", False, 0.0, 0.0, other_fields=run.record_fields()
+    ).to_json()
     assert list(data) == [*list(declared)[:-1], "probe_level", "engine_over_eager"]
     again = CheckRecord.from_json(data)
     # every feature's fields are in every record, with their values where it did not run
-    expected = {**current().record_fields(), "probe_level": 3}
+    expected = {**run.record_fields(), "probe_level": 3}
     assert again.other_fields == expected and again.to_json() == data
 
 

@@ -23,6 +23,7 @@ from pytest_aoti.errors import AotiCheckError, AotiCompileError
 from pytest_aoti.findings import layouts_lead
 from pytest_aoti.options.check_options import CheckOptions
 from pytest_aoti.options.parsers import ValueProblem, check_layouts, parse_layouts
+from pytest_aoti.plugins import default_catalog
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.records import CheckRecord
 from pytest_aoti.reports.terminal import layout_lines
@@ -30,6 +31,9 @@ from pytest_aoti.run.runner import CallRunner, relaid_plan
 from pytest_aoti.trees import LAYOUTS, relaid, relaid_tree
 
 # --- names -------------------------------------------------------------------------------
+
+RUN = default_catalog()
+"""A run of every default plugin."""
 
 
 def test_a_comma_list_is_a_tuple_and_none_is_off() -> None:
@@ -253,8 +257,8 @@ def test_a_layout_s_record_names_it_in_its_label_json_and_properties() -> None:
     assert record.label == "t.py::test[cpu][channels_last]"
     assert _record("permuted", "passed", index=2).label == "t.py::test[cpu][permuted] #2"
     assert CheckRecord.from_json(record.to_json()).layout == "channels_last"
-    assert ("aoti_layout", "channels_last") in check_properties(record)
-    assert all(name != "aoti_layout" for name, _ in check_properties(_record("", "passed")))
+    assert ("aoti_layout", "channels_last") in check_properties(record, RUN)
+    assert all(name != "aoti_layout" for name, _ in check_properties(_record("", "passed"), RUN))
 
 
 def test_the_summary_lists_the_layouts_of_each_failure() -> None:
