@@ -47,7 +47,7 @@ def check_properties(record: CheckRecord, catalog: Catalog) -> list[tuple[str, A
     }
     props += [(name, value) for name, value in optional.items() if value is not None]
     # a check's own fields (CheckRecord.update) as plain values; features render theirs
-    owned = catalog.record_fields()
+    owned = {name for feature in catalog.features for name in feature.record_fields}
     props += [
         (f"aoti_{name}", value)
         for name, value in record.other_fields.items()
