@@ -1,17 +1,21 @@
-"""The import contract: which part of pytest_aoti may import which, checked on the source.
+"""The import contracts (``[tool.importlinter]`` in pyproject.toml, checked by import-linter)
+held to the package, and the limits on a module's size.
 
-Every import counts, wherever it is written: at the top of a module, inside a function
-(the lazy imports that keep torch out of plugin loading) and under ``TYPE_CHECKING``. A
-module may import modules on its own floor or below, never above, and no chain of imports
-may lead back to where it started. The floors are the parts of the package, by folder:
-a new module in ``checks/`` or ``reports/`` gets its folder's floor without an edit here.
-docs/how-it-is-built.md describes the same floors.
+import-linter reads every import, wherever it is written: at the top of a module, inside a
+function (the lazy imports that keep torch out of plugin loading) and under
+``TYPE_CHECKING``. A module may import modules on its own floor or below, never above; no
+folder's modules import one another in a circle; a feature plugin imports the API and its
+own folder alone. docs/how-it-is-built.md describes the same floors.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,66 +23,8 @@ from pytest_aoti.plugins import DEFAULT_PLUGINS
 
 PACKAGE = "pytest_aoti"
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / PACKAGE
-
-FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # data and helpers every part uses: which code is the user's, pytree clones,
-    # findings, errors, the known torch bugs, the one atomic text write, pluggy's calls in the
-    # default plugins' order; the repro bundle's
-    # script (torch and the standard library only), whose assert_close defaults and AOTI
-    # runner tolerance and compiling/engine_state import
-    (
-        "base",
-        (
-            "frames",
-            "trees",
-            "findings",
-            "errors",
-            "torch_bugs",
-            "atomic_files",
-            "folder_names",
-            "hook_order",
-        ),
-    ),
-    # rules and tables shared by all: judging numbers (tolerances and figures; the trees),
-    # devices, the options (values, rows, typed per-check options, the catalog of a run's
-    # options, settings, the resolver), an exported program's mutation maps and user inputs
-    ("rules", ("tolerance", "compare", "devices", "options", "mutation_maps")),
-    # dynamic shapes, and their public Hypothesis strategies
-    ("shapes", ("shapes", "strategies")),
-    # the torch boundary: export, decompose, compile, load, explain torch's errors, guards,
-    # op classes, the engine read-back runner, the host's compile target, the custom ops a
-    # package calls; engine calls in a child process (isolation)
-    ("compiling", ("compiling", "isolation")),
-    # the artifact cache: content key, local store, registry
-    ("cache", ("cache",)),
-    # one module per check; the decode loop's chain and its check
-    ("checks", ("checks", "steps")),
-    # records and every view of them
-    ("reports", ("reports",)),
-    # one call from eager to result: resolved into its frozen plan, its checks run phase by
-    # phase, the runner that owns it around the export and the compile
-    ("run", ("run",)),
-    # session state, the hooks' extension points, the list of default plugins (outside a
-    # run: their manager, options and checks), and the `aoti` fixture's object: a thin front
-    # on the runner, which a test may also make without the fixture
-    ("session", ("session", "hookspecs", "plugins", "tester")),
-    # the public API a check or feature plugin imports
-    ("api", ("api",)),
-    # the feature plugins, each a folder on the API (see test_features_import_the_api_alone):
-    # the folders of DEFAULT_PLUGINS
-    ("features", tuple(module.split(".")[1] for module in DEFAULT_PLUGINS.values())),
-    # pytest's entry point and the package's public names ("" is pytest_aoti itself);
-    # __main__: the commands outside a pytest run, added by plugins
-    ("plugin", ("plugin", "", "__main__")),
-)
-"""Floors from the bottom up, each with the top-level names (folders or modules) on it."""
-
-MODULE_FLOORS: dict[str, str] = {}
-"""Modules whose floor is not their folder's."""
-
-KNOWN_UPWARD: dict[tuple[str, str], str] = {}
-"""Imports that point up today, each with what replaces it. An entry whose import is gone
-fails the test, so that the list only shrinks."""
+ROOT = PACKAGE_DIR.parent
+LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
 
 
 def module_name(path: Path) -> str:
@@ -93,38 +39,123 @@ def package_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
-def imported_names(source: str, module: str, is_package: bool) -> list[tuple[str, int]]:
-    """Every ``pytest_aoti`` name ``source`` imports, relative to the package, with its line:
-    module-level, deferred (inside functions) and ``TYPE_CHECKING`` imports alike, and
-    ``importlib.import_module`` of a literal name."""
-    found: list[tuple[str, int]] = []
-    here = [PACKAGE, *module.split(".")] if module else [PACKAGE]
-    if not is_package:
-        here = here[:-1]
-    for node in ast.walk(ast.parse(source)):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here[: len(here) - (node.level - 1)]
-                origin = ".".join(base + ([node.module] if node.module else []))
-            else:
-                origin = node.module or ""
-            # `from pytest_aoti.shapes import read` may name a submodule
-            names = [origin, *(f"{origin}.{alias.name}" for alias in node.names)]
-        elif (
-            isinstance(node, ast.Call)
-            and _dynamic_import(node.func)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            names = [node.args[0].value]
-        for name in names:
-            if name == PACKAGE or name.startswith(PACKAGE + "."):
-                found.append((name.removeprefix(PACKAGE).removeprefix("."), node.lineno))
-    return found
+def describe(module: str) -> str:
+    return PACKAGE + (f".{module}" if module else "")
+
+
+def feature_folders() -> set[str]:
+    """The folders of the default plugins (``pytest_aoti.values.plugin``: ``values``)."""
+    return {module.split(".")[1] for module in DEFAULT_PLUGINS.values()}
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the package and the contracts under ``root``."""
+    return subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def contracts() -> dict[str, dict[str, Any]]:
+    """The contracts of pyproject.toml, by id."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return {contract["id"]: contract for contract in config["tool"]["importlinter"]["contracts"]}
+
+
+def test_the_import_contracts_hold() -> None:
+    linted = lint_imports(ROOT)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert f"{len(contracts())} kept, 0 broken" in linted.stdout
+
+
+def layer_names(layer: str) -> list[str]:
+    separator = "|" if "|" in layer else ":"
+    return [name.strip() for name in layer.split(separator)]
+
+
+def test_the_contracts_name_every_feature_and_the_core_below_the_api() -> None:
+    """A new feature folder is declared as one: its own independent sibling above the API,
+    held to the API alone, and out of reach of the entry point's modules."""
+    by_id = contracts()
+    layers = [layer_names(layer) for layer in by_id["floors"]["layers"]]
+    features = {f"{PACKAGE}.{folder}" for folder in feature_folders()}
+    assert "|" in by_id["floors"]["layers"][1]
+    assert {f"{PACKAGE}.{name}" for name in layers[1]} == features
+    assert layers[2] == ["api"]
+    below_api = {f"{PACKAGE}.{name}" for layer in layers[3:] for name in layer}
+    on_the_api = by_id["features-on-the-api"]
+    assert set(on_the_api["source_modules"]) == features
+    assert set(on_the_api["forbidden_modules"]) == below_api
+    assert set(by_id["features-through-pytest"]["forbidden_modules"]) == features
+
+
+MUTATIONS = {
+    "a deferred import up the floors": (
+        "options/catalog.py",
+        "def _read_plugins():\n    from pytest_aoti.plugins import DEFAULT_PLUGINS\n",
+        "pytest_aoti.options.catalog -> pytest_aoti.plugins",
+    ),
+    "a TYPE_CHECKING import up the floors": (
+        "trees.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pytest_aoti.compiling.program import AotiProgram\n",
+        "pytest_aoti.trees -> pytest_aoti.compiling.program",
+    ),
+    "a circle inside a folder": (
+        "checks/state.py",
+        "from pytest_aoti.checks import parity\n",
+        "No cycles are allowed in pytest_aoti.checks",
+    ),
+    "a feature importing the core beside the API": (
+        "values/check.py",
+        "from pytest_aoti.trees import clone_tree\n",
+        "pytest_aoti.values.check -> pytest_aoti.trees",
+    ),
+    "a feature importing another": (
+        "golden/records.py",
+        "from pytest_aoti.weights import feature\n",
+        "pytest_aoti.golden.records -> pytest_aoti.weights.feature",
+    ),
+    "the entry point importing a feature": (
+        "plugin.py",
+        "from pytest_aoti.probes import feature\n",
+        "pytest_aoti.plugin -> pytest_aoti.probes.feature",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+def test_a_broken_rule_is_caught(mutation: str, tmp_path: Path) -> None:
+    """The contracts fail on a copy of the package with one import each rule forbids."""
+    module, added, reported = MUTATIONS[mutation]
+    shutil.copytree(PACKAGE_DIR, tmp_path / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / PACKAGE / module, "a", encoding="utf-8") as source:
+        source.write("\n" + added)
+    linted = lint_imports(tmp_path)
+    assert linted.returncode == 1, linted.stdout + linted.stderr
+    assert reported in linted.stdout.replace("\n", " ")
+
+
+def test_every_import_of_the_package_is_one_the_contracts_see() -> None:
+    """import-linter reads import statements: no module loads a module of the package by
+    ``importlib.import_module`` or ``__import__`` of a literal name instead."""
+    found = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and _dynamic_import(node.func)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).startswith(PACKAGE)
+            ):
+                found.append(f"{describe(name)} line {node.lineno}")
+    assert not found, f"import these by an import statement: {found}"
 
 
 def _dynamic_import(function: ast.expr) -> bool:
@@ -132,125 +163,6 @@ def _dynamic_import(function: ast.expr) -> bool:
     if isinstance(function, ast.Attribute):
         return function.attr == "import_module"
     return isinstance(function, ast.Name) and function.id in ("import_module", "__import__")
-
-
-def resolve(name: str, modules: dict[str, Path]) -> str | None:
-    """The module ``name`` loads: itself, or the module that defines the attribute."""
-    while name not in modules:
-        if not name:
-            return None
-        name = name.rpartition(".")[0]
-    return name
-
-
-def import_graph() -> dict[str, dict[str, int]]:
-    """module -> {imported module: first line}, over every module of the package."""
-    modules = package_modules()
-    graph: dict[str, dict[str, int]] = {}
-    for module, path in modules.items():
-        edges: dict[str, int] = {}
-        source = path.read_text(encoding="utf-8")
-        found = imported_names(source, module, path.name == "__init__.py")
-        for name, line in found:
-            if any(at == line and _submodule_of(other, name, modules) for other, at in found):
-                continue  # `from pytest_aoti import features` imports the module, not the package
-            target = resolve(name, modules)
-            if target is not None and target != module:
-                edges.setdefault(target, line)
-        graph[module] = edges
-    return graph
-
-
-def _submodule_of(name: str, package: str, modules: dict[str, Path]) -> bool:
-    """Whether ``name`` is a module directly inside package ``package``."""
-    return name in modules and name.rpartition(".")[0] == package
-
-
-def floor_of(module: str) -> int | None:
-    """The index of ``module``'s floor in FLOORS; None when no floor names it."""
-    wanted = MODULE_FLOORS.get(module)
-    top = module.partition(".")[0]
-    for index, (floor, names) in enumerate(FLOORS):
-        if floor == wanted or (wanted is None and top in names):
-            return index
-    return None
-
-
-def feature_folders() -> set[str]:
-    """The folders of the default plugins (``pytest_aoti.values.plugin``: ``values``)."""
-    from pytest_aoti.plugins import DEFAULT_PLUGINS
-
-    return {module.split(".")[1] for module in DEFAULT_PLUGINS.values()}
-
-
-def describe(module: str) -> str:
-    return PACKAGE + (f".{module}" if module else "")
-
-
-def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
-    """One import circle of ``graph`` as a path that ends where it starts, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(module: str) -> list[str] | None:
-        state[module] = 1
-        path.append(module)
-        for target in sorted(graph.get(module, {})):
-            if state.get(target) == 1:
-                return path[path.index(target) :] + [target]
-            if target not in state:
-                cycle = visit(target)
-                if cycle:
-                    return cycle
-        path.pop()
-        state[module] = 2
-        return None
-
-    for module in sorted(graph):
-        if module not in state:
-            cycle = visit(module)
-            if cycle:
-                return cycle
-    return None
-
-
-# --------------------------------------------------------------------------- the contract
-
-
-def test_every_module_has_a_floor() -> None:
-    homeless = [describe(module) for module in package_modules() if floor_of(module) is None]
-    assert not homeless, (
-        f"no floor for {', '.join(homeless)}: put the module in a folder of FLOORS or add "
-        "it to FLOORS in tests/core/test_imports.py (and to docs/how-it-is-built.md)"
-    )
-
-
-def test_no_import_circle() -> None:
-    cycle = find_cycle(import_graph())
-    assert cycle is None, "import circle: " + " -> ".join(describe(m) for m in cycle or [])
-
-
-def test_imports_point_down_the_floors() -> None:
-    graph = import_graph()
-    upward = []
-    for module, edges in sorted(graph.items()):
-        for target, line in sorted(edges.items()):
-            low, high = floor_of(module), floor_of(target)
-            if low is None or high is None or high <= low:
-                continue
-            if (module, target) in KNOWN_UPWARD:
-                continue
-            upward.append(
-                f"{describe(module)} (floor {FLOORS[low][0]}, line {line}) imports "
-                f"{describe(target)} (floor {FLOORS[high][0]})"
-            )
-    assert not upward, "imports pointing up:\n" + "\n".join(upward)
-
-
-def test_known_upward_imports_still_exist() -> None:
-    graph = import_graph()
-    gone = [f"{a} -> {b}" for a, b in KNOWN_UPWARD if b not in graph.get(a, {})]
-    assert not gone, f"remove from KNOWN_UPWARD in tests/core/test_imports.py: {', '.join(gone)}"
 
 
 MAX_MODULE_LINES = 600
@@ -291,92 +203,6 @@ def test_known_long_modules_are_still_long() -> None:
     lines = module_lines()
     short = [describe(m) for m in KNOWN_LONG if lines.get(m, 0) <= MAX_MODULE_LINES]
     assert not short, f"remove from KNOWN_LONG in tests/core/test_imports.py: {', '.join(short)}"
-
-
-# --------------------------------------------------------------------------- the scanner
-
-
-def test_scanner_counts_deferred_and_type_checking_imports() -> None:
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "import os\n"
-        "from pytest_aoti.errors import AotiError\n"
-        "if TYPE_CHECKING:\n"
-        "    from pytest_aoti.compiling.program import AotiProgram\n"
-        "def run():\n"
-        "    import pytest_aoti.checks.parity\n"
-        "    from pytest_aoti.shapes import read\n"
-        "    class Inner:\n"
-        "        def method(self):\n"
-        "            from . import trees\n"
-        "            from ..reports import records\n"
-        "    return importlib.import_module('pytest_aoti.tester')\n"
-    )
-    found = imported_names(source, "triage.localize", is_package=False)
-    modules = {
-        name: Path()
-        for name in (
-            "",
-            "errors",
-            "compiling",
-            "compiling.program",
-            "checks",
-            "checks.parity",
-            "shapes",
-            "shapes.read",
-            "triage",
-            "trees",
-            "triage.trees",
-            "reports",
-            "reports.records",
-            "tester",
-        )
-    }
-    resolved = {resolve(name, modules): line for name, line in found}
-    assert resolved == {
-        "errors": 3,
-        "compiling.program": 5,
-        "checks.parity": 7,
-        "shapes": 8,
-        "shapes.read": 8,
-        "triage": 11,
-        "triage.trees": 11,
-        "reports": 12,
-        "reports.records": 12,
-        "tester": 13,
-    }
-
-
-def test_cycle_finder_reports_the_circle() -> None:
-    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
-    assert find_cycle(graph) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None
-
-
-@pytest.mark.parametrize(
-    ("module", "floor"),
-    [
-        ("errors", "base"),
-        ("checks.a_check_added_later", "checks"),
-        ("reports.terminal", "reports"),
-        ("mutation_maps", "rules"),
-        ("triage.repro_script", "features"),
-        ("fleet.signing", "features"),
-        ("models.hf", "features"),
-        ("", "plugin"),
-    ],
-)
-def test_floors_go_by_folder(module: str, floor: str) -> None:
-    index = floor_of(module)
-    assert index is not None and FLOORS[index][0] == floor
-
-
-def test_the_old_circle_would_be_caught() -> None:
-    """errors -> pipeline (a deferred import) -> shapes -> errors, as it was."""
-    graph = import_graph()
-    graph["errors"] = {**graph["errors"], "compiling.pipeline": 1}
-    cycle = find_cycle(graph)
-    assert cycle is not None and "errors" in cycle
 
 
 def parts_table_files(text: str) -> set[str]:
@@ -450,11 +276,11 @@ def test_no_function_or_string_literal_is_over_its_limit() -> None:
         docstrings = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
                     long_functions.append(f"{describe(name)}:{node.name} ({lines})")
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_STRING_LINES and id(node) not in docstrings:
                     long_strings.append(f"{describe(name)} line {node.lineno} ({lines})")
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
@@ -462,57 +288,6 @@ def test_no_function_or_string_literal_is_over_its_limit() -> None:
 
 
 # --------------------------------------------------------------------------- the features
-
-
-def feature_of(module: str) -> str | None:
-    """The feature whose folder holds ``module``, or None."""
-    top = module.partition(".")[0]
-    return top if top in feature_folders() else None
-
-
-def test_nothing_outside_a_feature_imports_its_insides() -> None:
-    """A feature plugin is reached through pytest alone: the list of default plugins names
-    each plugin module, and nothing outside a feature's folder imports its modules."""
-    reached = []
-    for module, edges in sorted(import_graph().items()):
-        for target, line in sorted(edges.items()):
-            owner = feature_of(target)
-            if owner is None or feature_of(module) == owner or target == owner:
-                continue
-            reached.append(f"{describe(module)} (line {line}) imports {describe(target)}")
-    assert not reached, "a feature's insides imported from outside it:\n" + "\n".join(reached)
-
-
-FEATURE_DEBT: dict[str, frozenset[str]] = {}
-"""Per feature folder, the core modules it still imports beside ``api``; the list only
-shrinks (an entry no longer imported fails the test)."""
-
-
-def test_features_import_the_api_alone() -> None:
-    """A feature's modules import ``pytest_aoti.api`` and their own folder, and nothing
-    else of the package: by ``import``, ``from … import``, ``import_module`` or
-    ``__import__`` alike (the scanner reads all four)."""
-    found: dict[str, set[str]] = {}
-    for module, edges in import_graph().items():
-        owner = feature_of(module)
-        if owner is None:
-            continue
-        for target in edges:
-            if target == "api" or feature_of(target) == owner:
-                continue
-            found.setdefault(owner, set()).add(target)
-    new = {
-        owner: sorted(targets - FEATURE_DEBT.get(owner, frozenset()))
-        for owner, targets in found.items()
-        if targets - FEATURE_DEBT.get(owner, frozenset())
-    }
-    assert not new, f"feature modules import the core beside pytest_aoti.api: {new}"
-    paid = {
-        owner: sorted(debt - found.get(owner, set()))
-        for owner, debt in FEATURE_DEBT.items()
-        if debt - found.get(owner, set())
-    }
-    assert not paid, f"remove from FEATURE_DEBT in tests/core/test_imports.py: {paid}"
 
 
 def test_every_default_plugin_is_a_folder_that_declares_its_feature_through_its_hook() -> None:
