@@ -33,7 +33,6 @@ Outcomes are a property of the engine: they are kept with the package (see
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import time
@@ -57,12 +56,12 @@ from pytest_aoti.api import (
     ProgramAttachments,
     RecordPart,
     Triage,
-    clone_tree,
     compare_trees,
     named_user_inputs,
     side_by_side,
 )
 from pytest_aoti.probes.feature import PROBE_KIND, PROBE_KINDS, ProbeOptions
+from pytest_aoti.probes.guards import Judged, call_on_clones, clone_keeping_aliases, guard
 from pytest_aoti.probes.outcomes import (
     EDGE_KIND,
     HAZARDS,
@@ -220,7 +219,12 @@ def run_probes(
         return ProbeReport(kept.outcomes, cached=bool(kept.done), skipped=kept.skipped), variants
     try:
         outcomes_list, skipped_list = _probe(
-            program, module, [variants[index] for index in chosen], tolerance, timeout
+            program,
+            module,
+            [variants[index] for index in chosen],
+            tolerance,
+            timeout,
+            (args, kwargs),
         )
     except Exception as error:  # a probe's own failure never fails a passed check
         return ProbeReport(kept.outcomes, error=f"{type(error).__name__}: {error}"), variants
@@ -316,21 +320,13 @@ def _leaves(tree: Any) -> list[Any]:
     return list(pytree.tree_leaves(tree))
 
 
-@dataclass
-class _Judged:
-    variant: Variant
-    accepted: bool
-    eager: tuple[Any, Any] | None = None
-    reference: Float64Reference | None = None
-    """Eager in float64 on the variant (edge values): the fp64 rule's reference."""
-
-
 def _probe(
     program: AotiProgram,
     module: torch.nn.Module,
     variants: list[Variant],
     tolerance: Tolerance,
     timeout: float,
+    example: tuple[tuple[Any, ...], Mapping[str, Any]],
 ) -> tuple[list[ProbeOutcome], list[str]]:
     """Eager and the exported program's guards here, the engine in a child process: eager
     first (a variant eager rejects never reaches the engine), then the child's calls while
@@ -345,11 +341,11 @@ def _probe(
         started = time.perf_counter()
         beside = side_by_side()  # else the guards run first: the cores do not hold both
         if not beside:
-            _guard(program, judged)
+            guard(program, judged, example)
         pending = start_child(program, [item.variant for item in judged], timeout, (False,))
         try:
             if beside:
-                _guard(program, judged)
+                guard(program, judged, example)
         except BaseException:
             pending.discarded()
             raise
@@ -377,15 +373,15 @@ def _probe(
 
 def _eager_runs(
     program: AotiProgram, module: torch.nn.Module, variants: list[Variant]
-) -> tuple[list[_Judged], list[str]]:
+) -> tuple[list[Judged], list[str]]:
     """Eager's result of each variant it accepts (the others skipped)."""
-    judged: list[_Judged] = []
+    judged: list[Judged] = []
     skipped: list[str] = []
     # one eager copy and one float64 copy for every variant, put back before each
     copies = InputRun.module_copies(module)
     for variant in variants:
         try:
-            eager = _call(
+            eager = call_on_clones(
                 copies.eager().module,
                 *(variant.eager_inputs or (variant.args, variant.kwargs)),
             )
@@ -398,43 +394,13 @@ def _eager_runs(
             reference = Float64Reference(
                 program, module, variant.args, dict(variant.kwargs), shared=copies.float64
             )
-        judged.append(_Judged(variant, not variant.outside_contract, eager, reference))
+        judged.append(Judged(variant, not variant.outside_contract, eager, reference))
     return judged, skipped
-
-
-def _guard(program: AotiProgram, judged: list[_Judged]) -> None:
-    """Whether the exported program accepts each variant inside the contract (``accepted``
-    turns False where it refuses it)."""
-    if not any(item.accepted for item in judged):
-        return
-    guarded = program.exported.module()
-    if program.mutated_buffers:
-        guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
-    for item in judged:
-        if not item.accepted:
-            continue
-        try:
-            _call(guarded, *clone_tree((item.variant.args, item.variant.kwargs)))
-        except Exception:
-            item.accepted = False
-
-
-def _call(module: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, Any]:
-    """Outputs and inputs after one call on clones (the variant itself stays as it is)."""
-    call_args, call_kwargs = _clone_keeping_aliases((args, dict(kwargs)))
-    with torch.no_grad():
-        outputs = module(*call_args, **call_kwargs)
-    return clone_tree(outputs), (call_args, call_kwargs)
-
-
-def _clone_keeping_aliases(tree: Any) -> Any:
-    """A deep copy that keeps the tensors' strides, offsets and sharing of storage."""
-    return copy.deepcopy(tree)
 
 
 def _judge(
     program: AotiProgram,
-    item: _Judged,
+    item: Judged,
     unchecked: dict[str, Any] | None,
     checked: dict[str, Any] | None,
     tolerance: Tolerance,
@@ -593,5 +559,5 @@ def probe_failure(
         return error  # the tester replays the example instead
     # the stage is known (the exported program accepts the input): no attribution; a deep
     # copy keeps the variant's strides, offsets and aliasing: what the engine got
-    args, kwargs = _clone_keeping_aliases((chosen.args, dict(chosen.kwargs)))
+    args, kwargs = clone_keeping_aliases((chosen.args, dict(chosen.kwargs)))
     return triage.replayed(error, module, (tuple(args), kwargs), 1)
