@@ -15,6 +15,8 @@ from pytest_aoti.api import clone_tree
 from pytest_aoti.probes.variants import Variant
 
 if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
     from pytest_aoti.api import AotiProgram, Float64Reference
 
 
@@ -44,13 +46,16 @@ def guard(
     milliseconds to build) is not run for it. A layout or an aliasing variant is one; a
     variant of another size along a dim the program exported as static is refused, as the
     program's input checks compare such a dim with its exported size."""
+    placeholders = _user_placeholders(program.exported)
     for item in judged:
-        if item.accepted and refused_for_size(program, item.variant):
+        if item.accepted and refused_for_size(program, placeholders, item.variant):
             item.accepted = False
     asked = [item for item in judged if item.accepted]
     if asked and not asserts_values(program):
         seen = checked_form(example)
-        asked = [item for item in asked if checked_form(_inputs(item.variant)) != seen]
+        asked = [
+            item for item in asked if checked_form((item.variant.args, item.variant.kwargs)) != seen
+        ]
     if not asked:
         return
     guarded = program.exported.module()
@@ -63,10 +68,23 @@ def guard(
             item.accepted = False
 
 
-def refused_for_size(program: AotiProgram, variant: Variant) -> bool:
+def _user_placeholders(exported: ExportedProgram) -> list[torch.fx.Node]:
+    """The graph's user-input placeholders, in the order its input checks read them."""
+    user_inputs = set(exported.graph_signature.user_inputs)
+    return [
+        node
+        for node in exported.graph.nodes
+        if node.op == "placeholder" and node.name in user_inputs
+    ]
+
+
+def refused_for_size(
+    program: AotiProgram, placeholders: list[torch.fx.Node], variant: Variant
+) -> bool:
     """Whether the exported program's input checks refuse ``variant`` for certain: a tensor
-    of another size along a dim exported as static. False where that cannot be read (the
-    program is then run on the variant)."""
+    of another size along a dim exported as static (``placeholders``: the program's
+    user-input placeholders). False where that cannot be read (the program is then run on
+    the variant)."""
     exported = program.exported
     try:
         from torch.export._unlift import _check_inputs_match  # the order its checks read
@@ -76,12 +94,6 @@ def refused_for_size(program: AotiProgram, variant: Variant) -> bool:
         )
     except Exception:  # another structure (or torch's helper moved): the program's checks tell
         return False
-    user_inputs = set(exported.graph_signature.user_inputs)
-    placeholders = [
-        node
-        for node in exported.graph.nodes
-        if node.op == "placeholder" and node.name in user_inputs
-    ]
     if len(placeholders) != len(flat):
         return False
     for (_, given), node in zip(flat, placeholders):
@@ -94,10 +106,6 @@ def refused_for_size(program: AotiProgram, variant: Variant) -> bool:
         ):
             return True
     return False
-
-
-def _inputs(variant: Variant) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
-    return variant.args, variant.kwargs
 
 
 def checked_form(inputs: tuple[tuple[Any, ...], Mapping[str, Any]]) -> tuple[Any, ...]:
