@@ -17,7 +17,8 @@ generated shapes run the same model exported with a dynamic batch (1 to 16). Eve
   no check of the session drew before (no draw a test passed is kept for it, no crash-screen
   verdict is kept for its draws): what a test's first run costs.
 - **generated shapes**: the dynamic model with ``examples=LOW`` and ``examples=HIGH``
-  (default 4 and 16), ``max_dim=16`` (on the marker), ``values="off"``, ``probes="off"``, ``budget="off"``.
+  (default 8 and 32, the values draws' counts), ``max_dim=16`` (on the marker),
+  ``values="off"``, ``probes="off"``, ``budget="off"``.
 - **probes**: ``run_probes`` without a cache (its outcomes are kept with the package, so a
   check would not run them again), its ``depth`` set to ``LOW`` and ``HIGH`` variants
   (default 4 and 64: every variant), alternating, on the example's program.
@@ -380,7 +381,7 @@ def main() -> int:
         "--draws", type=int, nargs=2, default=(8, 32), help="values draws, low and high"
     )
     parser.add_argument(
-        "--examples", type=int, nargs=2, default=(4, 16), help="generated shapes, low and high"
+        "--examples", type=int, nargs=2, default=(8, 32), help="generated shapes, low and high"
     )
     parser.add_argument(
         "--probes", type=int, nargs=2, default=(4, 64), help="probe variants, low and high"

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from pytest_aoti.cache.registry import CompileStats as CompileStats
     from pytest_aoti.cache.registry import ProgramRegistry as ProgramRegistry
     from pytest_aoti.checks.aliasing import aliased_inputs as aliased_inputs
-    from pytest_aoti.checks.aliasing import ordered_kwargs as ordered_kwargs
     from pytest_aoti.checks.crash_screen import CrashScreen as CrashScreen
     from pytest_aoti.checks.eager_history import EagerRaised as EagerRaised
     from pytest_aoti.checks.float64 import Float64Reference as Float64Reference
@@ -102,6 +101,7 @@ if TYPE_CHECKING:
     from pytest_aoti.isolation.process import side_by_side as side_by_side
     from pytest_aoti.mutation_maps import flat_user_inputs as flat_user_inputs
     from pytest_aoti.mutation_maps import named_user_inputs as named_user_inputs
+    from pytest_aoti.mutation_maps import ordered_kwargs as ordered_kwargs
     from pytest_aoti.mutation_maps import read_signature_names as read_signature_names
     from pytest_aoti.reports.collector import ReportCollector as ReportCollector
     from pytest_aoti.reports.json_report import REPORT_VERSION as REPORT_VERSION
@@ -185,7 +185,7 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "loop_width": "pytest_aoti.compiling.vec_isa",
     "settled_target": "pytest_aoti.compiling.machine",
     "machine_identity": "pytest_aoti.compiling.machine",
-    "ordered_kwargs": "pytest_aoti.checks.aliasing",
+    "ordered_kwargs": "pytest_aoti.mutation_maps",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",
     "quiet_torch_deprecations": "pytest_aoti.compiling.pipeline",

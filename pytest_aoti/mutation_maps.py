@@ -4,6 +4,7 @@ op, so only the values (input names, buffer FQNs) are kept."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,13 +61,15 @@ def flat_user_inputs(
     """``(args, kwargs)`` flattened in the program's user-input order."""
     import torch.utils._pytree as pytree
 
-    in_spec = program.call_spec.in_spec
-    ordered_kwargs = dict(kwargs)
-    if in_spec is not None and in_spec.num_children == 2:
-        kwargs_spec = _child(in_spec, 1)
-        if kwargs_spec.context is not None:
-            ordered_kwargs = {name: kwargs[name] for name in kwargs_spec.context if name in kwargs}
-    return pytree.tree_flatten((tuple(args), ordered_kwargs))[0]
+    return pytree.tree_flatten((tuple(args), ordered_kwargs(program, kwargs)))[0]
+
+
+def ordered_kwargs(program: ExportedProgram, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` in the order ``program`` flattens its keyword inputs (the forward's)."""
+    keywords = _layout(program).keywords
+    if keywords is None:
+        return dict(kwargs)
+    return {name: kwargs[name] for name in keywords if name in kwargs}
 
 
 def named_user_inputs(
@@ -76,7 +79,7 @@ def named_user_inputs(
     mismatch = describe_call_mismatch(program, args, kwargs)
     if mismatch is not None:
         raise ValueError(mismatch)
-    names = read_signature_names(program)
+    names = _layout(program).names
     leaves = flat_user_inputs(program, args, kwargs)
     if len(names) != len(leaves):
         raise ValueError(
@@ -92,12 +95,11 @@ def describe_call_mismatch(
     """How ``(args, kwargs)`` differs from the exported structure, how to call; else None."""
     import torch.utils._pytree as pytree
 
-    in_spec = program.call_spec.in_spec
+    layout = _layout(program)
+    in_spec = layout.in_spec
     if in_spec is None or in_spec.num_children != 2:
         return None
-    args_spec, kwargs_spec = _child(in_spec, 0), _child(in_spec, 1)
-    keywords = [str(name) for name in (kwargs_spec.context or [])]
-    positional = _positional_names(program, args_spec.num_children)
+    keywords, positional = layout.keyword_names, layout.positional
     if len(args) != len(positional) or set(kwargs) != set(keywords):
         return _layout_mismatch(positional, keywords, args, kwargs)
     given = (tuple(args), {name: kwargs[name] for name in keywords})
@@ -112,6 +114,40 @@ def describe_call_mismatch(
         f"got {_render_call(pytree.tree_map(_leaf_label, given))}: pass the same nesting "
         "(and number of elements)"
     )
+
+
+@dataclass(frozen=True)
+class _CallLayout:
+    """How ``program`` is called, read once per program: ``call_spec`` is rebuilt on every
+    access, and a search reads it several times per input set."""
+
+    in_spec: Any
+    keywords: tuple[str, ...] | None
+    """The keyword inputs in flattening order (None: the spec names none)."""
+    positional: list[str]
+    names: tuple[str, ...]
+    """:func:`read_signature_names`."""
+
+    @property
+    def keyword_names(self) -> list[str]:
+        return [str(name) for name in (self.keywords or [])]
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[Any, _CallLayout] = weakref.WeakKeyDictionary()
+
+
+def _layout(program: ExportedProgram) -> _CallLayout:
+    layout = _LAYOUTS.get(program)
+    if layout is None:
+        in_spec = program.call_spec.in_spec
+        keywords, positional = None, []
+        if in_spec is not None and in_spec.num_children == 2:
+            context = _child(in_spec, 1).context
+            keywords = tuple(context) if context is not None else None
+            positional = _positional_names(program, _child(in_spec, 0).num_children)
+        layout = _CallLayout(in_spec, keywords, positional, read_signature_names(program))
+        _LAYOUTS[program] = layout
+    return layout
 
 
 def _child(spec: Any, index: int) -> Any:

@@ -222,7 +222,10 @@ class RunStores:
         """Free the engines kept loaded (each removes the folder it unpacked its package to:
         kept to the interpreter's exit, they are never freed) and remove the registry's
         working folder."""
-        if self._registry is not None and self._registry.engines.clear():
+        engines = self._registry.engines if self._registry is not None else None
+        # a full collection walks every object the compiler left: only for an engine a
+        # reference cycle still holds
+        if engines is not None and engines.clear() and engines.alive:
             gc.collect()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)

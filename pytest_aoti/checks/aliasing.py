@@ -15,7 +15,7 @@ from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Sta
 from pytest_aoti.checks.parity import InputRun, sample_label
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
-from pytest_aoti.mutation_maps import named_user_inputs, read_signature_names
+from pytest_aoti.mutation_maps import named_user_inputs, ordered_kwargs, read_signature_names
 from pytest_aoti.strategies import distinct_like
 
 if TYPE_CHECKING:
@@ -108,14 +108,3 @@ def distinct_inputs(
     ]
     new_args, new_kwargs = pytree.tree_unflatten(fresh, spec)
     return tuple(new_args), dict(new_kwargs)
-
-
-def ordered_kwargs(program: ExportedProgram, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    # the program flattens keyword inputs in the forward's order, as named_user_inputs does
-    in_spec = program.call_spec.in_spec
-    if in_spec is None or in_spec.num_children != 2:
-        return dict(kwargs)
-    kwargs_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
-    if kwargs_spec.context is None:
-        return dict(kwargs)
-    return {name: kwargs[name] for name in kwargs_spec.context if name in kwargs}

@@ -87,6 +87,11 @@ class EnginePool:
             self._pinned.clear()
         return kept
 
+    @property
+    def alive(self) -> int:
+        """Engines something other than this pool still holds (or a reference cycle)."""
+        return len(self._alive)
+
     def _trim(self) -> None:
         """Keep the newest engine, and the next newest while their packages fit the budget."""
         total = kept = 0

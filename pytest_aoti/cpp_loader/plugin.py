@@ -112,5 +112,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if build is not None:  # a build no check waited for: ended, nothing half-written kept
         build.stop()
     runner = sys.modules.get("pytest_aoti.cpp_loader.runner")
-    if runner is not None:  # a runner may be running: end it
-        runner.shutdown()
+    if runner is not None:  # a runner may be running: end it, without waiting for its exit
+        runner.shutdown(wait=False)

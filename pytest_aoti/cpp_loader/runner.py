@@ -139,11 +139,13 @@ class LoaderProcess:
         )
         return f"the C++ loader's runner {how}" + (f": {tail}" if tail else "")
 
-    def close(self) -> None:
-        """End the runner: end of input, then a kill if it does not exit."""
+    def close(self, *, wait: bool = True) -> None:
+        """End the runner: end of input, then a kill if it does not exit. ``wait``: return
+        once it has ended (else a thread of its own waits: the runner frees its engine and
+        exits while this process goes on)."""
         process, self._process = self._process, None
         if process is not None and self._owner == os.getpid():
-            end_process(process, CLOSE_WAIT)
+            end_process(process, CLOSE_WAIT, background=None if wait else "pytest-aoti-runner-end")
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -166,9 +168,10 @@ def loader_process(binary: Path) -> LoaderProcess:
     return _PROCESS
 
 
-def shutdown() -> None:
-    """End this process's runner, if there is one (at the end of the session)."""
+def shutdown(*, wait: bool = True) -> None:
+    """End this process's runner, if there is one (at the end of the session); ``wait``:
+    as :meth:`LoaderProcess.close`."""
     global _PROCESS
     if _PROCESS is not None:
-        _PROCESS.close()
+        _PROCESS.close(wait=wait)
         _PROCESS = None

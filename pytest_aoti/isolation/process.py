@@ -405,23 +405,24 @@ class EngineChild:
             return  # a forked copy of the process that started it: never its to end
         if process is not None:
             # it holds nothing to save: a child slow to tear torch down is ended
-            if wait:
-                end_process(process, CLOSE_WAIT)
-            else:
-                threading.Thread(
-                    target=end_process,
-                    args=(process, CLOSE_WAIT),
-                    name="pytest-aoti-child-end",
-                    daemon=True,
-                ).start()
+            end_process(process, CLOSE_WAIT, background=None if wait else "pytest-aoti-child-end")
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
 
 
-def end_process(process: subprocess.Popen[bytes], wait: float) -> None:
+def end_process(
+    process: subprocess.Popen[bytes], wait: float, *, background: str | None = None
+) -> None:
     """End a child that reads its requests from stdin: the end of its input, then a kill
-    where it has not exited within ``wait`` seconds; its output pipe closed."""
+    where it has not exited within ``wait`` seconds; its output pipe closed. With
+    ``background`` (a thread's name), a daemon thread of that name waits for it instead
+    and this returns at once."""
+    if background is not None:
+        threading.Thread(
+            target=end_process, args=(process, wait), name=background, daemon=True
+        ).start()
+        return
     if process.stdin is not None:
         with contextlib.suppress(OSError):
             process.stdin.close()

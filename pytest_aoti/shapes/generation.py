@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
-from hypothesis import strategies as st
 from torch.export import ExportedProgram
 
 from pytest_aoti.errors import AotiUsageError
@@ -46,6 +45,8 @@ def inputs_for(
     """``(args, kwargs)`` like the example ``like``/``like_kwargs``, with drawn shapes (see
     ``shapes_for``). Tensors keep the example's dtype and device; values are uniform in its [min,
     max] (floats: [-1, 1] where that is empty or not finite), bools random; other leaves kept."""
+    from hypothesis import strategies as st  # loaded where shapes are drawn, not per check
+
     builder = InputBuilder(program, like=like, like_kwargs=like_kwargs)
     return st.builds(builder.build, assignments(builder.shapes, max_dim), st.integers(0, 2**32 - 1))
 
@@ -96,6 +97,8 @@ def _exported(program: Any) -> ExportedProgram:
 
 def assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
     """One integer per shape symbol within its capped range, shrinking to the minimum."""
+    from hypothesis import strategies as st
+
     symbols = {
         name: st.integers(*cap_range(symbol_range, max_dim))
         for name, symbol_range in shapes.symbols.items()

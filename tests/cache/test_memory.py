@@ -68,6 +68,26 @@ def test_the_session_end_frees_every_engine_kept_loaded() -> None:
     assert all(engine() is None for engine in kept)
 
 
+def test_the_pool_says_whether_a_dropped_engine_is_still_held() -> None:
+    # the session's end collects garbage (a walk of every object the compiler left) only
+    # where an engine outlives the pool: held elsewhere or in a reference cycle
+    pool, loads = EnginePool(budget=100 * MB), Loads()
+    loads.get(pool, "a")
+    assert pool.clear() == 1
+    assert pool.alive == 0  # freed as its last reference went: nothing to collect
+    gc.disable()  # no automatic collection between the two reads
+    try:
+        cyclic = loads.get(pool, "b")
+        cyclic.itself = cyclic  # type: ignore[attr-defined]
+        del cyclic
+        assert pool.clear() == 1
+        assert pool.alive == 1
+        gc.collect()
+        assert pool.alive == 0
+    finally:
+        gc.enable()
+
+
 def test_an_engine_in_use_is_never_loaded_twice() -> None:
     pool, loads = EnginePool(budget=0), Loads()
     held = loads.get(pool, "a")

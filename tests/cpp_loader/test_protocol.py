@@ -144,3 +144,14 @@ def test_one_runner_per_process_and_binary(stand_in: Path, tmp_path: Path) -> No
     shutdown()
     assert loader_process(stand_in) is not first
     shutdown()
+
+
+def test_the_sessions_end_does_not_wait_for_the_runner_to_exit(stand_in: Path) -> None:
+    process = loader_process(stand_in)
+    assert process.configure(set_request(1, False, "highest"), 10).ok
+    running = process._process
+    assert running is not None and running.poll() is None
+    shutdown(wait=False)  # returns at once: a thread of its own waits for the exit
+    assert running.wait(timeout=10) is not None, "the end of its input ends the runner"
+    assert loader_process(stand_in) is not process
+    shutdown()
