@@ -46,9 +46,11 @@ def guard(
     milliseconds to build) is not run for it. A layout or an aliasing variant is one; a
     variant of another size along a dim the program exported as static is refused, as the
     program's input checks compare such a dim with its exported size."""
-    placeholders = _user_placeholders(program.exported)
+    exported = program.exported
+    # read once per search: torch rebuilds call_spec on every access
+    placeholders, in_spec = _user_placeholders(exported), exported.call_spec.in_spec
     for item in judged:
-        if item.accepted and refused_for_size(program, placeholders, item.variant):
+        if item.accepted and refused_for_size(in_spec, placeholders, item.variant):
             item.accepted = False
     asked = [item for item in judged if item.accepted]
     if asked and not asserts_values(program):
@@ -58,12 +60,14 @@ def guard(
         ]
     if not asked:
         return
-    guarded = program.exported.module()
+    guarded = exported.module()
     if program.mutated_buffers:
         guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
     for item in asked:
-        try:
-            call_on_clones(guarded, *clone_tree((item.variant.args, item.variant.kwargs)))
+        try:  # only acceptance is read: one copy of the inputs, the outputs dropped
+            args, kwargs = clone_tree((tuple(item.variant.args), dict(item.variant.kwargs)))
+            with torch.no_grad():
+                guarded(*args, **kwargs)
         except Exception:
             item.accepted = False
 
@@ -78,20 +82,15 @@ def _user_placeholders(exported: ExportedProgram) -> list[torch.fx.Node]:
     ]
 
 
-def refused_for_size(
-    program: AotiProgram, placeholders: list[torch.fx.Node], variant: Variant
-) -> bool:
+def refused_for_size(in_spec: Any, placeholders: list[torch.fx.Node], variant: Variant) -> bool:
     """Whether the exported program's input checks refuse ``variant`` for certain: a tensor
-    of another size along a dim exported as static (``placeholders``: the program's
-    user-input placeholders). False where that cannot be read (the program is then run on
-    the variant)."""
-    exported = program.exported
+    of another size along a dim exported as static (``in_spec``: the program's input spec;
+    ``placeholders``: its user-input placeholders). False where that cannot be read (the
+    program is then run on the variant)."""
     try:
         from torch.export._unlift import _check_inputs_match  # the order its checks read
 
-        flat = _check_inputs_match(
-            tuple(variant.args), dict(variant.kwargs), exported.call_spec.in_spec
-        )
+        flat = _check_inputs_match(tuple(variant.args), dict(variant.kwargs), in_spec)
     except Exception:  # another structure (or torch's helper moved): the program's checks tell
         return False
     if len(placeholders) != len(flat):
