@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -507,3 +509,15 @@ def test_generated_inputs_take_the_exported_strides_at_their_shape() -> None:
     assert new_x.shape == (6, 8) and new_x.stride() == (16, 2)
     assert new_y.shape == (6, 8) and new_y.stride() == (0, 1)
     assert torch.equal(new_y[0], new_y[5])
+
+
+def test_the_input_builder_loads_without_hypothesis() -> None:
+    # a check with no dynamic dims builds its inputs here and draws no shape: Hypothesis
+    # (a tenth of a second to import) loads only where shapes are drawn
+    code = (
+        "import sys\n"
+        "from pytest_aoti.shapes.generation import InputBuilder\n"
+        "assert 'hypothesis' not in sys.modules, sorted(m for m in sys.modules if 'hypo' in m)\n"
+        "from pytest_aoti.shapes.generation import inputs_for\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
