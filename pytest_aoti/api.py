@@ -20,40 +20,23 @@ from pytest_aoti.checks.base import (
     RecordPart,
     Triage,
 )
-from pytest_aoti.checks.budget import CheckBudget
 from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
-    AotiInputError,
     AotiUsageError,
     warn_at_caller,
 )
 from pytest_aoti.findings import (
-    PARITY_KINDS,
-    REPRODUCIBLE_KINDS,
     BundleAdapter,
     Figures,
     Finding,
     FindingKind,
     plain_finding,
 )
-from pytest_aoti.options.check_options import CheckOptions
 from pytest_aoti.options.feature import Feature
 from pytest_aoti.options.fields import per_check, session_field
 from pytest_aoti.options.option import Option
-from pytest_aoti.options.parsers import (
-    ValueProblem,
-    Words,
-    check_bytes,
-    check_count,
-    check_non_negative,
-    check_switch,
-    parse_cache_mode,
-    parse_non_negative_int,
-    parse_positive_int,
-    parse_size,
-    parse_switch,
-)
+from pytest_aoti.options.parsers import ValueKind, ValueProblem, Words
 
 if TYPE_CHECKING:
     import pytest
@@ -61,7 +44,6 @@ if TYPE_CHECKING:
     from pytest_aoti.atomic_files import replace_text as replace_text
     from pytest_aoti.cache.registry import CompileStats as CompileStats
     from pytest_aoti.cache.registry import ProgramRegistry as ProgramRegistry
-    from pytest_aoti.checks.aliasing import aliased_inputs as aliased_inputs
     from pytest_aoti.checks.crash_screen import CrashScreen as CrashScreen
     from pytest_aoti.checks.eager_history import EagerRaised as EagerRaised
     from pytest_aoti.checks.float64 import Float64Reference as Float64Reference
@@ -69,21 +51,12 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.parity import InputRun as InputRun
     from pytest_aoti.checks.refused import ExportedRefusals as ExportedRefusals
     from pytest_aoti.checks.refused import Refusal as Refusal
-    from pytest_aoti.checks.refused import refusal_lines as refusal_lines
     from pytest_aoti.checks.replay import InputReplay as InputReplay
     from pytest_aoti.checks.side_by_side import call_history as call_history
     from pytest_aoti.checks.side_by_side import eager_module as eager_module
-    from pytest_aoti.compare import compare_leaf as compare_leaf
-    from pytest_aoti.compare import compare_trees as compare_trees
-    from pytest_aoti.compare import same_answers as same_answers
-    from pytest_aoti.compiling.custom_ops import child_preparation as child_preparation
+    from pytest_aoti.compare import Comparison as Comparison
     from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
-    from pytest_aoti.compiling.graph_ops import aten_op as aten_op
-    from pytest_aoti.compiling.graph_ops import control_flow_name as control_flow_name
-    from pytest_aoti.compiling.graph_ops import first_call_of as first_call_of
-    from pytest_aoti.compiling.graph_ops import is_view_op as is_view_op
-    from pytest_aoti.compiling.graph_ops import op_name as op_name
-    from pytest_aoti.compiling.graph_ops import schema_arguments as schema_arguments
+    from pytest_aoti.compiling.graph_ops import NodeTarget as NodeTarget
     from pytest_aoti.compiling.machine import machine_identity as machine_identity
     from pytest_aoti.compiling.machine import settled_target as settled_target
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
@@ -91,41 +64,23 @@ if TYPE_CHECKING:
     from pytest_aoti.compiling.vec_isa import loop_width as loop_width
     from pytest_aoti.errors import install_hint as install_hint
     from pytest_aoti.errors import user_facing as user_facing
-    from pytest_aoti.folder_names import MAX_NAME_LENGTH as MAX_NAME_LENGTH
-    from pytest_aoti.folder_names import bundle_dir_name as bundle_dir_name
     from pytest_aoti.isolation.process import LineReader as LineReader
     from pytest_aoti.isolation.process import PendingJobs as PendingJobs
     from pytest_aoti.isolation.process import end_process as end_process
     from pytest_aoti.isolation.process import exit_and_last_line as exit_and_last_line
     from pytest_aoti.isolation.process import run_jobs as run_jobs
     from pytest_aoti.isolation.process import side_by_side as side_by_side
-    from pytest_aoti.mutation_maps import flat_user_inputs as flat_user_inputs
-    from pytest_aoti.mutation_maps import named_user_inputs as named_user_inputs
-    from pytest_aoti.mutation_maps import ordered_kwargs as ordered_kwargs
-    from pytest_aoti.mutation_maps import read_signature_names as read_signature_names
+    from pytest_aoti.mutation_maps import ProgramCall as ProgramCall
     from pytest_aoti.reports.collector import ReportCollector as ReportCollector
-    from pytest_aoti.reports.json_report import REPORT_VERSION as REPORT_VERSION
-    from pytest_aoti.reports.json_report import report_document as report_document
-    from pytest_aoti.reports.json_report import write_report_document as write_report_document
     from pytest_aoti.reports.records import CheckRecord as CheckRecord
     from pytest_aoti.reports.terminal import SectionWriter as SectionWriter
-    from pytest_aoti.reports.terminal import durations_table as durations_table
-    from pytest_aoti.reports.terminal import summary_line as summary_line
-    from pytest_aoti.run.resolve import CALL_ARGUMENTS as CALL_ARGUMENTS
     from pytest_aoti.session import session_of as session_of
-    from pytest_aoti.shapes.boundaries import boundary_assignments as boundary_assignments
-    from pytest_aoti.shapes.boundaries import shapes_from_assignment as shapes_from_assignment
     from pytest_aoti.shapes.generation import InputBuilder as InputBuilder
-    from pytest_aoti.shapes.generation import value_range as value_range
     from pytest_aoti.shapes.read import ProgramShapes as ProgramShapes
     from pytest_aoti.steps.chain import StepsRun as StepsRun
-    from pytest_aoti.strategies import assignments as assignments
-    from pytest_aoti.strategies import distinct_like as distinct_like
     from pytest_aoti.tester import AotiTester as AotiTester
     from pytest_aoti.tolerance import LeafStats as LeafStats
     from pytest_aoti.tolerance import Tolerance as Tolerance
-    from pytest_aoti.tolerance import abs_diff as abs_diff
-    from pytest_aoti.tolerance import mismatch_counts as mismatch_counts
     from pytest_aoti.trees import clone_tree as clone_tree
     from pytest_aoti.trees import distinct_shape as distinct_shape
     from pytest_aoti.trees import has_own_elements as has_own_elements
@@ -134,66 +89,40 @@ if TYPE_CHECKING:
     from pytest_aoti.trees import tensor_bytes as tensor_bytes
 
 _LAZY: dict[str, str] = {  # names that load their module (and torch) on first use
-    "REPORT_VERSION": "pytest_aoti.reports.json_report",
-    "report_document": "pytest_aoti.reports.json_report",
-    "write_report_document": "pytest_aoti.reports.json_report",
     "CompileStats": "pytest_aoti.cache.registry",
     "ReportCollector": "pytest_aoti.reports.collector",
-    "durations_table": "pytest_aoti.reports.terminal",
     "SectionWriter": "pytest_aoti.reports.terminal",
-    "summary_line": "pytest_aoti.reports.terminal",
-    "aliased_inputs": "pytest_aoti.checks.aliasing",
     "AotiProgram": "pytest_aoti.compiling.program",
     "AotiTester": "pytest_aoti.tester",
-    "assignments": "pytest_aoti.strategies",
-    "distinct_like": "pytest_aoti.strategies",
-    "boundary_assignments": "pytest_aoti.shapes.boundaries",
-    "bundle_dir_name": "pytest_aoti.folder_names",
-    "CALL_ARGUMENTS": "pytest_aoti.run.resolve",
     "call_history": "pytest_aoti.checks.side_by_side",
     "CheckRecord": "pytest_aoti.reports.records",
-    "child_preparation": "pytest_aoti.compiling.custom_ops",
+    "Comparison": "pytest_aoti.compare",
     "clone_tree": "pytest_aoti.trees",
     "StepsRun": "pytest_aoti.steps.chain",
-    "compare_leaf": "pytest_aoti.compare",
-    "compare_trees": "pytest_aoti.compare",
     "copy_module": "pytest_aoti.checks.module_copy",
-    "same_answers": "pytest_aoti.compare",
-    "aten_op": "pytest_aoti.compiling.graph_ops",
-    "control_flow_name": "pytest_aoti.compiling.graph_ops",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
     "distinct_shape": "pytest_aoti.trees",
     "eager_module": "pytest_aoti.checks.side_by_side",
     "EagerRaised": "pytest_aoti.checks.eager_history",
-    "first_call_of": "pytest_aoti.compiling.graph_ops",
-    "flat_user_inputs": "pytest_aoti.mutation_maps",
     "Float64Reference": "pytest_aoti.checks.float64",
     "has_own_elements": "pytest_aoti.trees",
     "InputBuilder": "pytest_aoti.shapes.generation",
     "InputReplay": "pytest_aoti.checks.replay",
     "InputRun": "pytest_aoti.checks.parity",
     "install_hint": "pytest_aoti.errors",
-    "is_view_op": "pytest_aoti.compiling.graph_ops",
     "laid_out_like": "pytest_aoti.trees",
     "LeafStats": "pytest_aoti.tolerance",
-    "abs_diff": "pytest_aoti.tolerance",
-    "MAX_NAME_LENGTH": "pytest_aoti.folder_names",
-    "mismatch_counts": "pytest_aoti.tolerance",
-    "named_user_inputs": "pytest_aoti.mutation_maps",
-    "op_name": "pytest_aoti.compiling.graph_ops",
-    "schema_arguments": "pytest_aoti.compiling.graph_ops",
     "loop_width": "pytest_aoti.compiling.vec_isa",
     "settled_target": "pytest_aoti.compiling.machine",
     "machine_identity": "pytest_aoti.compiling.machine",
-    "ordered_kwargs": "pytest_aoti.mutation_maps",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",
+    "ProgramCall": "pytest_aoti.mutation_maps",
+    "NodeTarget": "pytest_aoti.compiling.graph_ops",
     "quiet_torch_deprecations": "pytest_aoti.compiling.pipeline",
     "quoted_frames": "pytest_aoti.compiling.explain",
-    "read_signature_names": "pytest_aoti.mutation_maps",
     "Refusal": "pytest_aoti.checks.refused",
     "relaid": "pytest_aoti.trees",
-    "refusal_lines": "pytest_aoti.checks.refused",
     "replace_text": "pytest_aoti.atomic_files",
     "run_jobs": "pytest_aoti.isolation.process",
     "PendingJobs": "pytest_aoti.isolation.process",
@@ -202,26 +131,19 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "end_process": "pytest_aoti.isolation.process",
     "exit_and_last_line": "pytest_aoti.isolation.process",
     "session_of": "pytest_aoti.session",
-    "shapes_from_assignment": "pytest_aoti.shapes.boundaries",
     "tensor_bytes": "pytest_aoti.trees",
     "Tolerance": "pytest_aoti.tolerance",
     "ExportedRefusals": "pytest_aoti.checks.refused",
     "user_facing": "pytest_aoti.errors",
-    "value_range": "pytest_aoti.shapes.generation",
 }
 
 __all__ = [
-    "PARITY_KINDS",
-    "REPRODUCIBLE_KINDS",
     "AotiBufferMutationWarning",
     "AotiCheckError",
-    "AotiInputError",
     "AotiUsageError",
     "BundleAdapter",
     "Check",
-    "CheckBudget",
     "CheckContext",
-    "CheckOptions",
     "CheckPlan",
     "CheckResult",
     "ComparedRun",
@@ -235,19 +157,11 @@ __all__ = [
     "Phase",
     "RecordPart",
     "Triage",
+    "ValueKind",
     "ValueProblem",
     "Words",
     "ProgramAttachments",
     "add_options",
-    "check_bytes",
-    "check_count",
-    "check_non_negative",
-    "check_switch",
-    "parse_cache_mode",
-    "parse_non_negative_int",
-    "parse_positive_int",
-    "parse_size",
-    "parse_switch",
     "per_check",
     "plain_finding",
     "session_field",

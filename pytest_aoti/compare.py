@@ -25,6 +25,7 @@ from pytest_aoti.tolerance import (
     fp64_rescue,
     leaf_figures,
     leaf_stats,
+    mismatch_counts,
     plain_tensor,
     type_name,
     unravel,
@@ -200,6 +201,77 @@ def same_answers(first: Any, second: Any) -> bool:
     leaves, spec = tree_flatten(first)
     others, other_spec = tree_flatten(second)
     return spec == other_spec and all(map(_same_leaf, leaves, others))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Eager's answers against another's under one :class:`~pytest_aoti.api.Tolerance`, as the
+    core's checks compare them: a difference raises ``AotiCheckError`` with its finding."""
+
+    tolerance: Tolerance = _NO_TOLERANCE_SET
+
+    def trees(
+        self,
+        expected: Any,
+        actual: Any,
+        *,
+        what: str,
+        context: str = "",
+        reference: Callable[[], Any] | None = None,
+        scalar_dtypes: Sequence[torch.dtype | None] = (),
+        accumulates: Sequence[int] = (),
+    ) -> list[LeafStats]:
+        """Compare two pytrees leaf by leaf (:func:`compare_trees`); ``what`` labels the root
+        (``"output"``), ``reference`` returns the float64 eager pytree (called once, if needed)."""
+        __tracebackhide__ = True
+        return compare_trees(
+            expected,
+            actual,
+            what=what,
+            context=context,
+            tolerance=self.tolerance,
+            reference=reference,
+            scalar_dtypes=scalar_dtypes,
+            accumulates=accumulates,
+        )
+
+    def leaf(
+        self,
+        expected: Any,
+        actual: Any,
+        *,
+        location: str,
+        context: str = "",
+        reference: Callable[[], Any] | None = None,
+    ) -> LeafStats:
+        """Compare one leaf (:func:`compare_leaf`)."""
+        __tracebackhide__ = True
+        return compare_leaf(
+            expected,
+            actual,
+            location=location,
+            context=context,
+            tolerance=self.tolerance,
+            reference=reference,
+        )
+
+    def mismatches(
+        self, expected: torch.Tensor, actual: torch.Tensor, location: str = ""
+    ) -> tuple[int, float, float]:
+        """``(elements beyond tolerance, max abs error, max rel error)`` of two same-shape
+        tensors, judged per element as :meth:`leaf` does (without the fp64 check)."""
+        return mismatch_counts(expected, actual, self.tolerance, location)
+
+    @staticmethod
+    def same(first: Any, second: Any) -> bool:
+        """Whether two answers of one program are the same: one tree structure, and leaf by
+        leaf equal values (tensors of one shape and dtype, NaN where NaN was)."""
+        return same_answers(first, second)
+
+    @staticmethod
+    def differences(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
+        """|actual - expected| in float64, 0 where both agree (equal infinities, both NaN)."""
+        return abs_diff(expected, actual)
 
 
 def _same_leaf(one: Any, other: Any) -> bool:

@@ -28,6 +28,18 @@ class FindingKind(str):
     def __repr__(self) -> str:
         return f"FindingKind({self.value!r})"
 
+    @property
+    def is_parity(self) -> bool:
+        """A difference between eager and the engine on one input set (an output, an input,
+        an expected value): what stage attribution replays."""
+        return self in PARITY_KINDS
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether a repro bundle's script reproduces a finding of this kind (a feature's own
+        kind through its bundle adapter)."""
+        return self in REPRODUCIBLE_KINDS
+
     OUTPUT: ClassVar[FindingKind]
     MUTATED_INPUT: ClassVar[FindingKind]
     UNTOUCHED_INPUT: ClassVar[FindingKind]

@@ -264,3 +264,47 @@ def read_signature_names(program: ExportedProgram) -> tuple[str, ...]:
         for spec in program.graph_signature.input_specs
         if spec.kind == InputKind.USER_INPUT
     )
+
+
+def aliased_inputs(
+    program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[list[str]]:
+    """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
+    import torch
+
+    groups: dict[tuple[str, int], list[str]] = {}
+    for name, leaf in named_user_inputs(program, args, kwargs).items():
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.numel():
+            storage = leaf.untyped_storage()
+            groups.setdefault((str(leaf.device), storage.data_ptr()), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+class ProgramCall:
+    """How an exported program is called: its user inputs' names and flattening order, read
+    once per program. ``ProgramCall(program.exported).named(args, kwargs)``."""
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.program = program
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The user-input names (``x``, ``xs_0``, a keyword) in flattening order."""
+        return _layout(self.program).names
+
+    def ordered_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``kwargs`` in the order the program flattens its keyword inputs."""
+        return ordered_kwargs(self.program, kwargs)
+
+    def flat(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+        """``(args, kwargs)`` flattened in the program's user-input order."""
+        return flat_user_inputs(self.program, args, kwargs)
+
+    def named(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Each user-input name to the caller's leaf; ``ValueError`` on a call the program
+        does not take."""
+        return named_user_inputs(self.program, args, kwargs)
+
+    def aliased(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[list[str]]:
+        """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
+        return aliased_inputs(self.program, args, kwargs)

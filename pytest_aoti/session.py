@@ -25,7 +25,6 @@ from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.cost_hints import COMPILED_HERE, cost_hints
 from pytest_aoti.reports.events import ItemEvents
 from pytest_aoti.reports.header import describe_devices, header_lines
-from pytest_aoti.reports.json_report import write_run_report
 from pytest_aoti.reports.progress import CompileProgress, write_own_line
 from pytest_aoti.reports.terminal import write_summary
 from pytest_aoti.reports.xdist import send_payload
@@ -248,9 +247,8 @@ class AotiSession:
             return
         figures = self.collector.figures(self._own_figures())
         if self.settings.report is not None:
-            write_run_report(
+            self.collector.write_run_report(
                 self.settings.report,
-                self.collector,
                 stats=stores.stats,
                 totals=_merged(
                     self.config.hook.pytest_aoti_totals(config=self.config, figures=figures)

@@ -8,14 +8,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.utils._pytree as pytree
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase, Stats
 from pytest_aoti.checks.parity import InputRun, sample_label
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import FindingKind
-from pytest_aoti.mutation_maps import named_user_inputs, ordered_kwargs, read_signature_names
+from pytest_aoti.mutation_maps import aliased_inputs, ordered_kwargs, read_signature_names
 from pytest_aoti.strategies import distinct_like
 
 if TYPE_CHECKING:
@@ -77,18 +76,6 @@ def _specialized(error: AotiCheckError, aliased: list[list[str]]) -> AotiCheckEr
             extra={**finding.extra, "aliased": aliased},
         )
     )
-
-
-def aliased_inputs(
-    program: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> list[list[str]]:
-    """Groups of user-input names whose tensors share storage, e.g. ``[["x", "y"]]``."""
-    groups: dict[tuple[str, int], list[str]] = {}
-    for name, leaf in named_user_inputs(program, args, kwargs).items():
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.numel():
-            storage = leaf.untyped_storage()
-            groups.setdefault((str(leaf.device), storage.data_ptr()), []).append(name)
-    return [names for names in groups.values() if len(names) > 1]
 
 
 def distinct_inputs(

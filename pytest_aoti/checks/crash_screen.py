@@ -27,7 +27,7 @@ from pytest_aoti.checks.base import (
     RecordPart,
     Triage,
 )
-from pytest_aoti.compiling.custom_ops import ChildPreparation, child_preparation
+from pytest_aoti.compiling.custom_ops import ChildPreparation
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind, plain_finding
 from pytest_aoti.isolation.process import HUNG, PendingJobs
@@ -202,7 +202,7 @@ class CrashScreen:
 
     def _prepared(self) -> ChildPreparation:
         if self._preparation is None:
-            self._preparation = child_preparation(self.program)
+            self._preparation = self.program.child_preparation()
         return self._preparation
 
     def search_engine(self, load: Callable[[], Any], input_set: InputSet) -> Callable[[], Any]:

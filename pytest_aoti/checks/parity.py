@@ -27,7 +27,7 @@ from pytest_aoti.checks.module_guard import AttributeChange, ModuleCopies, descr
 from pytest_aoti.checks.state import BufferReadBack, BufferState, compare_buffers, merge_states
 from pytest_aoti.compare import assert_unchanged, assert_values, compare_leaf, compare_trees
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import PARITY_KINDS, Finding, FindingKind
+from pytest_aoti.findings import Finding, FindingKind
 from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.tolerance import LeafStats, Tolerance
 from pytest_aoti.torch_bugs import BUFFER_STATE_NOT_CARRIED
@@ -410,7 +410,7 @@ class InputRun:
     def _explained(self, finding: Finding, call: int) -> Finding:
         """``finding`` with what explains it: an attribute export froze, or carried buffers."""
         changes = self.attribute_changes
-        if changes and finding.kind in PARITY_KINDS:
+        if changes and FindingKind(finding.kind).is_parity:
             return replace(
                 finding,
                 lead=describe_changes(list(changes)),
@@ -423,7 +423,7 @@ class InputRun:
     def _stateful(self, finding: Finding, call: int) -> Finding:
         """Name the mutated buffers when a stateful program diverges after its first call."""
         buffers = self.program.mutated_buffers
-        if call < 2 or not buffers or finding.kind not in PARITY_KINDS:
+        if call < 2 or not buffers or not FindingKind(finding.kind).is_parity:
             return finding
         verified = {state.name for state in self.buffers if state.verified}
         if buffers <= verified:  # read back and equal to eager's: the state is not the cause

@@ -32,6 +32,31 @@ class Refusal(Exception):
         self.error = error
         """torch's exception class name."""
 
+    def lines(self) -> tuple[list[str], list[str]]:
+        """``(details, notes)`` of a refusal's finding."""
+        details = [
+            f"the exported program (exported.module(), no compile) refuses it: {self.error}: "
+            f"{self.assertion}"
+        ]
+        notes = []
+        if self.value_dependent:
+            details.append(
+                "the assertion is on a data-dependent size (an unbacked symbol such as u0: a "
+                "count of True values, nonzero()), so it depends on the input values: "
+                f"{VALUE_DRAWS} draws of values for this shape were all refused"
+            )
+            notes.append(
+                "the program accepts only some values at this shape: check chosen inputs with "
+                "samples=[...] and examples=0, or make the model accept any such size"
+            )
+        else:
+            notes.append(
+                "torch.export inserted this runtime assertion while tracing: narrow the declared "
+                "range (Dim min/max) to the shapes the model accepts, or make the model accept "
+                "every shape in the range"
+            )
+        return details, notes
+
 
 def has_runtime_asserts(exported: ExportedProgram) -> bool:
     """Whether the program checks runtime assertions torch.export inserted."""
@@ -82,29 +107,3 @@ class ExportedRefusals:
                 if self.refusal(*build(other)) is None:
                     return other
         raise refusal
-
-
-def refusal_lines(refusal: Refusal) -> tuple[list[str], list[str]]:
-    """``(details, notes)`` of a refusal's finding."""
-    details = [
-        f"the exported program (exported.module(), no compile) refuses it: {refusal.error}: "
-        f"{refusal.assertion}"
-    ]
-    notes = []
-    if refusal.value_dependent:
-        details.append(
-            "the assertion is on a data-dependent size (an unbacked symbol such as u0: a "
-            "count of True values, nonzero()), so it depends on the input values: "
-            f"{VALUE_DRAWS} draws of values for this shape were all refused"
-        )
-        notes.append(
-            "the program accepts only some values at this shape: check chosen inputs with "
-            "samples=[...] and examples=0, or make the model accept any such size"
-        )
-    else:
-        notes.append(
-            "torch.export inserted this runtime assertion while tracing: narrow the declared "
-            "range (Dim min/max) to the shapes the model accepts, or make the model accept "
-            "every shape in the range"
-        )
-    return details, notes

@@ -12,10 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pytest_aoti.compiling.program import AotiProgram
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -59,12 +56,12 @@ def called_ops(package: Path) -> set[str]:
     return names
 
 
-def child_preparation(program: AotiProgram) -> ChildPreparation:
-    """The modules that registered the ops ``program`` calls, and the op libraries loaded here."""
+def child_preparation(package: Path) -> ChildPreparation:
+    """The modules that registered the ops ``package`` calls, and the op libraries loaded here."""
     import torch
 
     user_defined = set(getattr(torch.library, "_defs", ()))
-    wanted = sorted(op for op in called_ops(program.package_path) if op in user_defined)
+    wanted = sorted(op for op in called_ops(package) if op in user_defined)
     imports: dict[str, str] = {}
     unfound: list[str] = []
     for op in wanted:

@@ -4,6 +4,7 @@ that moves them is fixed here."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -120,3 +121,43 @@ def _read_dtypes(node: Any) -> list[Any]:
             continue
         pending += [arg for arg in current.args if isinstance(arg, torch.fx.Node)]
     return dtypes
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """What a graph node calls (``node.target``), as a check asks about it:
+    ``NodeTarget(node.target).aten``."""
+
+    target: Any
+
+    @property
+    def aten(self) -> OpOverload | None:
+        """The ``OpOverload`` it is, or None (a higher-order op, ``operator.getitem``)."""
+        return aten_op(self.target)
+
+    @property
+    def name(self) -> str:
+        """``aten.mul.Tensor`` for an operator overload, else the callable's name."""
+        return op_name(self.target)
+
+    @property
+    def is_view(self) -> bool:
+        """Whether it returns a view of an input (``aten.view``, ``aten.slice``)."""
+        return is_view_op(self.target)
+
+    @property
+    def control_flow(self) -> str | None:
+        """The name of a higher-order op (``cond``, ``while_loop``, ``map_impl``), or None."""
+        return control_flow_name(self.target)
+
+    @property
+    def arguments(self) -> Sequence[Any]:
+        """An operator overload's declared arguments (``name``, ``has_default_value()``,
+        ``default_value``); none for anything else."""
+        op = aten_op(self.target)
+        return schema_arguments(op) if op is not None else ()
+
+    @staticmethod
+    def first_call_in(graph: Any, names: Iterable[str]) -> str | None:
+        """The first op of ``graph`` named in ``names`` (``topk`` or ``max.dim``), else None."""
+        return first_call_of(graph, names)

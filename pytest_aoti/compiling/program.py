@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.accumulation import Accumulation, accumulation
+from pytest_aoti.compiling.custom_ops import ChildPreparation, child_preparation
 from pytest_aoti.compiling.graph_ops import scalar_output_dtypes
 from pytest_aoti.compiling.pipeline import decompose, load_engine
 from pytest_aoti.errors import AotiInputError, user_facing
@@ -179,6 +180,11 @@ class AotiProgram:
     def package_path(self) -> Path:
         """The ``.pt2`` package this program loads its engine from."""
         return self._artifact.package_path
+
+    def child_preparation(self) -> ChildPreparation:
+        """What a fresh process does before it loads this package: import the modules that
+        registered the custom ops it calls, load the op libraries loaded here."""
+        return child_preparation(self.package_path)
 
     @property
     def package_bytes(self) -> int:

@@ -10,12 +10,11 @@ import torch
 
 from pytest_aoti.api import (
     AotiCheckError,
+    Comparison,
     Finding,
     FindingKind,
     Tolerance,
-    abs_diff,
     clone_tree,
-    compare_leaf,
     plain_finding,
 )
 
@@ -83,11 +82,10 @@ class Agreement:
             if one_sided:
                 raise self._error(location, f"{one_sided} element(s) are NaN on one side only")
         try:
-            compare_leaf(
+            Comparison(EXACT if self.exact else self.tolerance).leaf(
                 engine,
                 loader,
                 location=location,
-                tolerance=EXACT if self.exact else self.tolerance,
             )
         except AotiCheckError as error:
             figures = error.finding.figures
@@ -103,11 +101,11 @@ class Agreement:
         if self.exact:
             return
         try:
-            compare_leaf(eager, _cpu(engine), location=location, tolerance=self.tolerance)
+            Comparison(self.tolerance).leaf(eager, _cpu(engine), location=location)
         except AotiCheckError:
             return  # parity passed it by a rule of its own (float64): not this check's to judge
         try:
-            compare_leaf(eager, loader, location=location, tolerance=self.tolerance)
+            Comparison(self.tolerance).leaf(eager, loader, location=location)
         except AotiCheckError as error:
             finding = error.finding
             raise self._error(
@@ -154,7 +152,7 @@ def max_abs(expected: Any, actual: Any) -> float:
     want, got = _cpu(expected), actual
     if want.shape != got.shape or want.numel() == 0:
         return 0.0
-    largest = float(abs_diff(want, got).max())
+    largest = float(Comparison.differences(want, got).max())
     return largest if not math.isnan(largest) else math.inf
 
 

@@ -24,13 +24,12 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
+    Comparison,
     Outcome,
     Phase,
+    ProgramCall,
     RecordPart,
     call_history,
-    child_preparation,
-    flat_user_inputs,
-    same_answers,
     session_of,
 )
 from pytest_aoti.cpp_loader.agreement import Agreement, loader_failed, max_abs, perturbed
@@ -117,7 +116,7 @@ def program_reason(context: CheckContext) -> str:
         return f"the runner loads CPU and CUDA packages, not {context.device.type}"
     if context.random_ops:
         return "the program draws random numbers: another process draws others"
-    preparation = child_preparation(program)
+    preparation = program.child_preparation()
     python_ops = [name for name, _ in preparation.imports] + list(preparation.unfound)
     if python_ops:
         return (
@@ -266,7 +265,7 @@ class LoaderRun:
         __tracebackhide__ = True
         tensors = [
             leaf.detach()
-            for leaf in flat_user_inputs(self.program.exported, args, kwargs)
+            for leaf in ProgramCall(self.program.exported).flat(args, kwargs)
             if isinstance(leaf, torch.Tensor)
         ]
         if self.program.device.type != "cpu":
@@ -307,7 +306,7 @@ class LoaderRun:
         if self.stateful:
             return True  # a fresh engine per input set: its first call is the one compared
         ((again, _),) = call_history(self.program, engine, args, kwargs, 1)
-        return same_answers(first, again)
+        return Comparison.same(first, again)
 
     def _mode(self, exact: bool) -> str:
         """How the results must agree with the Python engine's, in words for the failure."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, check_switch, parse_switch, per_check
+from pytest_aoti.api import Feature, ValueKind, per_check
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,7 @@ class CppLoaderOptions:
         "outputs must equal the Python engine's and match eager's. Skipped, with the reason, "
         "on a machine without a C++ compiler or torch's headers, or for a program that "
         "calls custom ops registered in Python. Default: on.",
-        parse=parse_switch,
-        check=check_switch,
+        kind=ValueKind.SWITCH,
         marker=True,
         keyword=True,
     )

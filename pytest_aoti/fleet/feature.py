@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, Option, parse_cache_mode, session_field
+from pytest_aoti.api import Feature, Option, ValueKind, session_field
 
 
 def parse_storage_options(text: str) -> dict[str, Any]:
@@ -76,7 +76,7 @@ class FleetSettings:
     cache_remote: str = session_field(
         Option(
             "aoti-cache-remote",
-            parse_cache_mode,
+            ValueKind.CACHE_MODE.parse,
             "readwrite",
             "What the run does with --aoti-cache-url: off, read or readwrite (publishes only "
             "with a signing key). Default: readwrite.",

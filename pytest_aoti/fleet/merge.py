@@ -14,16 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.api import (
-    REPORT_VERSION,
-    CheckRecord,
-    CompileStats,
-    ReportCollector,
-    durations_table,
-    report_document,
-    summary_line,
-    write_report_document,
-)
+from pytest_aoti.api import CheckRecord, CompileStats, ReportCollector
 from pytest_aoti.fleet.store import RemoteStats
 
 __all__ = ["ReportMergeError", "load_report", "merge_reports", "summary_lines", "write_report"]
@@ -44,10 +35,10 @@ def load_report(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict) or "version" not in document:
         raise ReportMergeError(f"{path}: not a pytest-aoti report (no 'version')")
     version = document["version"]
-    if version != REPORT_VERSION:
+    if version != ReportCollector.VERSION:
         raise ReportMergeError(
             f"{path}: report schema version {version!r}, this pytest-aoti reads version "
-            f"{REPORT_VERSION}; merge with the pytest-aoti version that wrote it"
+            f"{ReportCollector.VERSION}; merge with the pytest-aoti version that wrote it"
         )
     if not isinstance(document.get("checks"), list) or not isinstance(document.get("totals"), dict):
         raise ReportMergeError(f"{path}: report has no 'checks' list or 'totals' object")
@@ -103,12 +94,10 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, Any]:
     if remote:
         totals["remote"] = _sum_remote(remote)
     first = documents[0]
-    merged = report_document(
-        collector.records,
+    merged = collector.document(
         devices=sorted({d for document in documents for d in document.get("devices", [])}),
         totals=totals,
         interrupted=any(bool(document.get("interrupted")) for document in documents),
-        compiles=collector.compiles,
         created=max(str(document.get("created", "")) for document in documents) or None,
         torch=first.get("torch"),
         build=first.get("build"),
@@ -119,7 +108,7 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, Any]:
 
 def write_report(document: Mapping[str, Any], path: Path) -> None:
     """Write atomically, like a session's own report."""
-    write_report_document(path, document)
+    ReportCollector.write(path, document)
 
 
 def summary_lines(document: Mapping[str, Any], durations: int = 5) -> list[str]:
@@ -129,11 +118,11 @@ def summary_lines(document: Mapping[str, Any], durations: int = 5) -> list[str]:
     if records and durations >= 0:
         title = "all AOTI checks" if durations == 0 else f"slowest {durations} AOTI checks"
         lines.append(f"aoti: {title}")
-        lines += durations_table(records, durations)
+        lines += ReportCollector(records=records).durations_table(durations)
     totals = document["totals"]
     failed = sum(1 for record in records if record.outcome == "failed")
     # the terminal's own compile figures line, of the programs the checks and compiles name
-    figures = summary_line(CompileStats.from_payload(shard_payload(document)["stats"]))
+    figures = CompileStats.from_payload(shard_payload(document)["stats"]).summary_line()
     lines.append(
         f"aoti: {len(records)} checks ({failed} failed) from "
         f"{len(document.get('merged_from', []))} reports; "

@@ -28,10 +28,7 @@ from pytest_aoti.api import (
     Phase,
     Refusal,
     Triage,
-    boundary_assignments,
     plain_finding,
-    refusal_lines,
-    shapes_from_assignment,
     side_by_side,
 )
 from pytest_aoti.generated.feature import SHAPE_KIND, GeneratedOptions
@@ -166,7 +163,7 @@ def check_generated(
     )
 
     boundary_failure: ShapeFailure | None = None
-    for values in boundary_assignments(builder.shapes, generation.max_dim):
+    for values in builder.shapes.boundary_assignments(generation.max_dim):
         try:
             checker.run(values, seed=0)
         except ShapeFailure as failure:
@@ -387,7 +384,7 @@ class _ShapeChecker:
 
 def _describe_shapes(shapes: ProgramShapes, values: Mapping[str, int]) -> str:
     """``x=(3, 8), y=(3,)``: the concrete shape of every tensor input."""
-    concrete = shapes_from_assignment(shapes, values)
+    concrete = shapes.sizes_at(values)
     return ", ".join(f"{name}={tuple(shape)}" for name, shape in concrete.items())
 
 
@@ -396,7 +393,7 @@ def _report(
 ) -> Finding:
     """The finding of a generated shape: the shape and its dims first, then what differed
     there (the inner finding's stage, node and figures are kept)."""
-    concrete = shapes_from_assignment(shapes, failure.values)
+    concrete = shapes.sizes_at(failure.values)
     dims = []
     for spec in shapes.inputs:
         for axis, (size, expr) in enumerate(zip(concrete[spec.name], spec.shape)):
@@ -428,7 +425,7 @@ def _report(
         "boundary": failure.boundary,
     }
     if isinstance(error, Refusal):
-        details, notes = refusal_lines(error)
+        details, notes = error.lines()
 
         return Finding(
             kind=SHAPE_KIND,

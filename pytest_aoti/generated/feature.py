@@ -13,10 +13,7 @@ from pytest_aoti.api import (
     BundleAdapter,
     Feature,
     FindingKind,
-    check_count,
-    check_non_negative,
-    parse_non_negative_int,
-    parse_positive_int,
+    ValueKind,
     per_check,
 )
 
@@ -32,8 +29,7 @@ class GeneratedOptions:
         DEFAULT_EXAMPLES,
         "Generated input shapes per dynamic-shape check; 0 turns generation off. "
         f"Default: {DEFAULT_EXAMPLES}.",
-        parse=parse_non_negative_int,
-        check=check_non_negative,
+        kind=ValueKind.NON_NEGATIVE,
         marker=True,
         keyword=True,
     )
@@ -41,8 +37,7 @@ class GeneratedOptions:
         DEFAULT_MAX_DIM,
         "Largest size drawn for a generated dim, and the cap of unbounded ranges. "
         f"Default: {DEFAULT_MAX_DIM}.",
-        parse=parse_positive_int,
-        check=check_count,
+        kind=ValueKind.COUNT,
         marker=True,
     )
 

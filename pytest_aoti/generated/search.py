@@ -17,8 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
-from pytest_aoti.api import assignments
-
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram, ProgramShapes
 
@@ -146,7 +144,7 @@ def _hypothesis_search(
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
     )
-    @given(values=assignments(shapes, generation.max_dim), seed=st.integers(0, 2**32 - 1))
+    @given(values=shapes.assignments(generation.max_dim), seed=st.integers(0, 2**32 - 1))
     def generated_shapes(values: dict[str, int], seed: int) -> None:
         body(values, seed)
 

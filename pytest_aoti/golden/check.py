@@ -29,12 +29,10 @@ from pytest_aoti.api import (
     CheckPlan,
     Outcome,
     Phase,
+    ProgramCall,
     RecordPart,
     call_history,
-    child_preparation,
-    flat_user_inputs,
     machine_identity,
-    named_user_inputs,
     plain_finding,
     run_jobs,
     session_of,
@@ -128,7 +126,7 @@ def _record(
 ) -> Outcome:
     program = context.program
     args, kwargs = plan.input_sets[0]
-    flat = flat_user_inputs(program.exported, tuple(args), dict(kwargs))
+    flat = ProgramCall(program.exported).flat(tuple(args), dict(kwargs))
     eager = _one_call(program, plan.module, args, kwargs, eager=True)
     engine = _one_call(program, program.engine_in_exported_state(), args, kwargs)
     names = _output_names(eager[0])
@@ -216,7 +214,7 @@ def _one_call(
 
 def _tensor_input_names(program: AotiProgram, args: Any, kwargs: Any) -> list[str]:
     """The names of the tensor inputs, in the order of the flat inputs the engine takes."""
-    named = named_user_inputs(program.exported, tuple(args), dict(kwargs))
+    named = ProgramCall(program.exported).named(tuple(args), dict(kwargs))
     return [name for name, value in named.items() if isinstance(value, torch.Tensor)]
 
 
@@ -390,8 +388,8 @@ def _package_answer(
     program: AotiProgram, record: GoldenRecord, args: Any, kwargs: Any, fleet: FleetStore | None
 ) -> dict[str, Any] | str:
     """The recorded package's answer in the engine child, or why there is none."""
-    flat = flat_user_inputs(program.exported, args, kwargs)
-    preparation = child_preparation(program)
+    flat = ProgramCall(program.exported).flat(args, kwargs)
+    preparation = program.child_preparation()
     return package_answer(
         record,
         [leaf for leaf in flat if isinstance(leaf, torch.Tensor)],

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, FindingKind, Option, parse_size, parse_switch, session_field
+from pytest_aoti.api import Feature, FindingKind, Option, ValueKind, session_field
 
 UPDATE_FLAG = "--aoti-golden-update"
 
@@ -32,7 +32,7 @@ class GoldenSettings:
     golden_package_limit: int = session_field(
         Option(
             "aoti-golden-package-limit",
-            parse_size,
+            ValueKind.BYTES.parse,
             64 * 2**20,
             "Largest package a golden record keeps (4GiB, 500MB, bytes); a larger one is "
             "recorded by its digest and the path it was written to, where the check expects "
@@ -42,7 +42,7 @@ class GoldenSettings:
     golden_update: bool = session_field(
         Option(
             "aoti-golden-update",
-            parse_switch,
+            ValueKind.SWITCH.parse,
             False,
             "Write (or rewrite, where changed) the golden record of each passing check under "
             "--aoti-golden, and after a run that collected every test, delete the records of "

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import Feature, FindingKind, check_bytes, per_check
+from pytest_aoti.api import Feature, FindingKind, ValueKind, per_check
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class MemoryOptions:
         None,
         "Device memory one engine call of the example may allocate beyond what was "
         "allocated before it (CUDA only; None: not checked).",
-        check=check_bytes,
+        check=ValueKind.BYTES.check,
         keyword=True,
     )
 

@@ -45,7 +45,7 @@ def test_model(aoti: AotiTester, aoti_model_spec: ModelSpec) -> None:
         aoti_model_spec.factory,
         aoti.device,
         aoti_model_spec.label,
-        aoti.defaults.catalog.keyword_options(),
+        aoti.defaults.catalog.check_keywords(),
     )
     aoti.check(case.module, case.args, case.kwargs, **case.check)
 
@@ -163,7 +163,7 @@ def list_specs(config: pytest.Config, session: pytest.Session) -> int:
     from pytest_aoti.api import session_of
     from pytest_aoti.models.factories import call_factory, describe_inputs
 
-    options = session_of(config).catalog.keyword_options()
+    options = session_of(config).catalog.check_keywords()
 
     plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
     specs: list[ModelSpec] = plugin.specs if isinstance(plugin, ModelSpecs) else []

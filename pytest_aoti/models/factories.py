@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from pytest_aoti.api import CALL_ARGUMENTS, AotiUsageError, user_facing
+from pytest_aoti.api import AotiUsageError, user_facing
 
 _RETURN_FORMS = (
     "(module, args), (module, args, kwargs) or a mapping with 'module', 'args', "
@@ -30,19 +30,21 @@ class ModelCase:
     """Further keywords of :meth:`~pytest_aoti.AotiTester.check` (``dynamic_shapes``, ...)."""
 
 
-def check_keywords(options: Iterable[str]) -> frozenset[str]:
-    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs: what the
-    call checks and the run's option keywords ``options`` (``**options``)."""
-    return frozenset((*CALL_ARGUMENTS, *options))
+def check_keywords(keywords: Iterable[str]) -> frozenset[str]:
+    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs, as the
+    run's catalog lists them (``catalog.check_keywords()``: what the call checks, then the
+    option keywords)."""
+    return frozenset(keywords)
 
 
 @user_facing
 def call_factory(
-    factory: Callable[..., Any], device: torch.device, spec: str, options: Iterable[str]
+    factory: Callable[..., Any], device: torch.device, spec: str, keywords: Iterable[str]
 ) -> ModelCase:
     """``torch.manual_seed(0)``, then the factory (given ``device=`` if it takes it); a
-    wrong return shape raises ``AotiUsageError`` with the caller's frame only. ``options``:
-    the run's ``aoti.check`` option keywords, which a returned mapping may hold."""
+    wrong return shape raises ``AotiUsageError`` with the caller's frame only. ``keywords``:
+    the run's ``aoti.check`` keywords (``catalog.check_keywords()``), which a returned
+    mapping may hold."""
     __tracebackhide__ = True
     torch.manual_seed(0)
     try:
@@ -53,7 +55,7 @@ def call_factory(
     if signature is not None:
         _check_callable_as_factory(signature, spec)
     returned = factory(device=device) if takes_device else factory()
-    return read_case(returned, spec, options)
+    return read_case(returned, spec, keywords)
 
 
 def _check_callable_as_factory(signature: inspect.Signature, spec: str) -> None:
@@ -75,12 +77,12 @@ def _check_callable_as_factory(signature: inspect.Signature, spec: str) -> None:
         )
 
 
-def read_case(returned: Any, spec: str, options: Iterable[str]) -> ModelCase:
+def read_case(returned: Any, spec: str, accepted: Iterable[str]) -> ModelCase:
     """The :class:`ModelCase` of a factory's return value (a mapping may hold the run's
-    ``aoti.check`` option keywords ``options``); a wrong shape is an ``AotiUsageError`` that
-    says which forms are accepted."""
+    ``aoti.check`` keywords ``accepted``); a wrong shape is an ``AotiUsageError`` that says
+    which forms are accepted."""
     if isinstance(returned, Mapping):
-        keywords = check_keywords(options)
+        keywords = check_keywords(accepted)
         unknown = sorted(set(returned) - set(_CASE_KEYS) - keywords)
         if unknown:
             raise AotiUsageError(

@@ -10,7 +10,7 @@ import argparse
 import re
 from dataclasses import dataclass
 
-from pytest_aoti.api import Feature, Option, parse_switch, session_field
+from pytest_aoti.api import Feature, Option, ValueKind, session_field
 
 HF_PREFIX = "hf:"
 TIMM_PREFIX = "timm:"
@@ -72,7 +72,7 @@ class ModelSettings:
     models_list: bool = session_field(
         Option(
             "aoti-models-list",
-            parse_switch,
+            ValueKind.SWITCH.parse,
             False,
             "Print the --aoti-model specs that would be collected, with their inputs' "
             "shapes, and exit.",

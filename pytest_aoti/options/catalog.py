@@ -13,6 +13,17 @@ from pytest_aoti.options.feature import Feature
 from pytest_aoti.options.fields import per_check_rows, session_rows
 from pytest_aoti.options.option import Option
 
+CALL_ARGUMENTS = (
+    "mutates",
+    "mutated_buffers",
+    "calls",
+    "samples",
+    "dynamic_shapes",
+    "steps",
+    "next_inputs",
+)
+"""The keywords of ``aoti.check`` besides module, args, kwargs and the options."""
+
 
 class Catalog:
     """The core's options and those of ``features``, in the order of ``--help``: the core
@@ -43,6 +54,11 @@ class Catalog:
     def keyword_options(self) -> tuple[str, ...]:
         """The option keywords of ``aoti.check``, in row order."""
         return tuple(row.keyword_name for row in self._rows if row.keyword)
+
+    def check_keywords(self) -> tuple[str, ...]:
+        """Every keyword ``aoti.check`` takes besides module, args and kwargs: what the call
+        checks (:data:`CALL_ARGUMENTS`), then the option keywords."""
+        return (*CALL_ARGUMENTS, *self.keyword_options())
 
     def marker_help(self) -> str:
         """The ``@pytest.mark.aoti`` line of ``pytest --markers``."""

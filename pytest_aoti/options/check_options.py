@@ -34,8 +34,7 @@ class CoreOptions:
         "A program that draws random numbers (dropout in training mode, rand, bernoulli, "
         "...): fail its check, or compare shapes (output shapes and dtypes, and the values "
         "of outputs no random op feeds). Default: fail.",
-        parse=RANDOM_MODES.parse,
-        check=RANDOM_MODES.check,
+        kind=RANDOM_MODES,
         marker=True,
         keyword=True,
     )

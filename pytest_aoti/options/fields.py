@@ -8,6 +8,7 @@ from dataclasses import Field, field, fields
 from typing import Any
 
 from pytest_aoti.options.option import Option
+from pytest_aoti.options.parsers import ValueKind, Words
 
 ROW = "pytest_aoti.option"
 """The metadata key of a per-check field's row facets."""
@@ -20,6 +21,7 @@ def per_check(
     default: Any,
     help: str,
     *,
+    kind: ValueKind | Words | None = None,
     parse: Callable[[str], Any] | None = None,
     check: Callable[[str, Any], Any] | None = None,
     marker: bool = False,
@@ -28,7 +30,11 @@ def per_check(
 ) -> Any:
     """A per-check option's field and its row. ``parse``: text to value (the option is then
     ``--aoti-NAME`` and ini ``aoti_NAME``); ``flag``: a switch; ``marker`` / ``keyword``: also a
-    keyword of ``@pytest.mark.aoti`` / ``aoti.check``; ``check``: a marker's or call's value."""
+    keyword of ``@pytest.mark.aoti`` / ``aoti.check``; ``check``: a marker's or call's value;
+    ``kind``: both (a :class:`~pytest_aoti.api.ValueKind` or :class:`~pytest_aoti.api.Words`),
+    where ``parse`` and ``check`` are not given."""
+    if kind is not None:
+        parse, check = parse or kind.parse, check or kind.check
     facets = dict(parse=parse, help=help, check=check, marker=marker, keyword=keyword, flag=flag)
     return field(default=default, metadata={ROW: facets})
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pytest_aoti.errors import AotiUsageError
-from pytest_aoti.options.catalog import Catalog
+from pytest_aoti.options.catalog import CALL_ARGUMENTS, Catalog
 
 
 def _none(catalog: Catalog) -> tuple[str, ...]:
@@ -34,16 +34,7 @@ class Place:
 MARKER = Place("@pytest.mark.aoti", (), Catalog.marker_options)
 CHECK = Place(
     "aoti.check()",
-    (
-        "kwargs",
-        "mutates",
-        "mutated_buffers",
-        "calls",
-        "samples",
-        "dynamic_shapes",
-        "steps",
-        "next_inputs",
-    ),
+    ("kwargs", *CALL_ARGUMENTS),
     Catalog.keyword_options,
 )
 COMPILE = Place("aoti.compile()", ("kwargs", "dynamic_shapes", "strict", "inductor_configs"))

@@ -9,9 +9,10 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pytest_aoti.trees import LAYOUTS
 
@@ -285,3 +286,32 @@ def writable_dir_problem(path: Path, option: str) -> str:
             "pass a directory you can write to"
         )
     return ""
+
+
+@dataclass(frozen=True)
+class ValueKind:
+    """A kind of option value: ``parse`` turns command-line or ini text into it (raising
+    ``argparse.ArgumentTypeError``), ``check`` takes a marker's or call's value (raising
+    :class:`ValueProblem`). Give one to :func:`~pytest_aoti.api.per_check` as ``kind=``; a
+    :class:`Words` vocabulary is one too."""
+
+    parse: Callable[[str], Any]
+    check: Callable[[str, Any], Any]
+
+    SWITCH: ClassVar[ValueKind]
+    """``on``/``off`` (true/false, yes/no, 1/0) on the command line; True or False in code."""
+    COUNT: ClassVar[ValueKind]
+    """A whole number, 1 or more."""
+    NON_NEGATIVE: ClassVar[ValueKind]
+    """A whole number, 0 or more."""
+    BYTES: ClassVar[ValueKind]
+    """A size: ``4GiB``, ``500M``, ``1024`` on the command line; an int of bytes in code."""
+    CACHE_MODE: ClassVar[Words]
+    """``off``, ``read`` or ``readwrite``."""
+
+
+ValueKind.SWITCH = ValueKind(parse_switch, check_switch)
+ValueKind.COUNT = ValueKind(parse_positive_int, check_count)
+ValueKind.NON_NEGATIVE = ValueKind(parse_non_negative_int, check_non_negative)
+ValueKind.BYTES = ValueKind(parse_size, check_bytes)
+ValueKind.CACHE_MODE = CACHE_MODES

@@ -21,8 +21,7 @@ class PrecisionOptions:
         "sides with the engine (eager rounds to float16 or bfloat16 where the engine keeps "
         "float32): report it in the record and the summary, or fail the check. "
         "Default: report.",
-        parse=PRECISION_MODES.parse,
-        check=PRECISION_MODES.check,
+        kind=PRECISION_MODES,
         marker=True,
         keyword=True,
     )

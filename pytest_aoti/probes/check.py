@@ -48,16 +48,16 @@ from pytest_aoti.api import (
     AotiCheckError,
     CheckContext,
     CheckPlan,
+    Comparison,
     Finding,
     Float64Reference,
     InputRun,
     Outcome,
     Phase,
     ProgramAttachments,
+    ProgramCall,
     RecordPart,
     Triage,
-    compare_trees,
-    named_user_inputs,
     side_by_side,
 )
 from pytest_aoti.probes.feature import PROBE_KIND, PROBE_KINDS, ProbeOptions
@@ -465,8 +465,8 @@ def _mismatch(
         ("output", eager_out, engine_out, fp64(reference.outputs_after(1) if reference else None))
     ]
     try:
-        eager_named = named_user_inputs(program.exported, eager_args, eager_kwargs)
-        engine_named = named_user_inputs(program.exported, engine_args, engine_kwargs)
+        eager_named = ProgramCall(program.exported).named(eager_args, eager_kwargs)
+        engine_named = ProgramCall(program.exported).named(engine_args, engine_kwargs)
         for name in sorted(program.mutated_inputs):
             pairs.append(
                 (
@@ -480,11 +480,10 @@ def _mismatch(
         pass
     for what, want, got, expected_fp64 in pairs:
         try:
-            compare_trees(
+            Comparison(tolerance).trees(
                 on_cpu(want),
                 on_cpu(got),
                 what=what,
-                tolerance=tolerance,
                 reference=expected_fp64,
                 scalar_dtypes=program.scalar_output_dtypes if what == "output" else (),
             )

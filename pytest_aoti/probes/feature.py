@@ -16,9 +16,9 @@ from pytest_aoti.api import (
     Feature,
     FindingKind,
     Option,
+    ValueKind,
     ValueProblem,
     Words,
-    parse_switch,
     per_check,
     session_field,
 )
@@ -110,8 +110,7 @@ class ProbeOptions:
         "eager: off, "
         "report (list hazards in the summary) or fail (a silently wrong variant fails the "
         "check). Default: report.",
-        parse=PROBE_POLICIES.parse,
-        check=PROBE_POLICIES.check,
+        kind=PROBE_POLICIES,
         marker=True,
         keyword=True,
     )
@@ -119,7 +118,7 @@ class ProbeOptions:
         False,
         "The serving process sets AOTI_RUNTIME_CHECK_INPUTS=1: probe variants the engine then "
         "refuses are neither hazards nor failures. Default: off.",
-        parse=parse_switch,
+        parse=ValueKind.SWITCH.parse,
         flag=True,
     )
     probes_skip: Any = per_check(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import PendingJobs, child_preparation, ordered_kwargs
+from pytest_aoti.api import PendingJobs, ProgramCall
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -47,7 +47,7 @@ def start_child(
     result to :func:`child_results` (the child takes no other request before)."""
     jobs = [(index, with_checks) for with_checks in checked for index in range(len(variants))]
     device = program.device
-    preparation = child_preparation(program)
+    preparation = program.child_preparation()
     request = {
         "package": str(program.package_path),
         "device_index": device.index if device.type == "cuda" else None,
@@ -74,7 +74,7 @@ def _flat_tensors(program: AotiProgram, variant: Variant) -> list[Any]:
 
 
 def _ordered_leaves(program: AotiProgram, variant: Variant) -> tuple[list[Any], Any]:
-    ordered = ordered_kwargs(program.exported, variant.kwargs)
+    ordered = ProgramCall(program.exported).ordered_kwargs(variant.kwargs)
     return pytree.tree_flatten((tuple(variant.args), ordered))
 
 

@@ -20,10 +20,8 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.api import (
     AotiUsageError,
-    aliased_inputs,
+    ProgramCall,
     clone_tree,
-    ordered_kwargs,
-    read_signature_names,
     relaid,
 )
 from pytest_aoti.probes.feature import PROBE_KINDS, ProbeVariant, probes_skip_problem
@@ -89,7 +87,9 @@ def choose_variants(
     the caller's tensors are never touched."""
     exported = program.exported
     names = _user_input_names(exported)
-    leaves, spec = pytree.tree_flatten(clone_tree((tuple(args), ordered_kwargs(exported, kwargs))))
+    leaves, spec = pytree.tree_flatten(
+        clone_tree((tuple(args), ProgramCall(exported).ordered_kwargs(kwargs)))
+    )
     if len(leaves) != len(names):
         return []
     maker = _VariantMaker(names, leaves, spec, skip)
@@ -102,7 +102,7 @@ def choose_variants(
             new = (not leaf) if isinstance(leaf, bool) else leaf + 1
             maker.make({index: new}, name, f"value={new!r}", ProbeVariant.SCALAR)
     # aliased *example* inputs are the aliasing check's: never both report an input set
-    if program.mutated_inputs and not aliased_inputs(exported, args, kwargs):
+    if program.mutated_inputs and not ProgramCall(exported).aliased(args, kwargs):
         maker.aliasing_variants(program.mutated_inputs)
     return maker.variants
 
@@ -311,7 +311,7 @@ def _devices(leaf: torch.Tensor) -> list[str]:
 
 
 def _user_input_names(exported: Any) -> tuple[str, ...]:
-    return read_signature_names(exported)
+    return ProgramCall(exported).names
 
 
 def _exported_dims(exported: Any) -> dict[str, tuple[tuple[int, int] | None, ...]]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from pytest_aoti.cache.registry import CompileStats
+from pytest_aoti.reports.json_report import REPORT_VERSION, report_document, write_report_document
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
@@ -18,7 +20,11 @@ PAYLOAD_KEY = "aoti"
 
 @dataclass
 class ReportCollector:
-    """The records, figures and problems of a session (and of its xdist workers)."""
+    """The records, figures and problems of a session (and of its xdist workers, or of the
+    reports of CI shards merged into one), and the JSON report made of them."""
+
+    VERSION: ClassVar[int] = REPORT_VERSION
+    """The JSON report's format version; docs/reports.md lists what each changed."""
 
     records: list[CheckRecord] = field(default_factory=list)
     compiles: list[CompileRecord] = field(default_factory=list)
@@ -102,3 +108,105 @@ class ReportCollector:
         if self.worker_stats is None:
             self.worker_stats = CompileStats()
         self.worker_stats.merge(CompileStats.from_payload(payload.get("stats", {})))
+
+    def document(
+        self,
+        *,
+        devices: Sequence[str],
+        totals: Mapping[str, Any],
+        interrupted: bool = False,
+        created: str | None = None,
+        torch: str | None = None,
+        build: str | None = None,
+    ) -> dict[str, Any]:
+        """The JSON report's document of the records and compiles collected; ``created``,
+        ``torch`` and ``build`` default to this run's."""
+        return report_document(
+            self.records,
+            devices=devices,
+            totals=totals,
+            interrupted=interrupted,
+            compiles=self.compiles,
+            created=created,
+            torch=torch,
+            build=build,
+        )
+
+    def write_run_report(
+        self,
+        path: Path,
+        *,
+        stats: CompileStats | None,
+        totals: Mapping[str, Any],
+        devices: Sequence[str],
+        interrupted: bool,
+    ) -> None:
+        """This run's report: records, this process's and workers' figures, plugins' totals."""
+        used = {record.device for record in self.records}
+        used |= {record.device for record in self.compiles}
+        document = self.document(
+            devices=sorted(used) or list(devices),
+            totals={**self.totals(stats).to_json(), **totals},
+            interrupted=interrupted,
+        )
+        self.write(path, document)
+
+    def durations_table(self, limit: int) -> list[str]:
+        """The slowest AOTI checks collected, like ``--durations`` (``limit`` rows, 0: all)."""
+        return durations_table(self.records, limit)
+
+    @staticmethod
+    def write(path: Path, document: Mapping[str, Any]) -> None:
+        """Write a report document atomically: a reader never sees half a file."""
+        write_report_document(path, document)
+
+
+def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:
+    """The slowest AOTI checks, like ``--durations`` (``limit`` rows, 0 for all)."""
+    ordered = sorted(records, key=lambda record: record.check_seconds, reverse=True)
+    if limit:
+        ordered = ordered[:limit]
+    timed = any(record.speed_ratio is not None for record in ordered)
+    rows: list[tuple[str, ...]] = [
+        ("seconds", "compile", "shapes", "err/tol", "engine/eager", "outcome", "test")
+    ]
+    for record in ordered:
+        compile_text = "cached" if record.cache_hit else f"{record.compile_seconds:.1f}"
+        if not record.program:
+            compile_text = "-"  # export or compile failed: there is no program
+        elif not record.cache_hit and record.compile_seconds == 0:
+            compile_text = "shared"
+        rows.append(
+            (
+                f"{record.check_seconds:.2f}",
+                compile_text,
+                str(record.shapes_tried),
+                _error_text(record),
+                _ratio_text(record),
+                record.outcome,
+                f"{record.label} ({record.device})",
+            )
+        )
+    if not timed:  # a column of n/a and busy says nothing
+        rows = [(*row[:4], *row[5:]) for row in rows]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    return [
+        "  ".join(cell.rjust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1]
+        for row in rows
+    ]
+
+
+def _error_text(record: CheckRecord) -> str:
+    if record.fp64_rescued and record.outcome == "passed":
+        return "fp64 ok"  # beyond the tolerance, accepted by the fp64 rule
+    return "-" if record.tolerance_used is None else f"{record.tolerance_used:.2g}"
+
+
+def _ratio_text(record: CheckRecord) -> str:
+    ratio = record.speed_ratio
+    if ratio is not None:
+        return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+    if record.timed and not record.too_short and record.busy:
+        return "busy"  # timed while the machine was saturated: no figure to read
+    # timed, or a passed check whose timing gave no figure: too short to time
+    return "n/a" if record.timed or (record.outcome == "passed" and record.program) else "-"

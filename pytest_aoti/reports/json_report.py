@@ -8,55 +8,13 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_aoti.reports.header import torch_build, torch_version
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
-if TYPE_CHECKING:
-    from pytest_aoti.cache.registry import CompileStats
-    from pytest_aoti.reports.collector import ReportCollector
-
 REPORT_VERSION = 2
 """The report format's version; docs/reports.md lists what each changed and what was added since."""
-
-
-def write_json_report(
-    path: Path,
-    records: Sequence[CheckRecord],
-    *,
-    devices: Sequence[str],
-    totals: Mapping[str, Any],
-    interrupted: bool = False,
-    compiles: Sequence[CompileRecord] = (),
-) -> None:
-    """Write the report atomically (a reader never sees half a file)."""
-    document = report_document(
-        records, devices=devices, totals=totals, interrupted=interrupted, compiles=compiles
-    )
-    write_report_document(path, document)
-
-
-def write_run_report(
-    path: Path,
-    collector: ReportCollector,
-    *,
-    stats: CompileStats | None,
-    totals: Mapping[str, Any],
-    devices: Sequence[str],
-    interrupted: bool,
-) -> None:
-    """This run's report: records, this process's and workers' figures, plugins' totals."""
-    used = {record.device for record in collector.records}
-    used |= {record.device for record in collector.compiles}
-    write_json_report(
-        path,
-        collector.records,
-        devices=sorted(used) or list(devices),
-        totals={**collector.totals(stats).to_json(), **totals},
-        interrupted=interrupted,
-        compiles=collector.compiles,
-    )
 
 
 def report_document(

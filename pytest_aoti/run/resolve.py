@@ -21,18 +21,6 @@ if TYPE_CHECKING:
     from pytest_aoti.options.defaults import CheckDefaults
 
 
-CALL_ARGUMENTS = (
-    "mutates",
-    "mutated_buffers",
-    "calls",
-    "samples",
-    "dynamic_shapes",
-    "steps",
-    "next_inputs",
-)
-"""The keywords of ``aoti.check`` besides module, args, kwargs and the options."""
-
-
 def resolve_call(
     defaults: CheckDefaults,
     device: torch.device,

@@ -14,13 +14,12 @@ from torch.export import ExportedProgram
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
-from pytest_aoti.shapes.boundaries import (
-    assignment_fits,
-    cap_range,
+from pytest_aoti.shapes.read import (
+    ProgramShapes,
+    read_program_shapes,
     shapes_from_assignment,
     strides_from_assignment,
 )
-from pytest_aoti.shapes.read import ProgramShapes, read_program_shapes
 from pytest_aoti.trees import distinct_shape, empty_with_layout, has_own_elements, laid_out_like
 
 if TYPE_CHECKING:
@@ -85,6 +84,17 @@ class InputBuilder:
         args, kwargs = pytree.tree_unflatten(new_leaves, self._treespec)
         return tuple(args), dict(kwargs)
 
+    @staticmethod
+    def distinct_like(example: torch.Tensor, seed: int) -> torch.Tensor:
+        """A tensor like ``example`` (shape, dtype, device, layout, value range) with values
+        of its own from ``seed``."""
+        return distinct_like(example, seed)
+
+    @staticmethod
+    def value_range(example: torch.Tensor) -> tuple[float, float]:
+        """The example's [min, max], or a default where it says nothing usable."""
+        return value_range(example)
+
 
 def _exported(program: Any) -> ExportedProgram:
     exported = getattr(program, "exported", program)
@@ -97,14 +107,7 @@ def _exported(program: Any) -> ExportedProgram:
 
 def assignments(shapes: ProgramShapes, max_dim: int) -> SearchStrategy[dict[str, int]]:
     """One integer per shape symbol within its capped range, shrinking to the minimum."""
-    from hypothesis import strategies as st
-
-    symbols = {
-        name: st.integers(*cap_range(symbol_range, max_dim))
-        for name, symbol_range in shapes.symbols.items()
-    }
-    # symbols drawn in range keep plain and linear dims in range; this catches the rest
-    return st.fixed_dictionaries(symbols).filter(lambda values: assignment_fits(shapes, values))
+    return shapes.assignments(max_dim)
 
 
 def _leaf_names(program: ExportedProgram, leaves: list[Any], treespec: Any) -> list[str]:

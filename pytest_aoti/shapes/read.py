@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 from pytest_aoti.mutation_maps import read_signature_names
 
 if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
     from torch.export import ExportedProgram
 
 
@@ -81,6 +83,26 @@ class ProgramShapes:
         """``Dim batch`` for a symbol the user named, else ``symbol s77``."""
         name = self.names.get(str(symbol))
         return f"Dim {name}" if name is not None else f"symbol {symbol}"
+
+    def sizes_at(self, values: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Each tensor input's concrete shape where the symbols take ``values``."""
+        return shapes_from_assignment(self, values)
+
+    def boundary_assignments(self, max_dim: int) -> list[dict[str, int]]:
+        """Symbol values at the edges of the exported ranges (:func:`boundary_assignments`)."""
+        return boundary_assignments(self, max_dim)
+
+    def assignments(self, max_dim: int) -> SearchStrategy[dict[str, int]]:
+        """A Hypothesis strategy: one integer per symbol within its range (an unbounded one
+        capped at ``max_dim``), shrinking to the minimum."""
+        from hypothesis import strategies as st
+
+        symbols = {
+            name: st.integers(*cap_range(symbol_range, max_dim))
+            for name, symbol_range in self.symbols.items()
+        }
+        # symbols drawn in range keep plain and linear dims in range; this catches the rest
+        return st.fixed_dictionaries(symbols).filter(lambda values: assignment_fits(self, values))
 
 
 def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
@@ -187,3 +209,74 @@ def _expr_range(shapes: ProgramShapes, size: int | str) -> tuple[int, int | None
 def format_range(low: int, high: int | None) -> str:
     """``[low, high]``, or ``[low, inf)`` for an unbounded range."""
     return f"[{low}, inf)" if high is None else f"[{low}, {high}]"
+
+
+def cap_range(r: SymbolRange, max_dim: int) -> tuple[int, int]:
+    """``r`` as a finite range: maxima above ``max_dim`` become ``max_dim``, never below min."""
+    high = max_dim if r.max is None else min(r.max, max_dim)
+    return r.min, max(high, r.min)
+
+
+def boundary_assignments(shapes: ProgramShapes, max_dim: int) -> list[dict[str, int]]:
+    """Symbol assignments at the edges of the exported ranges: all at their minimum, all at their
+    maximum, then each at one end with the others at the other. A declared maximum is used however
+    large, an unbounded one capped at ``max_dim``; duplicates and ones out of an input's range go."""
+    ranges = {
+        name: (r.min, r.max) if r.max is not None else cap_range(r, max_dim)
+        for name, r in shapes.symbols.items()
+    }
+    lows = {name: low for name, (low, _) in ranges.items()}
+    highs = {name: high for name, (_, high) in ranges.items()}
+    candidates = [lows, highs]
+    for name in ranges:
+        candidates.append({**highs, name: lows[name]})
+        candidates.append({**lows, name: highs[name]})
+    result: list[dict[str, int]] = []
+    for candidate in candidates:
+        if candidate not in result and assignment_fits(shapes, candidate):
+            result.append(candidate)
+    return result
+
+
+def assignment_fits(shapes: ProgramShapes, values: Mapping[str, int]) -> bool:
+    """Whether every input dim, evaluated at ``values``, lies within its allowed range."""
+    for spec in shapes.inputs:
+        for axis, size in enumerate(_evaluated(spec.shape, values)):
+            low, high = shapes.dim_range(spec.name, axis)
+            if size < low or (high is not None and size > high):
+                return False
+    return True
+
+
+def shapes_from_assignment(
+    shapes: ProgramShapes, values: Mapping[str, int]
+) -> dict[str, tuple[int, ...]]:
+    """Concrete shape of every tensor input for one symbol assignment."""
+    return {spec.name: _evaluated(spec.shape, values) for spec in shapes.inputs}
+
+
+def strides_from_assignment(
+    shapes: ProgramShapes, values: Mapping[str, int]
+) -> dict[str, tuple[int, ...] | None]:
+    """Each tensor input's exported strides under one assignment (None where unknown)."""
+    found: dict[str, tuple[int, ...] | None] = {}
+    for spec in shapes.inputs:
+        try:
+            found[spec.name] = _evaluated(spec.strides, values) if spec.strides else None
+        except (KeyError, TypeError, ValueError):  # an unbacked or unknown symbol
+            found[spec.name] = None
+    return found
+
+
+def _evaluated(sizes: tuple[int | str, ...], values: Mapping[str, int]) -> tuple[int, ...]:
+    found = []
+    for size in sizes:
+        if isinstance(size, int):
+            found.append(size)
+            continue
+        if size in values:  # a dim that is one symbol: no expression to evaluate
+            found.append(int(values[size]))
+            continue
+        expr = parse_size(size)
+        found.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols})))
+    return tuple(found)

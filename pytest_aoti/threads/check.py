@@ -21,16 +21,15 @@ from pytest_aoti.api import (
     AotiCheckError,
     CheckContext,
     CheckPlan,
+    Comparison,
     Finding,
+    InputBuilder,
     LeafStats,
     Outcome,
     Phase,
     Tolerance,
     call_history,
     clone_tree,
-    compare_leaf,
-    compare_trees,
-    distinct_like,
     warn_at_caller,
 )
 from pytest_aoti.threads.feature import THREADS_KIND, ThreadsOptions
@@ -157,7 +156,7 @@ def _inputs_for(
 
     def fresh(leaf: Any) -> Any:
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
-            return distinct_like(leaf, seed=1000 + index)
+            return InputBuilder.distinct_like(leaf, seed=1000 + index)
         return leaf
 
     new_args, new_kwargs = pytree.tree_map(fresh, inputs)
@@ -198,23 +197,21 @@ def _compare_thread(
         zip(want, got), start=1
     ):
         context = f"thread {index + 1} of {threads}, call {call} of {len(want)}"
-        stats += compare_trees(
+        stats += Comparison(tolerance).trees(
             eager_out,
             engine_out,
             what="output",
             context=context,
-            tolerance=tolerance,
             scalar_dtypes=scalar_dtypes,
         )
         for name, value in engine_inputs.items():
             if hasattr(value, "dtype"):
                 stats.append(
-                    compare_leaf(
+                    Comparison(tolerance).leaf(
                         eager_inputs[name],
                         value,
                         location=f"input '{name}'",
                         context=context,
-                        tolerance=tolerance,
                     )
                 )
     return stats

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_aoti.api import Feature, FindingKind, check_count, per_check
+from pytest_aoti.api import Feature, FindingKind, ValueKind, per_check
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class ThreadsOptions:
     threads: int = per_check(
         1,
         "Threads one engine serves at once in the thread-safety check (1: no such check).",
-        check=check_count,
+        check=ValueKind.COUNT.check,
         keyword=True,
     )
 

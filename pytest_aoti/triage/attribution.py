@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_aoti.api import (
-    PARITY_KINDS,
     FindingKind,
     InputReplay,
     quiet_torch_deprecations,
@@ -70,7 +69,8 @@ class Attribution:
     def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:
         """``finding`` with the stage that introduced the difference, and its node."""
         # a "buffer" finding that comes here is a parity finding named after its buffers
-        if finding.stage is not None or finding.kind not in {*PARITY_KINDS, FindingKind.BUFFER}:
+        kind = FindingKind(finding.kind)
+        if finding.stage is not None or not (kind.is_parity or kind == FindingKind.BUFFER):
             return finding
         program = run.program
         try:

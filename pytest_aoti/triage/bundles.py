@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_aoti.api import FindingKind, child_preparation
+from pytest_aoti.api import FindingKind
 from pytest_aoti.triage.repro import reproduces, write_bundle
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def keep_bundle(
             device=program.device,
             mutated_inputs=program.mutated_inputs,
             eager_buffers=eager_buffers,
-            custom_op_modules=child_preparation(program).imports,
+            custom_op_modules=program.child_preparation().imports,
             weights=replay.weights(),
             step_inputs=replay.step_inputs,
             adapter=adapter,

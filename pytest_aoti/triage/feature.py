@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_aoti.api import Feature, Option, check_switch, parse_switch, per_check, session_field
+from pytest_aoti.api import Feature, Option, ValueKind, per_check, session_field
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,7 @@ class TriageOptions:
         True,
         "When the AOTI compile broke a check, compile one instrumented program to name the "
         "first diverging graph node and its source line: on or off. Default: on.",
-        parse=parse_switch,
-        check=check_switch,
+        kind=ValueKind.SWITCH,
         marker=True,
     )
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import flat_user_inputs
+from pytest_aoti.api import ProgramCall
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -52,7 +52,7 @@ def flat_inputs(
     exported: ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[Any]:
     """The leaves of ``(args, kwargs)`` in the order of the program's inputs."""
-    return flat_user_inputs(exported, args, kwargs)
+    return ProgramCall(exported).flat(args, kwargs)
 
 
 def flat_results(

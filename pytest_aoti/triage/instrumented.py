@@ -17,12 +17,10 @@ from torch.fx.graph import CodeGen
 
 from pytest_aoti.api import (
     AotiCheckError,
+    Comparison,
+    NodeTarget,
     Tolerance,
     clone_tree,
-    compare_leaf,
-    is_view_op,
-    mismatch_counts,
-    op_name,
     quiet_torch_deprecations,
 )
 from pytest_aoti.triage.node_finding import NodeFinding, source_line
@@ -113,12 +111,12 @@ class InstrumentedRound:
         detail = self._detail(position, tolerance) or ""
         if _same_layout(want, got):
             location = f"node {node.name}"
-            mismatched, max_abs, max_rel = mismatch_counts(want, got, tolerance, location)
+            mismatched, max_abs, max_rel = Comparison(tolerance).mismatches(want, got, location)
         else:  # nothing to compare element by element
             mismatched, max_abs, max_rel = want.numel(), math.inf, math.inf
         return NodeFinding(
             name=node.name,
-            op=op_name(node.target),
+            op=NodeTarget(node.target).name,
             shape=tuple(want.shape),
             dtype=str(want.dtype).removeprefix("torch."),
             input_shapes=tuple(self._input_shapes(node)),
@@ -135,20 +133,19 @@ class InstrumentedRound:
         for name, want, got in self.written:
             try:
                 with quiet_torch_deprecations():
-                    compare_leaf(want, got, location=f"input '{name}'", tolerance=tolerance)
+                    Comparison(tolerance).leaf(want, got, location=f"input '{name}'")
             except AotiCheckError:
                 return name
         return None
 
     def _detail(self, position: int, tolerance: Tolerance) -> str | None:
-        """compare_leaf's first line if the node differs, else None."""
+        """The comparison's first line if the node differs, else None."""
         try:
             with quiet_torch_deprecations():
-                compare_leaf(
+                Comparison(tolerance).leaf(
                     self.eager[position],
                     self.engine[position],
                     location=f"node {self.nodes[position].name}",
-                    tolerance=tolerance,
                     reference=lambda: self.reference()[position],
                 )
         except AotiCheckError as error:
@@ -256,7 +253,7 @@ def _instrument(
     values = []
     for node in originals:
         target = node.target
-        if is_view_op(target):
+        if NodeTarget(target).is_view:
             # a view returned as output could alias an input that the graph's trailing
             # copy_ overwrites; a copy taken right away holds the node's own value
             with graph.inserting_after(node):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.fx._pytree import tree_flatten_spec
 
-from pytest_aoti.api import Tolerance, clone_tree, control_flow_name, quiet_torch_deprecations
+from pytest_aoti.api import NodeTarget, Tolerance, clone_tree, quiet_torch_deprecations
 from pytest_aoti.triage.instrumented import CompileEngine, InstrumentedRound, failure_line
 from pytest_aoti.triage.node_finding import NodeFinding
 
@@ -196,7 +196,7 @@ def _candidate_names(decomposed: ExportedProgram) -> list[str]:
     for node in decomposed.module().graph.nodes:
         if node.op != "call_function":
             continue
-        name = control_flow_name(node.target)
+        name = NodeTarget(node.target).control_flow
         if name is not None:
             raise _Unsupported(
                 f"the graph has control flow (torch.{name}) and cannot be instrumented"

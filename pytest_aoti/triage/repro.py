@@ -22,23 +22,10 @@ import torch
 import torch.utils._pytree as pytree
 
 import pytest_aoti.triage.repro_script as repro_script
-from pytest_aoti.api import (
-    MAX_NAME_LENGTH,
-    REPRODUCIBLE_KINDS,
-    FindingKind,
-    bundle_dir_name,
-    clone_tree,
-    quiet_torch_deprecations,
-)
+from pytest_aoti.api import FindingKind, clone_tree, quiet_torch_deprecations
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
-__all__ = [
-    "MAX_NAME_LENGTH",
-    "REPRO_SCRIPT_FILE",
-    "bundle_dir_name",
-    "reproduces",
-    "write_bundle",
-]
+__all__ = ["REPRO_SCRIPT_FILE", "reproduces", "write_bundle"]
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -56,7 +43,7 @@ def reproduces(
     adapter: BundleAdapter | None = None,
 ) -> dict[str, str] | None:
     """The ``{"kind", "location"}`` that ``repro.py`` would reproduce for a finding, or None
-    where it cannot reproduce that kind of failure (see :data:`~pytest_aoti.findings.REPRODUCIBLE_KINDS`).
+    where it cannot reproduce that kind of failure (see ``FindingKind.reproducible``).
 
     A finding of a feature's own kind is first turned by the feature's ``adapter`` into
     the finding the bundle reproduces (a generated shape's into the difference found on
@@ -86,7 +73,7 @@ def reproduces(
             return None
     if kind == FindingKind.CRASH and not location.startswith(("SIG", "signal ")):
         return None  # a hang or a CUDA error: the replay's exit status cannot tell it
-    if kind not in REPRODUCIBLE_KINDS:
+    if not FindingKind(kind).reproducible:
         return None
     return {"kind": kind, "location": location}
 

@@ -31,9 +31,9 @@ from pytest_aoti.api import (
     InputSet,
     Outcome,
     Phase,
+    ProgramCall,
     RecordPart,
     StepsRun,
-    named_user_inputs,
     side_by_side,
     tensor_bytes,
 )
@@ -116,7 +116,7 @@ class _Search:
         self.program: AotiProgram = context.program
         exported = self.program.exported
         args, kwargs = plan.input_sets[0]
-        self.named = named_user_inputs(exported, args, kwargs)
+        self.named = ProgramCall(exported).named(args, kwargs)
         self.rebuild = _rebuilder(self.named, args, kwargs)
         skip = plan.options.of(ValuesOptions).values_skip or frozenset()
         unknown = sorted(set(skip) - set(self.named))

@@ -28,11 +28,11 @@ from typing import Any
 import torch
 
 from pytest_aoti.api import (
+    InputBuilder,
+    NodeTarget,
     distinct_shape,
-    first_call_of,
     has_own_elements,
     laid_out_like,
-    value_range,
 )
 from pytest_aoti.values.classes import ZERO_CLASSES, PointClass, all_points, point_classes
 from pytest_aoti.values.meetings import MeetingInput, MeetingPlan, meeting_plan
@@ -117,7 +117,7 @@ def draw_seed(label: str, program_key: str, index: int) -> int:
 
 def tie_dependent(exported: Any) -> bool:
     """Whether the exported program calls an op whose result depends on ties."""
-    return first_call_of(exported.graph, TIE_DEPENDENT_OPS) is not None
+    return NodeTarget.first_call_in(exported.graph, TIE_DEPENDENT_OPS) is not None
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ ONE_ELEMENT_ZERO_RANGE = (-2.0, 2.0)
 
 
 def _range(example: torch.Tensor) -> tuple[float, float]:
-    """The input's range: its [min, max] (see :func:`value_range`); for a one-element
+    """The input's range: its [min, max] (see ``InputBuilder.value_range``); for a one-element
     floating input ``v``, ``[-2|v|, 2|v|]`` (both zeros inside; ``[-2, 2]`` for a zero); for
     a one-element integer input, zero to twice its value."""
     if example.numel() == 1 and example.dtype != torch.bool and not example.dtype.is_complex:
@@ -322,7 +322,7 @@ def _range(example: torch.Tensor) -> tuple[float, float]:
         if example.dtype.is_floating_point:
             return (-2 * abs(value), 2 * abs(value)) if value else ONE_ELEMENT_ZERO_RANGE
         return (min(0.0, 2 * value), max(0.0, 2 * value)) if value else (0.0, 2.0)
-    return value_range(example)
+    return InputBuilder.value_range(example)
 
 
 def _distinct(points: torch.Tensor) -> torch.Tensor:

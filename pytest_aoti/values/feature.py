@@ -11,10 +11,9 @@ from typing import Any
 
 from pytest_aoti.api import (
     Feature,
+    ValueKind,
     ValueProblem,
     Words,
-    check_non_negative,
-    parse_non_negative_int,
     per_check,
 )
 
@@ -45,16 +44,14 @@ class ValuesOptions:
         "and repeated values; edge values (NaN, infinities, magnitudes near overflow and "
         "of 1e10 and more) run as deployment probes and are reported (domain), or also fail "
         "the check (edge), or none of it (off). Default: domain.",
-        parse=VALUES_MODES.parse,
-        check=VALUES_MODES.check,
+        kind=VALUES_MODES,
         marker=True,
         keyword=True,
     )
     values_draws: int = per_check(
         DEFAULT_DRAWS,
         f"Input sets of generated values per check (0: none). Default: {DEFAULT_DRAWS}.",
-        parse=parse_non_negative_int,
-        check=check_non_negative,
+        kind=ValueKind.NON_NEGATIVE,
         marker=True,
         keyword=True,
     )

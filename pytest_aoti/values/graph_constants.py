@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pytest_aoti.api import aten_op, schema_arguments
+from pytest_aoti.api import NodeTarget
 
 MAX_CONSTANTS = 8
 """Constants taken at most (the first in the graph's order): each adds eight points."""
@@ -39,7 +39,7 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
     for node in exported.graph.nodes:
         if node.op != "call_function":
             continue
-        op = aten_op(node.target)
+        op = NodeTarget(node.target).aten
         if op is None:
             continue
         for value in _scalar_arguments(op, node):
@@ -57,7 +57,7 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
 def _scalar_arguments(op: Any, node: Any) -> list[float]:
     """The Python numbers ``node`` passes where ``op`` takes a value (not a dim, a size)."""
     values: list[float] = []
-    for position, argument in enumerate(schema_arguments(op)):
+    for position, argument in enumerate(NodeTarget(op).arguments):
         if position < len(node.args):
             value = node.args[position]
         elif argument.name in node.kwargs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_aoti.api import aten_op, is_view_op, schema_arguments
+from pytest_aoti.api import NodeTarget
 
 INDEX_ARGUMENTS = frozenset({"index", "indices", "start", "offsets", "boundaries"})
 """Schema argument names whose tensor is positions into another tensor."""
@@ -65,12 +65,12 @@ def _used_as_position(start: Any) -> bool:
         for user in node.users:
             if user.op != "call_function":
                 continue
-            op = aten_op(user.target)
+            op = NodeTarget(user.target).aten
             if op is None:
                 continue
             if op._opname in SCALAR_READS or _in_index_argument(op, user, node):
                 return True
-            carries = is_view_op(op) or op._opname in CARRIES_POSITIONS
+            carries = NodeTarget(op).is_view or op._opname in CARRIES_POSITIONS
             if carries and _integer(user) and user not in seen:
                 seen.add(user)
                 pending.append(user)
@@ -79,7 +79,7 @@ def _used_as_position(start: Any) -> bool:
 
 def _in_index_argument(op: Any, user: Any, node: Any) -> bool:
     """Whether ``user`` passes ``node`` in one of ``op``'s index arguments."""
-    for position, argument in enumerate(schema_arguments(op)):
+    for position, argument in enumerate(NodeTarget(op).arguments):
         if argument.name not in INDEX_ARGUMENTS:
             continue
         if position < len(user.args):

@@ -29,6 +29,7 @@ from pytest_aoti.api import (
     AotiCheckError,
     CheckContext,
     CheckPlan,
+    Comparison,
     EagerRaised,
     InputReplay,
     InputRun,
@@ -36,9 +37,7 @@ from pytest_aoti.api import (
     Phase,
     RecordPart,
     clone_tree,
-    compare_trees,
     plain_finding,
-    same_answers,
 )
 from pytest_aoti.weights.draws import (
     Weight,
@@ -378,7 +377,7 @@ class _Swap:
         try:
             names = [weight.name for weight in group]
             differs = self._differs(index, with_values(self.weights, new, names)) is not None
-            moved = differs and len(group) == 1 and not same_answers(self.before, self._call())
+            moved = differs and len(group) == 1 and not Comparison.same(self.before, self._call())
             return differs, moved
         except EagerRaised:
             return False, False
@@ -437,7 +436,7 @@ class _Swap:
         """Raise where the engine, given its compiled weights back, answers otherwise."""
         __tracebackhide__ = True
         try:
-            compare_trees(before, self._call(), what="output", tolerance=self.plan.tolerance)
+            Comparison(self.plan.tolerance).trees(before, self._call(), what="output")
         except AotiCheckError as error:
             self.program.forget_engine()  # later tests get the package loaded again
             raise _not_restored(error.finding.headline(stage=False)) from None

@@ -30,8 +30,7 @@ class WeightsOptions:
         "with eager holding the same weights: a weight the engine cannot take (folded into "
         "the compiled code, refused, or accepted and ignored) is a deployment hazard in the "
         "summary (report), fails the check (swap), or nothing runs (off). Default: report.",
-        parse=WEIGHTS_MODES.parse,
-        check=WEIGHTS_MODES.check,
+        kind=WEIGHTS_MODES,
         marker=True,
         keyword=True,
     )

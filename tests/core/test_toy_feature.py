@@ -32,9 +32,8 @@ from pytest_aoti.api import (
     FindingKind,
     Outcome,
     RecordPart,
+    ValueKind,
     add_options,
-    check_count,
-    parse_positive_int,
     per_check,
 )
 
@@ -44,8 +43,7 @@ class ToyOptions:
     toy_level: int = per_check(
         1,
         "The toy feature's level. Default: 1.",
-        parse=parse_positive_int,
-        check=check_count,
+        kind=ValueKind.COUNT,
         marker=True,
     )
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pytest_aoti import AotiCheckError
+from pytest_aoti.compiling.custom_ops import child_preparation
 from pytest_aoti.cpp_loader.agreement import Agreement, loader_failed, max_abs, perturbed
 from pytest_aoti.cpp_loader.check import program_reason, skipped
 from pytest_aoti.cpp_loader.feature import cpp_loader_properties
@@ -132,7 +133,9 @@ def scale(x: torch.Tensor) -> torch.Tensor:
 
 
 def context_of(package: Path, device: str = "cpu", random_ops: tuple[object, ...] = ()) -> object:
-    program = SimpleNamespace(package_path=package)
+    program = SimpleNamespace(
+        package_path=package, child_preparation=lambda: child_preparation(package)
+    )
     return SimpleNamespace(program=program, device=torch.device(device), random_ops=random_ops)
 
 

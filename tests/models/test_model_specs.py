@@ -22,8 +22,8 @@ from pytest_aoti.plugins import default_catalog
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "aoti_models.py"
 
-KEYWORDS = default_catalog().keyword_options()
-"""The option keywords of a run of every default plugin."""
+KEYWORDS = default_catalog().check_keywords()
+"""The ``aoti.check`` keywords of a run of every default plugin."""
 
 
 @pytest.fixture
@@ -100,11 +100,11 @@ def test_a_mapping_takes_every_keyword_option_row() -> None:
     case = {"module": torch.nn.Linear(2, 2), "args": (torch.ones(1, 2),), "probe_level": 3}
     run = default_catalog()
     with pytest.raises(AotiUsageError, match="unknown keys 'probe_level'"):
-        read_case(case, "s", run.keyword_options())
+        read_case(case, "s", run.check_keywords())
     catalog = Catalog([*run.features, Feature("level", "Levels", options=LevelOptions)])
-    assert read_case(case, "s", catalog.keyword_options()).check == {"probe_level": 3}
+    assert read_case(case, "s", catalog.check_keywords()).check == {"probe_level": 3}
     with pytest.raises(AotiUsageError, match="unknown keys 'options'"):
-        read_case({**case, "options": {}}, "s", catalog.keyword_options())
+        read_case({**case, "options": {}}, "s", catalog.check_keywords())
 
 
 def test_a_factory_is_seeded_and_given_the_device(

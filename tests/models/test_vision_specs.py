@@ -24,8 +24,8 @@ from pytest_aoti.plugins import default_catalog
 
 # --------------------------------------------------------------------------- stand-ins
 
-KEYWORDS = default_catalog().keyword_options()
-"""The option keywords of a run of every default plugin."""
+KEYWORDS = default_catalog().check_keywords()
+"""The ``aoti.check`` keywords of a run of every default plugin."""
 
 
 class Net(torch.nn.Module):

@@ -133,7 +133,7 @@ def test_each_place_lists_the_keywords_of_its_signature(run: Catalog) -> None:
     resolver take: a new parameter cannot be left out of the list."""
     import inspect
 
-    from pytest_aoti.run.resolve import CALL_ARGUMENTS
+    from pytest_aoti.options.catalog import CALL_ARGUMENTS
     from pytest_aoti.tester import AotiTester
 
     def named(method: object) -> tuple[str, ...]:

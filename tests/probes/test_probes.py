@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.compiling.custom_ops import child_preparation
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.isolation import process as engine_process
 from pytest_aoti.options.parsers import ValueProblem
@@ -312,12 +313,14 @@ def _program_stub(module: Any, args: tuple[Any, ...], mutated: set[str]) -> Any:
     import torch
 
     exported = torch.export.export(module, args)
+    package = Path("/nonexistent/package.pt2")
     return SimpleNamespace(
         exported=exported,
         mutated_inputs=mutated,
         mutated_buffers=set(),
         device=torch.device("cpu"),
-        package_path=Path("/nonexistent/package.pt2"),
+        package_path=package,
+        child_preparation=lambda: child_preparation(package),
         key="stub",
     )
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_aoti.reports.collector import durations_table
 from pytest_aoti.reports.header import torch_build
 from pytest_aoti.reports.records import CheckRecord
-from pytest_aoti.reports.terminal import durations_table
 
 REPORTED = """
 def test_input_mutation(aoti):

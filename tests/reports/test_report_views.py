@@ -14,11 +14,11 @@ from section_lines import SectionLines
 
 from pytest_aoti.cache.registry import CompileStats
 from pytest_aoti.plugins import default_catalog
-from pytest_aoti.reports.collector import ReportCollector
+from pytest_aoti.reports.collector import ReportCollector, durations_table
 from pytest_aoti.reports.junit import check_properties
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
-from pytest_aoti.reports.terminal import durations_table, problem_lines, summary_line
+from pytest_aoti.reports.terminal import problem_lines
 
 RUN = default_catalog()
 """A run of every default plugin."""
@@ -257,7 +257,7 @@ def test_the_summary_line_gives_the_load_time_measured_or_leaves_it_out() -> Non
     that lacks it) leave the figure out."""
 
     def line(**fields: Any) -> str:
-        return summary_line(CompileStats(programs={"k"}, **fields))
+        return CompileStats(programs={"k"}, **fields).summary_line()
 
     assert line(loaded=31, load_seconds=0.0042) == (
         "aoti: 1 program; 0 compiled in 0.0 s; 31 loaded from cache in 4.2 ms"
@@ -271,7 +271,7 @@ def test_the_summary_line_gives_the_load_time_measured_or_leaves_it_out() -> Non
     worker = CompileStats(programs={"k"}, loaded=1, load_seconds=0.0003)
     controller = ReportCollector()
     controller.merge(ReportCollector().payload(worker, []))
-    assert summary_line(controller.totals(None)).endswith("; 1 loaded from cache in 0.3 ms")
+    assert controller.totals(None).summary_line().endswith("; 1 loaded from cache in 0.3 ms")
 
 
 def test_junit_leaves_out_an_absent_stage() -> None:

@@ -8,10 +8,11 @@ import torch
 
 from pytest_aoti.errors import AotiUsageError
 from pytest_aoti.generated.feature import GeneratedOptions
+from pytest_aoti.options.catalog import CALL_ARGUMENTS
 from pytest_aoti.options.defaults import CheckDefaults
 from pytest_aoti.plugins import default_catalog
 from pytest_aoti.probes.feature import ProbeOptions
-from pytest_aoti.run.resolve import CALL_ARGUMENTS, resolve_call
+from pytest_aoti.run.resolve import resolve_call
 from pytest_aoti.tester import AotiTester
 from pytest_aoti.threads.feature import ThreadsOptions
 
@@ -93,13 +94,11 @@ def test_unknown_inductor_configs_are_refused_before_anything_moves() -> None:
 def test_a_factory_mapping_takes_the_calls_keywords() -> None:
     from pytest_aoti.models.factories import check_keywords
 
-    assert check_keywords(RUN.keyword_options()) == frozenset(
-        (*CALL_ARGUMENTS, *RUN.keyword_options())
-    )
+    assert RUN.check_keywords() == (*CALL_ARGUMENTS, *RUN.keyword_options())
     assert {"rtol", "probes_skip", "max_extra_bytes", "samples"} <= check_keywords(
-        RUN.keyword_options()
+        RUN.check_keywords()
     )
-    assert "max_dim" not in check_keywords(RUN.keyword_options())  # a marker option only
+    assert "max_dim" not in check_keywords(RUN.check_keywords())  # a marker option only
 
 
 def test_aoti_check_names_no_option_as_a_parameter() -> None:

@@ -14,10 +14,17 @@ from torch.export.dynamic_shapes import _DerivedDim
 
 from pytest_aoti.errors import AotiInputError, AotiUsageError
 from pytest_aoti.mutation_maps import named_user_inputs
-from pytest_aoti.shapes.boundaries import boundary_assignments, cap_range, shapes_from_assignment
 from pytest_aoti.shapes.formatting import format_dynamic_shapes
 from pytest_aoti.shapes.infer import infer_dynamic_shapes
-from pytest_aoti.shapes.read import InputSpec, ProgramShapes, SymbolRange, read_program_shapes
+from pytest_aoti.shapes.read import (
+    InputSpec,
+    ProgramShapes,
+    SymbolRange,
+    boundary_assignments,
+    cap_range,
+    read_program_shapes,
+    shapes_from_assignment,
+)
 from pytest_aoti.shapes.validate import solve_sizes, validate_inputs
 
 

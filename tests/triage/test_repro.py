@@ -27,13 +27,9 @@ from pytest_aoti.compiling.pipeline import (
     export_module,
     quiet_torch_deprecations,
 )
+from pytest_aoti.folder_names import MAX_NAME_LENGTH, bundle_dir_name
 from pytest_aoti.triage import repro_script
-from pytest_aoti.triage.repro import (
-    MAX_NAME_LENGTH,
-    REPRO_SCRIPT_FILE,
-    bundle_dir_name,
-    write_bundle,
-)
+from pytest_aoti.triage.repro import REPRO_SCRIPT_FILE, write_bundle
 
 REPRO_SCRIPT = REPRO_SCRIPT_FILE.read_text(encoding="utf-8")
 

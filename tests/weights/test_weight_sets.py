@@ -298,8 +298,8 @@ def test_a_program_the_engine_child_serves_is_swapped_only_when_asked(
     ``weights="swap"`` swaps them whatever the cost."""
     from types import SimpleNamespace
 
-    from pytest_aoti.api import CheckBudget, CheckOptions
-    from pytest_aoti.checks.budget import left_by_search
+    from pytest_aoti.checks.budget import CheckBudget, left_by_search
+    from pytest_aoti.options.check_options import CheckOptions
     from pytest_aoti.weights.check import SERVED, _Swap
     from pytest_aoti.weights.feature import WeightsOptions
 
