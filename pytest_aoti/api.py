@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
     from pytest_aoti.compiling.graph_ops import NodeTarget as NodeTarget
     from pytest_aoti.compiling.machine import machine_identity as machine_identity
-    from pytest_aoti.compiling.machine import settled_target as settled_target
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
     from pytest_aoti.compiling.program import AotiProgram as AotiProgram
     from pytest_aoti.compiling.vec_isa import loop_width as loop_width
@@ -82,9 +81,6 @@ if TYPE_CHECKING:
     from pytest_aoti.tolerance import LeafStats as LeafStats
     from pytest_aoti.tolerance import Tolerance as Tolerance
     from pytest_aoti.trees import clone_tree as clone_tree
-    from pytest_aoti.trees import distinct_shape as distinct_shape
-    from pytest_aoti.trees import has_own_elements as has_own_elements
-    from pytest_aoti.trees import laid_out_like as laid_out_like
     from pytest_aoti.trees import relaid as relaid
     from pytest_aoti.trees import tensor_bytes as tensor_bytes
 
@@ -101,19 +97,15 @@ _LAZY: dict[str, str] = {  # names that load their module (and torch) on first u
     "StepsRun": "pytest_aoti.steps.chain",
     "copy_module": "pytest_aoti.checks.module_copy",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
-    "distinct_shape": "pytest_aoti.trees",
     "eager_module": "pytest_aoti.checks.side_by_side",
     "EagerRaised": "pytest_aoti.checks.eager_history",
     "Float64Reference": "pytest_aoti.checks.float64",
-    "has_own_elements": "pytest_aoti.trees",
     "InputBuilder": "pytest_aoti.shapes.generation",
     "InputReplay": "pytest_aoti.checks.replay",
     "InputRun": "pytest_aoti.checks.parity",
     "install_hint": "pytest_aoti.errors",
-    "laid_out_like": "pytest_aoti.trees",
     "LeafStats": "pytest_aoti.tolerance",
     "loop_width": "pytest_aoti.compiling.vec_isa",
-    "settled_target": "pytest_aoti.compiling.machine",
     "machine_identity": "pytest_aoti.compiling.machine",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",

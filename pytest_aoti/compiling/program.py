@@ -181,6 +181,19 @@ class AotiProgram:
         """The ``.pt2`` package this program loads its engine from."""
         return self._artifact.package_path
 
+    def loop_width(self, dtype: torch.dtype, inner: int | None = None) -> int:
+        """Elements per step of the vectorized loop the engine's code runs over ``dtype``
+        (``inner``: the innermost size): on a CPU, Inductor's for the ISA this machine's
+        record names (this machine's where it has none yet); 0 on a GPU, whose loops have
+        no scalar tail."""
+        if self.device.type != "cpu":
+            return 0
+        from pytest_aoti.compiling.machine import settled_target
+        from pytest_aoti.compiling.vec_isa import loop_width
+
+        target = settled_target()
+        return loop_width(dtype, target.isa if target is not None and target.isa else None, inner)
+
     def child_preparation(self) -> ChildPreparation:
         """What a fresh process does before it loads this package: import the modules that
         registered the custom ops it calls, load the op libraries loaded here."""

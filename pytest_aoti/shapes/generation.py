@@ -95,6 +95,24 @@ class InputBuilder:
         """The example's [min, max], or a default where it says nothing usable."""
         return value_range(example)
 
+    @staticmethod
+    def distinct_shape(example: torch.Tensor) -> tuple[int, ...]:
+        """The shape of the values a tensor like ``example`` holds: every stride-0
+        (expanded) dim of size 1."""
+        return distinct_shape(example)
+
+    @staticmethod
+    def has_own_elements(example: torch.Tensor) -> bool:
+        """Whether ``example``'s elements outside expanded dims have memory of their own
+        (not ``unfold``'s): values of its own can be laid out like it."""
+        return has_own_elements(example)
+
+    @staticmethod
+    def laid_out_like(values: torch.Tensor, example: torch.Tensor) -> torch.Tensor | None:
+        """``values`` (of :meth:`distinct_shape`) laid out like ``example``: its sizes,
+        strides, storage offset and expanded dims; None where its elements overlap."""
+        return laid_out_like(values, example)
+
 
 def _exported(program: Any) -> ExportedProgram:
     exported = getattr(program, "exported", program)

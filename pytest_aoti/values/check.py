@@ -43,7 +43,7 @@ from pytest_aoti.values.feature import ValuesOptions
 from pytest_aoti.values.graph_constants import graph_constants
 from pytest_aoti.values.passes_key import example_digest, mutates_text, tolerance_text
 from pytest_aoti.values.position_inputs import position_inputs
-from pytest_aoti.values.positions import width_on
+from pytest_aoti.values.positions import width_of
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -134,7 +134,7 @@ class _Search:
         )
         self.positions = position_inputs(exported, one_element)
         """One-element inputs the program uses as positions: they keep their values."""
-        self.width = width_on(self.program.device)
+        self.width = width_of(self.program)
         self.plan_of_draws = DrawPlan(
             self.named,
             draws=plan.options.of(ValuesOptions).values_draws,

@@ -30,9 +30,6 @@ import torch
 from pytest_aoti.api import (
     InputBuilder,
     NodeTarget,
-    distinct_shape,
-    has_own_elements,
-    laid_out_like,
 )
 from pytest_aoti.values.classes import ZERO_CLASSES, PointClass, all_points, point_classes
 from pytest_aoti.values.meetings import MeetingInput, MeetingPlan, meeting_plan
@@ -67,7 +64,7 @@ class Draw:
     """One input set of generated values, by input name, and the plain draw under it.
 
     ``special``, ``plain`` and ``masks`` hold each drawn input's elements of their own
-    (:func:`~pytest_aoti.trees.distinct_shape`); :attr:`values` lays them out like the
+    (``InputBuilder.distinct_shape``); :attr:`values` lays them out like the
     example."""
 
     index: int
@@ -104,7 +101,7 @@ class Draw:
         """Drawn inputs laid out like the example; the others are the example's own (each
         check's run clones its inputs)."""
         return {
-            name: laid_out_like(drawn[name], example) if name in drawn else example
+            name: InputBuilder.laid_out_like(drawn[name], example) if name in drawn else example
             for name, example in self.examples.items()
         }
 
@@ -159,14 +156,14 @@ class DrawPlan:
         for name, leaf in self.named.items():
             if name in kept or not _is_tensor(leaf) or leaf.numel() == 0:
                 continue
-            if not has_own_elements(leaf):
+            if not InputBuilder.has_own_elements(leaf):
                 continue  # elements that overlap in memory: no values of their own
             low, high = _range(leaf)
             if low == high and leaf.numel() == 1 and not leaf.dtype == _bool():
                 continue  # NaN or an infinity alone: its value is the point
             floating = leaf.dtype.is_floating_point
             classes = point_classes(low, high, leaf.dtype, constants if floating else ())
-            self.drawn[name] = _Drawn(leaf, low, high, classes, distinct_shape(leaf))
+            self.drawn[name] = _Drawn(leaf, low, high, classes, InputBuilder.distinct_shape(leaf))
         self.meeting_plan = MeetingPlan([], {})
         if not no_repeats and draws > 0:
             self.meeting_plan = meeting_plan(
@@ -183,7 +180,7 @@ class DrawPlan:
                     for name, d in self.drawn.items()
                 ],
                 floor=draws // 4,
-                width=width or cpu_width(None),
+                width=width or cpu_width(),
             )
         self.meetings = self.meeting_plan.shifts
         self.count = max(draws, len(self.meetings)) if draws > 0 else 0

@@ -3,7 +3,7 @@ code treats apart, so that special points meet in each.
 
 Inductor's CPU code runs the innermost dimension as a vectorized body of ``width``
 elements a step and a scalar tail of the last ``size % width`` elements of each row
-(:func:`~pytest_aoti.compiling.vec_isa.loop_width`); a bug in one part shows only there
+(``AotiProgram.loop_width``); a bug in one part shows only there
 (``1 / maximum(x, y)`` wrong at element 16 of 17). The parts, per position of a shape:
 
 - ``first``: the first element of each innermost row;
@@ -19,8 +19,12 @@ tail and the last).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from pytest_aoti.api import AotiProgram
 
 PARTS = ("first", "body", "tail", "last")
 """The parts of a loop, in the order a record lists them."""
@@ -62,33 +66,25 @@ def part_of(index: int, shape: tuple[int, ...], width: int) -> list[str]:
     return [name for name in order if name in parts and bool(parts[name][0])]
 
 
-def cpu_width(isa: str | None) -> Width:
-    """The loop width of Inductor's CPU code for the ISA named ``isa`` (None: this
-    machine's)."""
+def cpu_width() -> Width:
+    """The loop width of Inductor's CPU code for this machine's ISA."""
     from pytest_aoti.api import loop_width
 
+    return _cached(lambda dtype, inner: loop_width(dtype, None, inner))
+
+
+def width_of(program: AotiProgram) -> Width:
+    """The loop width of ``program``'s engine code (:meth:`AotiProgram.loop_width`)."""
+    return _cached(program.loop_width)
+
+
+def _cached(width: Width) -> Width:
     cache: dict[tuple[torch.dtype, int], int] = {}
 
-    def width(dtype: torch.dtype, inner: int) -> int:
+    def cached(dtype: torch.dtype, inner: int) -> int:
         found = cache.get((dtype, inner))
         if found is None:
-            found = cache[(dtype, inner)] = loop_width(dtype, isa, inner)
+            found = cache[(dtype, inner)] = width(dtype, inner)
         return found
 
-    return width
-
-
-def gpu_width(dtype: torch.dtype, inner: int) -> int:
-    """A GPU's loop: no scalar tail."""
-    return 0
-
-
-def width_on(device: torch.device) -> Width:
-    """The loop width of the code compiled for ``device``: a GPU's, or Inductor's CPU code
-    for the ISA the machine's record names (this machine's where it has none yet)."""
-    if device.type != "cpu":
-        return gpu_width
-    from pytest_aoti.api import settled_target
-
-    target = settled_target()
-    return cpu_width(target.isa if target is not None and target.isa else None)
+    return cached
