@@ -30,13 +30,6 @@ class ModelCase:
     """Further keywords of :meth:`~pytest_aoti.AotiTester.check` (``dynamic_shapes``, ...)."""
 
 
-def check_keywords(keywords: Iterable[str]) -> frozenset[str]:
-    """The keyword arguments ``aoti.check`` takes besides module, args and kwargs, as the
-    run's catalog lists them (``catalog.check_keywords()``: what the call checks, then the
-    option keywords)."""
-    return frozenset(keywords)
-
-
 @user_facing
 def call_factory(
     factory: Callable[..., Any], device: torch.device, spec: str, keywords: Iterable[str]
@@ -82,7 +75,7 @@ def read_case(returned: Any, spec: str, accepted: Iterable[str]) -> ModelCase:
     ``aoti.check`` keywords ``accepted``); a wrong shape is an ``AotiUsageError`` that says
     which forms are accepted."""
     if isinstance(returned, Mapping):
-        keywords = check_keywords(accepted)
+        keywords = frozenset(accepted)
         unknown = sorted(set(returned) - set(_CASE_KEYS) - keywords)
         if unknown:
             raise AotiUsageError(

@@ -465,8 +465,9 @@ def _mismatch(
         ("output", eager_out, engine_out, fp64(reference.outputs_after(1) if reference else None))
     ]
     try:
-        eager_named = ProgramCall(program.exported).named(eager_args, eager_kwargs)
-        engine_named = ProgramCall(program.exported).named(engine_args, engine_kwargs)
+        call = ProgramCall(program.exported)
+        eager_named = call.named(eager_args, eager_kwargs)
+        engine_named = call.named(engine_args, engine_kwargs)
         for name in sorted(program.mutated_inputs):
             pairs.append(
                 (

@@ -39,10 +39,10 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
     for node in exported.graph.nodes:
         if node.op != "call_function":
             continue
-        op = NodeTarget(node.target).aten
-        if op is None:
+        target = NodeTarget(node.target)
+        if target.aten is None:
             continue
-        for value in _scalar_arguments(op, node):
+        for value in _scalar_arguments(target, node):
             magnitude = abs(value)
             if not (SMALLEST <= magnitude <= LARGEST) or magnitude == 1.0:
                 continue
@@ -54,10 +54,10 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
     return tuple(found)
 
 
-def _scalar_arguments(op: Any, node: Any) -> list[float]:
-    """The Python numbers ``node`` passes where ``op`` takes a value (not a dim, a size)."""
+def _scalar_arguments(target: NodeTarget, node: Any) -> list[float]:
+    """The Python numbers ``node`` passes where ``target`` takes a value (not a dim, a size)."""
     values: list[float] = []
-    for position, argument in enumerate(NodeTarget(op).arguments):
+    for position, argument in enumerate(target.arguments):
         if position < len(node.args):
             value = node.args[position]
         elif argument.name in node.kwargs:

@@ -65,21 +65,22 @@ def _used_as_position(start: Any) -> bool:
         for user in node.users:
             if user.op != "call_function":
                 continue
-            op = NodeTarget(user.target).aten
+            target = NodeTarget(user.target)
+            op = target.aten
             if op is None:
                 continue
-            if op._opname in SCALAR_READS or _in_index_argument(op, user, node):
+            if op._opname in SCALAR_READS or _in_index_argument(target, user, node):
                 return True
-            carries = NodeTarget(op).is_view or op._opname in CARRIES_POSITIONS
+            carries = target.is_view or op._opname in CARRIES_POSITIONS
             if carries and _integer(user) and user not in seen:
                 seen.add(user)
                 pending.append(user)
     return False
 
 
-def _in_index_argument(op: Any, user: Any, node: Any) -> bool:
-    """Whether ``user`` passes ``node`` in one of ``op``'s index arguments."""
-    for position, argument in enumerate(NodeTarget(op).arguments):
+def _in_index_argument(target: NodeTarget, user: Any, node: Any) -> bool:
+    """Whether ``user`` passes ``node`` in one of ``target``'s index arguments."""
+    for position, argument in enumerate(target.arguments):
         if argument.name not in INDEX_ARGUMENTS:
             continue
         if position < len(user.args):
