@@ -24,55 +24,37 @@ from pytest_aoti.errors import (
     AotiBufferMutationWarning,
     AotiCheckError,
     AotiUsageError,
-    warn_at_caller,
 )
 from pytest_aoti.findings import (
     BundleAdapter,
     Figures,
     Finding,
     FindingKind,
-    plain_finding,
 )
 from pytest_aoti.options.feature import Feature
 from pytest_aoti.options.fields import per_check, session_field
 from pytest_aoti.options.option import Option
-from pytest_aoti.options.parsers import ValueKind, ValueProblem, Words
+from pytest_aoti.options.parsers import ValueKind
 
 if TYPE_CHECKING:
-    import pytest
-
     from pytest_aoti.atomic_files import replace_text as replace_text
     from pytest_aoti.cache.registry import CompileStats as CompileStats
     from pytest_aoti.cache.registry import ProgramRegistry as ProgramRegistry
     from pytest_aoti.checks.crash_screen import CrashScreen as CrashScreen
-    from pytest_aoti.checks.eager_history import EagerRaised as EagerRaised
     from pytest_aoti.checks.float64 import Float64Reference as Float64Reference
-    from pytest_aoti.checks.module_copy import copy_module as copy_module
     from pytest_aoti.checks.parity import InputRun as InputRun
     from pytest_aoti.checks.refused import ExportedRefusals as ExportedRefusals
-    from pytest_aoti.checks.refused import Refusal as Refusal
     from pytest_aoti.checks.replay import InputReplay as InputReplay
-    from pytest_aoti.checks.side_by_side import call_history as call_history
-    from pytest_aoti.checks.side_by_side import eager_module as eager_module
     from pytest_aoti.compare import Comparison as Comparison
     from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
     from pytest_aoti.compiling.graph_ops import NodeTarget as NodeTarget
-    from pytest_aoti.compiling.machine import machine_identity as machine_identity
     from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
     from pytest_aoti.compiling.program import AotiProgram as AotiProgram
-    from pytest_aoti.compiling.vec_isa import loop_width as loop_width
-    from pytest_aoti.errors import install_hint as install_hint
     from pytest_aoti.errors import user_facing as user_facing
-    from pytest_aoti.isolation.process import LineReader as LineReader
-    from pytest_aoti.isolation.process import PendingJobs as PendingJobs
-    from pytest_aoti.isolation.process import end_process as end_process
-    from pytest_aoti.isolation.process import exit_and_last_line as exit_and_last_line
-    from pytest_aoti.isolation.process import run_jobs as run_jobs
-    from pytest_aoti.isolation.process import side_by_side as side_by_side
+    from pytest_aoti.isolation.line_child import LineChild as LineChild
     from pytest_aoti.mutation_maps import ProgramCall as ProgramCall
     from pytest_aoti.reports.collector import ReportCollector as ReportCollector
     from pytest_aoti.reports.records import CheckRecord as CheckRecord
-    from pytest_aoti.reports.terminal import SectionWriter as SectionWriter
     from pytest_aoti.session import session_of as session_of
     from pytest_aoti.shapes.generation import InputBuilder as InputBuilder
     from pytest_aoti.shapes.read import ProgramShapes as ProgramShapes
@@ -81,49 +63,31 @@ if TYPE_CHECKING:
     from pytest_aoti.tolerance import LeafStats as LeafStats
     from pytest_aoti.tolerance import Tolerance as Tolerance
     from pytest_aoti.trees import clone_tree as clone_tree
-    from pytest_aoti.trees import relaid as relaid
-    from pytest_aoti.trees import tensor_bytes as tensor_bytes
 
 _LAZY: dict[str, str] = {  # names that load their module (and torch) on first use
     "CompileStats": "pytest_aoti.cache.registry",
     "ReportCollector": "pytest_aoti.reports.collector",
-    "SectionWriter": "pytest_aoti.reports.terminal",
     "AotiProgram": "pytest_aoti.compiling.program",
     "AotiTester": "pytest_aoti.tester",
-    "call_history": "pytest_aoti.checks.side_by_side",
     "CheckRecord": "pytest_aoti.reports.records",
     "Comparison": "pytest_aoti.compare",
     "clone_tree": "pytest_aoti.trees",
     "StepsRun": "pytest_aoti.steps.chain",
-    "copy_module": "pytest_aoti.checks.module_copy",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
-    "eager_module": "pytest_aoti.checks.side_by_side",
-    "EagerRaised": "pytest_aoti.checks.eager_history",
     "Float64Reference": "pytest_aoti.checks.float64",
     "InputBuilder": "pytest_aoti.shapes.generation",
     "InputReplay": "pytest_aoti.checks.replay",
     "InputRun": "pytest_aoti.checks.parity",
-    "install_hint": "pytest_aoti.errors",
     "LeafStats": "pytest_aoti.tolerance",
-    "loop_width": "pytest_aoti.compiling.vec_isa",
-    "machine_identity": "pytest_aoti.compiling.machine",
+    "LineChild": "pytest_aoti.isolation.line_child",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",
     "ProgramCall": "pytest_aoti.mutation_maps",
     "NodeTarget": "pytest_aoti.compiling.graph_ops",
     "quiet_torch_deprecations": "pytest_aoti.compiling.pipeline",
     "quoted_frames": "pytest_aoti.compiling.explain",
-    "Refusal": "pytest_aoti.checks.refused",
-    "relaid": "pytest_aoti.trees",
     "replace_text": "pytest_aoti.atomic_files",
-    "run_jobs": "pytest_aoti.isolation.process",
-    "PendingJobs": "pytest_aoti.isolation.process",
-    "side_by_side": "pytest_aoti.isolation.process",
-    "LineReader": "pytest_aoti.isolation.process",
-    "end_process": "pytest_aoti.isolation.process",
-    "exit_and_last_line": "pytest_aoti.isolation.process",
     "session_of": "pytest_aoti.session",
-    "tensor_bytes": "pytest_aoti.trees",
     "Tolerance": "pytest_aoti.tolerance",
     "ExportedRefusals": "pytest_aoti.checks.refused",
     "user_facing": "pytest_aoti.errors",
@@ -150,23 +114,11 @@ __all__ = [
     "RecordPart",
     "Triage",
     "ValueKind",
-    "ValueProblem",
-    "Words",
     "ProgramAttachments",
-    "add_options",
     "per_check",
-    "plain_finding",
     "session_field",
-    "warn_at_caller",
     *_LAZY,
 ]
-
-
-def add_options(parser: pytest.Parser, feature: Feature) -> None:
-    """Add ``feature``'s ``--aoti-*`` options and ini keys; call it from ``pytest_addoption``."""
-    from pytest_aoti.options.table import add_options as add_rows
-
-    add_rows(parser, feature.rows())
 
 
 if not TYPE_CHECKING:  # mypy sees the names above, each typed, and no others

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Protocol, TypeVar
 
-from pytest_aoti.findings import Finding, FindingKind, plain_finding
+from pytest_aoti.findings import Finding, FindingKind
 from pytest_aoti.frames import caller_stacklevel, pin_to_source
 
 STAGE_NAMES = ("eager", "export", "decompose", "compile")
@@ -72,7 +72,7 @@ class AotiCheckError(AotiError, AssertionError):
 
     def __init__(self, finding: Finding | str) -> None:
         self.finding: Finding = (
-            finding if isinstance(finding, Finding) else plain_finding(FindingKind.CHECK, finding)
+            finding if isinstance(finding, Finding) else Finding.plain(FindingKind.CHECK, finding)
         )
         super().__init__(self.finding.render())
 
@@ -119,17 +119,29 @@ class AotiCompileError(_StageError):
 class AotiUsageError(AotiError, TypeError):
     """A fixture, marker or check argument was used the wrong way."""
 
+    @staticmethod
+    def install_hint(extra: str = "") -> str:
+        """The command that installs pytest-aoti with ``extra`` (``s3``, ``hf``), for the
+        error a missing optional package causes: from where it was installed."""
+        return install_hint(extra)
+
 
 class AotiInputError(AotiError, ValueError):
     """An input does not fit the shapes, dtypes or devices the program was exported for."""
 
 
-class AotiBufferMutationWarning(UserWarning):
+class _AtCaller(UserWarning):
+    def issue(self) -> None:
+        """Issue this warning at the first frame outside pytest-aoti: the user's own line."""
+        warn_at_caller(self)
+
+
+class AotiBufferMutationWarning(_AtCaller):
     """The program mutates registered buffers: state shared by every caller of one engine, which
     two threads race on. A mutated input is thread-safe instead."""
 
 
-class AotiCacheWarning(UserWarning):
+class AotiCacheWarning(_AtCaller):
     """The artifact cache could not be used as configured; the run goes on without it."""
 
 

@@ -261,6 +261,21 @@ class Finding:
     check: str | None = None
     """The failed check, where another plugin added it; None for the built-in checks."""
 
+    @classmethod
+    def plain(
+        cls, kind: FindingKind | str, message: str, location: str = "", **fields: Any
+    ) -> Finding:
+        """A finding whose text is a written message: its first line, then detail lines."""
+        first, *rest = message.splitlines() or [""]
+        return cls(
+            kind=FindingKind(kind),
+            location=location,
+            summary="",
+            message=first,
+            details=tuple(line.strip() for line in rest),
+            **fields,
+        )
+
     def __post_init__(self) -> None:
         # a kind given as its string (``"buffer"``) is taken as the kind it names
         object.__setattr__(self, "kind", FindingKind(self.kind))
@@ -333,21 +348,6 @@ class Finding:
             **({"extra": self.extra} if self.extra else {}),
             **({"check": self.check} if self.check else {}),
         }
-
-
-def plain_finding(
-    kind: FindingKind | str, message: str, location: str = "", **fields: Any
-) -> Finding:
-    """A finding whose text is a written message: its first line, then detail lines."""
-    first, *rest = message.splitlines() or [""]
-    return Finding(
-        kind=FindingKind(kind),
-        location=location,
-        summary="",
-        message=first,
-        details=tuple(line.strip() for line in rest),
-        **fields,
-    )
 
 
 def layouts_lead(failed: Sequence[str], passed: Sequence[str]) -> str:

@@ -109,7 +109,7 @@ def pytest_aoti_feature() -> Feature | None:
     ``--aoti-latency-budget`` option, read as ``plan.options.of(LatencyOptions)``::
 
         from dataclasses import dataclass
-        from pytest_aoti.api import Feature, add_options, per_check
+        from pytest_aoti.api import Feature, per_check
 
         @dataclass(frozen=True)
         class LatencyOptions:
@@ -123,7 +123,7 @@ def pytest_aoti_feature() -> Feature | None:
             return FEATURE
 
         def pytest_addoption(parser):
-            add_options(parser, FEATURE)
+            FEATURE.add_options(parser)
     """
 
 

@@ -1,5 +1,5 @@
 """A stand-in for pytest's terminal reporter that keeps the summary's lines: what a plugin's
-summary section writes (``pytest_aoti.api.SectionWriter``), read back by a test."""
+summary section writes to pytest's ``TerminalReporter``, read back by a test."""
 
 from __future__ import annotations
 

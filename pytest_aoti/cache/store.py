@@ -54,7 +54,7 @@ from pytest_aoti.cache.store_files import (
 )
 from pytest_aoti.cache.store_files import sha256_of as sha256_of
 from pytest_aoti.cache.store_lock import KeyLocks
-from pytest_aoti.errors import AotiCacheWarning, warn_at_caller
+from pytest_aoti.errors import AotiCacheWarning
 
 __all__ = [
     "FORMAT_VERSION",
@@ -528,4 +528,4 @@ class ArtifactStore:
             # listed in the summary: a warning would fail the test under filterwarnings = error
             self._on_problem(message)
             return
-        warn_at_caller(AotiCacheWarning(message))
+        AotiCacheWarning(message).issue()

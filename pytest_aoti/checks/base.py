@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.checks.side_by_side import CallRecord
     from pytest_aoti.compiling.program import AotiProgram
     from pytest_aoti.compiling.random_ops import RandomOp
     from pytest_aoti.errors import AotiCheckError
+    from pytest_aoti.isolation.process import Job, PendingJobs
     from pytest_aoti.tolerance import LeafStats, Tolerance
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]  # (args, kwargs) of one call
@@ -254,6 +256,68 @@ class CheckContext:
         from pytest_aoti.checks.served_calls import tensor_inputs  # imports torch
 
         return self._served.seconds(tensor_inputs(self.program, args, kwargs))  # type: ignore[no-any-return]
+
+    # The mechanisms a check's searches share, as services of the context: the engine child's
+    # jobs, eager's calls on clones of the inputs, a module's copy.
+
+    @staticmethod
+    def child_jobs(
+        request: Mapping[str, Any],
+        jobs: Sequence[Job],
+        timeout: float,
+        path: Sequence[str] = (),
+        late: str = "not run: the time for these calls ran out",
+    ) -> PendingJobs:
+        """Start ``jobs`` (``(input set index, checked)``) of an engine-child ``request``
+        (``path`` first on the child's ``sys.path``) within ``timeout`` seconds in all; the
+        child works while this process goes on, and ``.results()`` waits for the result per
+        job (a crashed or hung job has ``{"crashed": why, "signal": number or None}``, one the
+        time left no room for ``{"crashed": late}``). Every started request is waited for."""
+        from pytest_aoti.isolation.process import PendingJobs
+
+        return PendingJobs(request, jobs, timeout, path, late)
+
+    @staticmethod
+    def child_beside() -> bool:
+        """Whether the engine child may make its calls while this process makes its own (the
+        cores hold both processes' torch threads); else the two run one after the other."""
+        from pytest_aoti.isolation.process import side_by_side
+
+        return side_by_side()
+
+    def call_history(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        calls: int,
+        *,
+        eager: bool = False,
+        ready: Callable[[], object] | None = None,
+    ) -> list[CallRecord]:
+        """``function`` called ``calls`` times on one clone of the inputs, without autograd:
+        per call, its outputs and every named input of the program after it. ``eager``:
+        ``function`` is the module, run as :meth:`eager_module`; ``ready``: called before
+        the first call."""
+        from pytest_aoti.checks.side_by_side import call_history
+
+        return call_history(self.program, function, args, kwargs, calls, eager=eager, ready=ready)
+
+    @staticmethod
+    def eager_module(module: torch.nn.Module) -> torch.nn.Module:
+        """The module eager runs: a copy sharing the caller's Parameters, owning the rest
+        (a module ``copy.deepcopy`` refuses is copied field by field)."""
+        from pytest_aoti.checks.side_by_side import eager_module
+
+        return eager_module(module)
+
+    @staticmethod
+    def copy_module(module: torch.nn.Module, memo: dict[Any, Any] | None = None) -> torch.nn.Module:
+        """``copy.deepcopy(module, memo)``, field by field (with the same ``memo``) where
+        ``deepcopy`` refuses the module."""
+        from pytest_aoti.checks.module_copy import copy_module
+
+        return copy_module(module, memo)
 
 
 class Check(Protocol):

@@ -29,7 +29,7 @@ from pytest_aoti.checks.base import (
 )
 from pytest_aoti.compiling.custom_ops import ChildPreparation
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import Finding, FindingKind, plain_finding
+from pytest_aoti.findings import Finding, FindingKind
 from pytest_aoti.isolation.process import HUNG, PendingJobs
 from pytest_aoti.mutation_maps import flat_user_inputs
 from pytest_aoti.trees import clone_tree, tensor_bytes
@@ -476,7 +476,7 @@ def crash_finding(verdict: dict[str, Any], label: str, calls: int) -> Finding:
             f"the AOTI compile broke it: the AOTI engine did not return within "
             f"{SCREEN_TIMEOUT:.0f} s {where} (a hang: the child process was ended)"
         )
-        return plain_finding(FindingKind.CRASH, "\n".join((message, *common)), HANG)
+        return Finding.plain(FindingKind.CRASH, "\n".join((message, *common)), HANG)
     number = verdict.get("signal")
     if number is None:  # the child exited after a CUDA error that sticks to its process
         cause, location = "hit a CUDA error that poisons its process", "CUDA error"
@@ -485,7 +485,7 @@ def crash_finding(verdict: dict[str, Any], label: str, calls: int) -> Finding:
     message = f"the AOTI compile broke it: the AOTI engine {cause} {where}"
     why = str(verdict.get("why") or "")
     lines = (message, *common, *([f"the child: {why}"] if why else []))
-    return plain_finding(FindingKind.CRASH, "\n".join(lines), location, extra={"signal": number})
+    return Finding.plain(FindingKind.CRASH, "\n".join(lines), location, extra={"signal": number})
 
 
 def inputs_digest(input_set: InputSet) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -108,7 +108,10 @@ class InputRun:
     caller never changes ``args`` and ``kwargs`` while the run lives (a search's drawn input
     set), so they are not cloned first; ``validated``: they have the shapes, dtypes, devices
     and layout of inputs the program validated (a draw of the example's values), so
-    :meth:`check` does not validate them again."""
+    :meth:`check` does not validate them again. Where eager itself raises on the inputs,
+    the run raises :attr:`EagerRaised` (the module refuses them: no finding)."""
+
+    EagerRaised: ClassVar[type[EagerRaised]] = EagerRaised
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_aoti.compiling.pipeline import quiet_torch_deprecations
 from pytest_aoti.trees import clone_tree
@@ -66,8 +66,14 @@ def has_runtime_asserts(exported: ExportedProgram) -> bool:
     return any(node.target in targets for node in exported.graph.nodes)
 
 
+_Refusal = Refusal  # the type, where the class's attribute of that name would shadow it
+
+
 class ExportedRefusals:
-    """The exported program run uncompiled: which input sets it refuses."""
+    """The exported program run uncompiled: which input sets it refuses (raising
+    :attr:`Refusal`)."""
+
+    Refusal: ClassVar[type[Refusal]] = Refusal
 
     @classmethod
     def where_it_refuses(cls, exported: ExportedProgram) -> ExportedRefusals | None:
@@ -79,7 +85,7 @@ class ExportedRefusals:
             # module() shares the program's own buffers: a copy leaves them as exported
             self._module = copy.deepcopy(exported.module())
 
-    def refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Refusal | None:
+    def refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Refusal | None:
         """The exported program's refusal of this input set, or None when it runs it."""
         import torch
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.errors import AotiCheckError
-from pytest_aoti.findings import FindingKind, plain_finding
+from pytest_aoti.findings import Finding, FindingKind
 
 
 class SignatureCheck:
@@ -28,7 +28,7 @@ class SignatureCheck:
             if (expected := set(mutates)) != (actual := program.mutated_inputs):
                 inputs = ", ".join(program.signature.user_inputs) or "none"
                 raise AotiCheckError(
-                    plain_finding(
+                    Finding.plain(
                         FindingKind.SIGNATURE,
                         f"mutated inputs differ: expected {names(expected)}, "
                         f"the program mutates {names(actual)}\n"
@@ -40,7 +40,7 @@ class SignatureCheck:
         if mutated_buffers is not None:
             if (expected := set(mutated_buffers)) != (actual := program.mutated_buffers):
                 raise AotiCheckError(
-                    plain_finding(
+                    Finding.plain(
                         FindingKind.SIGNATURE,
                         f"mutated buffers differ: expected {names(expected)}, "
                         f"the program mutates {names(actual)}",

@@ -181,6 +181,15 @@ class AotiProgram:
         """The ``.pt2`` package this program loads its engine from."""
         return self._artifact.package_path
 
+    @staticmethod
+    def machine_identity() -> dict[str, str]:
+        """What this machine's compile target depends on (its CPU, torch build, compiler and
+        Inductor's ISA settings), each part as text: a package built under another identity
+        may not run the same here."""
+        from pytest_aoti.compiling.machine import machine_identity
+
+        return machine_identity()
+
     def loop_width(self, dtype: torch.dtype, inner: int | None = None) -> int:
         """Elements per step of the vectorized loop the engine's code runs over ``dtype``
         (``inner``: the innermost size): on a CPU, Inductor's for the ISA this machine's
@@ -193,6 +202,15 @@ class AotiProgram:
 
         target = settled_target()
         return loop_width(dtype, target.isa if target is not None and target.isa else None, inner)
+
+    @staticmethod
+    def cpu_loop_width(dtype: torch.dtype, inner: int | None = None) -> int:
+        """Elements per step of Inductor's vectorized CPU loop over ``dtype`` for the ISA it
+        detects on this machine, without a program (a program's engine runs the ISA its
+        machine record names: :meth:`loop_width`)."""
+        from pytest_aoti.compiling.vec_isa import loop_width
+
+        return loop_width(dtype, None, inner)
 
     def child_preparation(self) -> ChildPreparation:
         """What a fresh process does before it loads this package: import the modules that

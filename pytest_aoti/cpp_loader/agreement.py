@@ -15,7 +15,6 @@ from pytest_aoti.api import (
     FindingKind,
     Tolerance,
     clone_tree,
-    plain_finding,
 )
 
 LOADER = "the C++ loader (AOTIModelPackageLoader)"
@@ -41,7 +40,7 @@ def loader_failed(stage: str, message: str, what: str) -> AotiCheckError:
     where = f" on {what}" if what else ""
     done = _STAGES.get(stage, f"failed ({stage})")
     return AotiCheckError(
-        plain_finding(
+        Finding.plain(
             FindingKind.CHECK,
             f"{LOADER} {done}{where}: {message}\n{SERVER}\n"
             f"the Python engine (aoti_load_package) ran it\n{OFF_HINT}",

@@ -29,7 +29,6 @@ from pytest_aoti.api import (
     Phase,
     ProgramCall,
     RecordPart,
-    call_history,
     session_of,
 )
 from pytest_aoti.cpp_loader.agreement import Agreement, loader_failed, max_abs, perturbed
@@ -234,8 +233,8 @@ class LoaderRun:
         # a fresh engine for buffer state (each load maps the package once more); else the
         # check's engine, whose calls a large package's engine child answers
         engine = self.program.load_engine() if self.stateful else self.context.engine()
-        ((engine_out, engine_inputs),) = call_history(self.program, engine, args, kwargs, 1)
-        eager = call_history(self.program, self.plan.module, args, kwargs, 1, eager=True)
+        ((engine_out, engine_inputs),) = self.context.call_history(engine, args, kwargs, 1)
+        eager = self.context.call_history(self.plan.module, args, kwargs, 1, eager=True)
         exact = self.exact and self._repeats(engine, args, kwargs, engine_out)
         check = Agreement(what, exact, self._mode(exact), self.plan.tolerance)
         outputs = [
@@ -305,7 +304,7 @@ class LoaderRun:
         the runner is held to the tolerance, not to the bit."""
         if self.stateful:
             return True  # a fresh engine per input set: its first call is the one compared
-        ((again, _),) = call_history(self.program, engine, args, kwargs, 1)
+        ((again, _),) = self.context.call_history(engine, args, kwargs, 1)
         return Comparison.same(first, again)
 
     def _mode(self, exact: bool) -> str:

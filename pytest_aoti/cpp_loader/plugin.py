@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.api import add_options, session_of
+from pytest_aoti.api import session_of
 from pytest_aoti.cpp_loader.feature import CPP_LOADER, CppLoaderOptions
 from pytest_aoti.cpp_loader.lines import header_line, summary_lines
 from pytest_aoti.cpp_loader.toolchain import machine_reason
@@ -39,7 +39,7 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, CPP_LOADER)
+    CPP_LOADER.add_options(parser)
 
 
 def pytest_aoti_header_lines(config: pytest.Config) -> list[str]:

@@ -5,14 +5,10 @@ hung is gone, and the next check starts another."""
 from __future__ import annotations
 
 import atexit
-import os
-import subprocess
-import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
-from pytest_aoti.api import LineReader, end_process, exit_and_last_line
+from pytest_aoti.api import LineChild
 from pytest_aoti.cpp_loader.protocol import READY, Answer, ProtocolError, parse_answer
 
 START_SECONDS = 60.0
@@ -33,17 +29,14 @@ class LoaderProcess:
         self.starts = 0
         self.start_seconds: float | None = None
         """Seconds the last start took, until a check takes them as its cost."""
-        self._process: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
-        self._reader: LineReader | None = None
-        self._owner = os.getpid()
+        self._child = LineChild("cpp-loader", CLOSE_WAIT)
         self._settings = ""
         self._settings_answer: Answer | None = None
         self._libraries: set[str] = set()
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child.running
 
     def take_start_seconds(self) -> float | None:
         """The last start's seconds, once: the check that started the runner pays them."""
@@ -54,14 +47,9 @@ class LoaderProcess:
         """Send one request line and read its answer; :class:`RunnerGone` if none comes."""
         if not self.running:
             self._start()
-        process = self._process
-        assert process is not None and process.stdin is not None
-        try:
-            process.stdin.write(request.encode())
-            process.stdin.flush()
-        except OSError:
-            raise RunnerGone(self._gone()) from None
-        line = self._line(timeout)
+        if not self._child.write(request.encode()):
+            raise RunnerGone(self._gone())
+        line = self._child.line(timeout)
         if line is None:
             self.close()
             raise RunnerGone(f"the C++ loader's runner did not answer within {timeout:.0f} s")
@@ -91,27 +79,16 @@ class LoaderProcess:
         return answer
 
     def _start(self) -> None:
-        self.close()
-        self._stderr = tempfile.TemporaryFile(prefix="pytest-aoti-cpp-loader-")
         started = time.perf_counter()
         try:
-            self._process = subprocess.Popen(
-                [str(self.binary)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-            )
+            self._child.start([str(self.binary)])
         except OSError as error:
-            self.close()
             raise RunnerGone(f"the C++ loader's runner did not start: {error}") from None
-        self._owner = os.getpid()
-        assert self._process.stdout is not None
-        self._reader = LineReader(self._process.stdout)
         self._settings = ""
         self._settings_answer = None
         self._libraries = set()
         self.starts += 1
-        line = self._line(START_SECONDS)
+        line = self._child.line(START_SECONDS)
         if line is None:
             self.close()
             raise RunnerGone(f"the C++ loader's runner did not start within {START_SECONDS:.0f} s")
@@ -119,15 +96,9 @@ class LoaderProcess:
             raise RunnerGone(self._gone())
         self.start_seconds = time.perf_counter() - started
 
-    def _line(self, timeout: float) -> bytes | None:
-        """The next line within ``timeout`` seconds (None on a time-out; partial at the end)."""
-        assert self._reader is not None
-        return self._reader.line(timeout)
-
     def _gone(self) -> str:
         """Why the runner stopped (its exit and the last line it wrote); it is closed after."""
-        assert self._process is not None
-        code, tail = exit_and_last_line(self._process, self._stderr)
+        code, tail = self._child.exit_and_last_line()
         tail = tail.strip()
         self.close()
         how = (
@@ -143,12 +114,7 @@ class LoaderProcess:
         """End the runner: end of input, then a kill if it does not exit. ``wait``: return
         once it has ended (else a thread of its own waits: the runner frees its engine and
         exits while this process goes on)."""
-        process, self._process = self._process, None
-        if process is not None and self._owner == os.getpid():
-            end_process(process, CLOSE_WAIT, background=None if wait else "pytest-aoti-runner-end")
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        self._child.close(wait=wait)
 
 
 _PROCESS: LoaderProcess | None = None

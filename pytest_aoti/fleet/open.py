@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.api import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError
 from pytest_aoti.fleet.feature import parse_utc_time
 from pytest_aoti.fleet.guard import RemoteFault, RemoteMissing, bounded
 from pytest_aoti.fleet.redact import redact
@@ -146,7 +146,7 @@ def open_remote(
         import fsspec
     except ImportError:
         raise pytest.UsageError(
-            f"--aoti-cache-url needs the 'fsspec' package: {install_hint('remote')}"
+            f"--aoti-cache-url needs the 'fsspec' package: {AotiUsageError.install_hint('remote')}"
         ) from None
     try:
         trust = load_trust_for(ini_trusted)
@@ -159,7 +159,7 @@ def open_remote(
         package, extra = _PROTOCOL_PACKAGES.get(protocol, (str(error), "remote"))
         raise pytest.UsageError(
             f"--aoti-cache-url={shown} needs the '{package}' package: "
-            f"{install_hint(extra)} (or pip install {package})"
+            f"{AotiUsageError.install_hint(extra)} (or pip install {package})"
         ) from None
     except (ValueError, TypeError) as error:
         raise pytest.UsageError(f"--aoti-cache-url={shown}: {redact(str(error))}") from None

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.api import AotiUsageError, Feature, add_options, session_of
+from pytest_aoti.api import AotiUsageError, Feature, session_of
 from pytest_aoti.fleet.feature import FLEET, FleetSettings
 from pytest_aoti.fleet.lines import remote_header_line, remote_summary_lines, remote_totals
 from pytest_aoti.fleet.merge import ReportMergeError, merge_reports, summary_lines, write_report
@@ -29,7 +29,7 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, FLEET)
+    FLEET.add_options(parser)
 
 
 def _settings(config: pytest.Config) -> FleetSettings:

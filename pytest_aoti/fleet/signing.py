@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.api import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError
 
 __all__ = [
     "SIGNED_DOMAIN",
@@ -83,7 +83,7 @@ def _crypto() -> Any:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
         raise AotiUsageError(
-            f"signed remote cache entries need the 'cryptography' package: {install_hint('remote')}"
+            f"signed remote cache entries need the 'cryptography' package: {AotiUsageError.install_hint('remote')}"
         ) from None
     return ed25519
 

@@ -18,7 +18,6 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     CrashScreen,
-    EagerRaised,
     ExportedRefusals,
     Finding,
     InputBuilder,
@@ -26,10 +25,7 @@ from pytest_aoti.api import (
     InputSet,
     Outcome,
     Phase,
-    Refusal,
     Triage,
-    plain_finding,
-    side_by_side,
 )
 from pytest_aoti.generated.feature import SHAPE_KIND, GeneratedOptions
 from pytest_aoti.generated.search import Generation, ShapeFailure, search_shapes
@@ -173,7 +169,9 @@ def check_generated(
     # a failing boundary is not reported yet: the search below shrinks it, or finds a
     # smaller failing shape, where the boundary alone would only name the extreme. A
     # boundary the exported program refuses is reported as it is: that is the range's edge
-    refused = boundary_failure is not None and isinstance(boundary_failure.error, Refusal)
+    refused = boundary_failure is not None and isinstance(
+        boundary_failure.error, ExportedRefusals.Refusal
+    )
     search = not refused and checker.crashed is None  # a crash: nothing is run again
     checker.searching = True
     found = (search_shapes(checker, generation, builder.shapes) if search else None) or (
@@ -299,7 +297,7 @@ class _ShapeChecker:
             self._check_all(then)
         else:
             self._screening(built, then).finish()
-            if not side_by_side():
+            if not CheckContext.child_beside():
                 self._check_all(then)
         return [run for _, run in built]
 
@@ -312,10 +310,10 @@ class _ShapeChecker:
             [inputs for inputs, _ in built], [run.label for _, run in built], serve=True
         )
         try:
-            if side_by_side():
+            if CheckContext.child_beside():
                 self._check_all(then)
                 for _, run in built:
-                    with contextlib.suppress(EagerRaised):  # its check says so
+                    with contextlib.suppress(InputRun.EagerRaised):  # its check says so
                         run.eager_history(self.calls)
         except BaseException:
             screening.discard()
@@ -342,7 +340,7 @@ class _ShapeChecker:
                 seed = self._refusals.accepted_seed(
                     lambda other: self.builder.build(values, other), seed
                 )
-            except Refusal as refusal:
+            except ExportedRefusals.Refusal as refusal:
                 raise ShapeFailure(dict(values), seed, refusal) from None
         if self.crashed is not None:
             raise self.crashed
@@ -424,7 +422,7 @@ def _report(
         "shape": {name: list(shape) for name, shape in concrete.items()},
         "boundary": failure.boundary,
     }
-    if isinstance(error, Refusal):
+    if isinstance(error, ExportedRefusals.Refusal):
         details, notes = error.lines()
 
         return Finding(
@@ -451,7 +449,7 @@ def _report(
             extra={**inner.extra, **extra, "inner_kind": inner.kind.value},
         )
     first = str(error).splitlines()[0] if str(error) else ""
-    return plain_finding(
+    return Finding.plain(
         "shape",
         "\n".join([headline, *shape_lines, f"first difference: {type(error).__name__}: {first}"]),
         extra=extra,

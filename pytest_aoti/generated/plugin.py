@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.generated.feature import GENERATED
 from pytest_aoti.generated.idle_hypothesis import leave_out_idle_summary
 
@@ -34,4 +33,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, GENERATED)
+    GENERATED.add_options(parser)

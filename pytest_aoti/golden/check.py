@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 import torch
@@ -25,16 +25,14 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.api import (
     AotiCheckError,
+    AotiProgram,
     CheckContext,
     CheckPlan,
+    Finding,
     Outcome,
     Phase,
     ProgramCall,
     RecordPart,
-    call_history,
-    machine_identity,
-    plain_finding,
-    run_jobs,
     session_of,
 )
 from pytest_aoti.golden.feature import GOLDEN_KIND, UPDATE_FLAG, GoldenSettings
@@ -52,9 +50,6 @@ from pytest_aoti.golden.records import (
     read_record,
     write_record,
 )
-
-if TYPE_CHECKING:
-    from pytest_aoti.api import AotiProgram
 
 PACKAGE_SECONDS = 300.0
 """Seconds the engine child may take to load the recorded package and answer once."""
@@ -84,7 +79,7 @@ class GoldenCheck:
             return _record(plan, context, root, folder, label, settings.golden_package_limit)
         if not (folder / MANIFEST).exists():
             raise AotiCheckError(
-                plain_finding(
+                Finding.plain(
                     GOLDEN_KIND,
                     f"no golden record of this check in {root}\n"
                     f"record it: pytest --aoti-golden={root} {UPDATE_FLAG} "
@@ -96,7 +91,7 @@ class GoldenCheck:
             return _compare(plan, context, record, label)
         except RecordProblem as problem:
             raise AotiCheckError(
-                plain_finding(GOLDEN_KIND, f"golden record unusable: {problem}")
+                Finding.plain(GOLDEN_KIND, f"golden record unusable: {problem}")
             ) from None
 
 
@@ -127,8 +122,8 @@ def _record(
     program = context.program
     args, kwargs = plan.input_sets[0]
     flat = ProgramCall(program.exported).flat(tuple(args), dict(kwargs))
-    eager = _one_call(program, plan.module, args, kwargs, eager=True)
-    engine = _one_call(program, program.engine_in_exported_state(), args, kwargs)
+    eager = _one_call(context, plan.module, args, kwargs, eager=True)
+    engine = _one_call(context, program.engine_in_exported_state(), args, kwargs)
     names = _output_names(eager[0])
     mutated = sorted(program.mutated_inputs)
     root.mkdir(parents=True, exist_ok=True)
@@ -205,10 +200,10 @@ def _lasting_path(context: CheckContext, program: AotiProgram) -> Path:
 
 
 def _one_call(
-    program: AotiProgram, function: Any, args: Any, kwargs: Any, *, eager: bool = False
+    context: CheckContext, function: Any, args: Any, kwargs: Any, *, eager: bool = False
 ) -> tuple[Any, dict[str, Any]]:
     """One call from the exported state on clones of the inputs: outputs, named inputs after."""
-    [(outputs, inputs)] = call_history(program, function, tuple(args), dict(kwargs), 1, eager=eager)
+    [(outputs, inputs)] = context.call_history(function, tuple(args), dict(kwargs), 1, eager=eager)
     return outputs, inputs
 
 
@@ -277,7 +272,7 @@ def _device_identity(device: torch.device) -> dict[str, Any]:
 
 
 def _machine_identity() -> dict[str, str]:
-    return dict(machine_identity())
+    return AotiProgram.machine_identity()
 
 
 def _configs_text(plan: CheckPlan) -> dict[str, str]:
@@ -308,8 +303,8 @@ def _compare(plan: CheckPlan, context: CheckContext, record: GoldenRecord, label
     if isinstance(package, str):
         raise package_refused(package, where)
     mutated = _mutated(record)
-    eager = _answer(_one_call(program, plan.module, args, kwargs, eager=True), mutated)
-    engine = _answer(_one_call(program, program.engine_in_exported_state(), args, kwargs), mutated)
+    eager = _answer(_one_call(context, plan.module, args, kwargs, eager=True), mutated)
+    engine = _answer(_one_call(context, program.engine_in_exported_state(), args, kwargs), mutated)
     # each of the three answers against its record, then what moved said once
     answers = {
         "package": (package, recorded_engine, exact),
@@ -365,7 +360,7 @@ def _rebuilt(program: AotiProgram, flat: Any, record: GoldenRecord) -> tuple[Any
     spec = program.exported.call_spec.in_spec
     if not isinstance(flat, list) or spec is None or spec.num_leaves != len(flat):
         raise AotiCheckError(
-            plain_finding(
+            Finding.plain(
                 GOLDEN_KIND,
                 f"the recorded inputs of golden record {record.folder.name} do not fit this "
                 "program (the model's inputs changed): record it again with "
@@ -403,7 +398,7 @@ def _package_answer(
 def package_refused(why: str, where: str) -> AotiCheckError:
     """The failure of a recorded package that gave no answer under this torch."""
     return AotiCheckError(
-        plain_finding(
+        Finding.plain(
             GOLDEN_KIND,
             f"the recorded package does not answer under torch {torch.__version__}: {why}\n{where}",
             location="package",
@@ -431,7 +426,9 @@ def package_answer(
             "inputs": [[tensor.to(device) for tensor in tensors]],
             **(preparation or {}),
         }
-        result = run_jobs(request, [(0, False)], PACKAGE_SECONDS, path)[(0, False)]
+        result = CheckContext.child_jobs(request, [(0, False)], PACKAGE_SECONDS, path).results()[
+            (0, False)
+        ]
     for key in ("crashed", "unprepared", "error"):
         if result.get(key):
             return f"{key}: {result[key]}"
@@ -458,7 +455,7 @@ def differences(
     got_outputs = list(answer.get("outputs") or [])
     if len(got_outputs) != len(wanted_outputs):
         raise AotiCheckError(
-            plain_finding(
+            Finding.plain(
                 GOLDEN_KIND,
                 f"{len(got_outputs)} output leaves, the record {len(wanted_outputs)}",
                 location="output",
@@ -498,7 +495,7 @@ def differences(
 
 
 def _leaf_differs(location: str, figures: str) -> AotiCheckError:
-    return AotiCheckError(plain_finding(GOLDEN_KIND, figures, location=location))
+    return AotiCheckError(Finding.plain(GOLDEN_KIND, figures, location=location))
 
 
 _WHO = {
@@ -534,4 +531,4 @@ def _what_moved(
         *(f"{_WHO[name]}: {error.finding.message}" for name, error in moved.items()),
         f"if the change is intended, record again: {UPDATE_FLAG}",
     ]
-    return AotiCheckError(plain_finding(GOLDEN_KIND, "\n".join(lines), location=first.location))
+    return AotiCheckError(Finding.plain(GOLDEN_KIND, "\n".join(lines), location=first.location))

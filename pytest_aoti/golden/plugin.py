@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.api import add_options, session_of
+from pytest_aoti.api import session_of
 from pytest_aoti.golden.feature import GOLDEN, UPDATE_FLAG, GoldenSettings
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, GOLDEN)
+    GOLDEN.add_options(parser)
 
 
 def pytest_aoti_model_prefixes(config: pytest.Config) -> dict[str, Any]:

@@ -50,7 +50,7 @@ class _RecordTest:
         __tracebackhide__ = True
         import torch
 
-        from pytest_aoti.api import AotiCheckError, plain_finding
+        from pytest_aoti.api import AotiCheckError, Finding
         from pytest_aoti.golden.check import (
             differences,
             fleet_store,
@@ -76,7 +76,7 @@ class _RecordTest:
             pytest.skip(str(absent))
         except RecordProblem as problem:
             raise AotiCheckError(
-                plain_finding(GOLDEN_KIND, f"golden record unusable: {problem}")
+                Finding.plain(GOLDEN_KIND, f"golden record unusable: {problem}")
             ) from None
         where = (
             f"golden record {self.folder.name} of {record.label} "
@@ -91,7 +91,7 @@ class _RecordTest:
             differences(answer, recorded, record, exact=exact)
         except AotiCheckError as difference:
             raise AotiCheckError(
-                plain_finding(
+                Finding.plain(
                     GOLDEN_KIND,
                     "the recorded package (loaded under this torch) answers "
                     f"{difference.finding.location or 'an output'} otherwise than recorded: "

@@ -15,16 +15,15 @@ import io
 import json
 import os
 import queue
-import selectors
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
+
+from pytest_aoti.isolation.line_child import LineChild
 
 try:
     import fcntl
@@ -52,23 +51,11 @@ Job = tuple[int, bool]
 """``(input set index, checked)``: one job of a request (see :mod:`.child`)."""
 
 
-def run_jobs(
-    request: Mapping[str, Any],
-    jobs: Sequence[Job],
-    timeout: float,
-    path: Sequence[str] = (),
-    late: str = "not run: the time for these calls ran out",
-) -> dict[Job, dict[str, Any]]:
-    """Run ``jobs`` of ``request`` in child processes within ``timeout`` seconds in all; the
-    result per job. A crashed or hung job has ``{"crashed": why, "signal": number or None}``, one
-    the time left no room for ``{"crashed": late}``."""
-    return PendingJobs(request, jobs, timeout, path, late).results()
-
-
 class PendingJobs:
-    """:func:`run_jobs` started: the child works on the request while this process goes on;
-    :meth:`results` waits for it (and runs what a crash left on a new child). Until then the
-    child takes no other request: every started request is waited for, or
+    """``jobs`` of ``request`` started in the engine child within ``timeout`` seconds in all
+    (``path`` first on the child's ``sys.path``): the child works on the request while this
+    process goes on; :meth:`results` waits for it (and runs what a crash left on a new child).
+    Until then the child takes no other request: every started request is waited for, or
     :meth:`discarded`."""
 
     def __init__(
@@ -103,7 +90,9 @@ class PendingJobs:
         )
 
     def results(self) -> dict[Job, dict[str, Any]]:
-        """Every job's result (see :func:`run_jobs`), once the child answered."""
+        """Every job's result, once the child answered: a crashed or hung job has
+        ``{"crashed": why, "signal": number or None}``, one the time left no room for
+        ``{"crashed": late}``."""
         results: dict[Job, dict[str, Any]] = {}
         try:
             while self._remaining:
@@ -198,8 +187,7 @@ class EngineChild:
         self.script = script
         self.starts = 0
         """Children started so far (one unless one crashed, hung or was replaced)."""
-        self._process: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self._child = LineChild("child", CLOSE_WAIT)
         self._stderr_start = 0
         """Where the running program's part of the child's stderr begins."""
         self._packages = 0
@@ -208,10 +196,6 @@ class EngineChild:
         still to be read, in order."""
         self._too_large = False
         """The child held more than :data:`MEMORY_CAP` after freeing its engine."""
-        self._owner = os.getpid()
-        """The process that started the child: only it ends the child."""
-        self._reader: LineReader | None = None
-        """The child's answers."""
         self._holding = False
         """An engine was asked for (a request or a preload) since the last release."""
         self.last_signal: int | None = None
@@ -237,30 +221,21 @@ class EngineChild:
         self.last_signal = None
         saved = io.BytesIO()  # saved before anything is written: a failed save asks nothing
         torch.save(dict(request), saved)
-        process = self._process
-        if process is not None and process.poll() is None:
+        if self._child.running:
             # an earlier preload or release unanswered ends that child, not this request
             answered = self._answered(timeout)
             if not answered or self._too_large or self._packages >= PACKAGES_PER_CHILD:
                 self.close()  # what past programs' libraries and torch's heap keep grows
-        process = self._process
-        if process is None or process.poll() is not None:
-            process = self._start()
-        assert process.stdin is not None and process.stdout is not None
-        if self._stderr is not None:
-            # stderr holds earlier programs' lines: quote only this program's
-            self._stderr_start = os.fstat(self._stderr.fileno()).st_size
+        if not self._child.running:
+            self._start()
+        # stderr holds earlier programs' lines: quote only this program's
+        self._stderr_start = self._child.stderr_size()
         self._holding = True
-        try:
-            # the child reads the whole request before it answers: no wait on each other
-            with saved.getbuffer() as payload:
-                asked = {"request_bytes": payload.nbytes, "path": list(path)}
-                process.stdin.write((json.dumps(asked) + "\n").encode())
-                process.stdin.write(payload)
-                process.stdin.flush()
-        except OSError:
-            return self._failed()
-        return None
+        # the child reads the whole request before it answers: no wait on each other
+        with saved.getbuffer() as payload:
+            asked = {"request_bytes": payload.nbytes, "path": list(path)}
+            written = self._child.write((json.dumps(asked) + "\n").encode(), payload)
+        return None if written else self._failed()
 
     def answer(
         self, timeout: float, load: Callable[[bytes], Any] | None = None
@@ -270,12 +245,11 @@ class EngineChild:
         passed through ``load`` as it arrives), and None when the child answered every job,
         else why not (the child is then gone; the job after the last result is the one it
         died in)."""
-        assert self._reader is not None and self._process is not None
         deadline = time.monotonic() + timeout
         results: list[Any] = []
         try:
             while True:
-                line = self._reader.line(deadline - time.monotonic())
+                line = self._child.line(deadline - time.monotonic())
                 if line is None:
                     self.close()
                     return results, f"{HUNG} {timeout:.0f} s"
@@ -285,7 +259,7 @@ class EngineChild:
                 size = answer.get("bytes")
                 if answer.get("job") != len(results) or not isinstance(size, int) or size < 0:
                     return results, self._failed()
-                payload = self._reader.exactly(size, deadline - time.monotonic())
+                payload = self._child.exactly(size, deadline - time.monotonic())
                 if payload is None:
                     self.close()
                     return results, f"{HUNG} {timeout:.0f} s"
@@ -300,14 +274,13 @@ class EngineChild:
         """Start the child now (it imports torch while this process compiles), unless running."""
         if self._packages >= PACKAGES_PER_CHILD:
             self.close()  # replaced now rather than at the first request
-        if self._process is None or self._process.poll() is not None:
+        if not self._child.running:
             self._start()
 
     def preload(self, package: Path, device_index: int | None) -> None:
         """Have a running child load ``package``'s engine now, without waiting for it: the
         next request finds it loaded."""
-        process = self._process
-        if process is None or process.poll() is not None:
+        if not self._child.running:
             return
         asked = {"preload": str(package), "device_index": device_index}
         if self._say(asked):
@@ -318,8 +291,7 @@ class EngineChild:
         """Have a running child free the engine it holds (and its weights), without waiting:
         its answer is read before the next request; nothing where no engine was asked for
         since the last release (so unread answers never pile up)."""
-        process = self._process
-        if process is None or process.poll() is not None or not self._holding:
+        if not self._child.running or not self._holding:
             return
         self._holding = False
         self._packages += 1
@@ -330,23 +302,15 @@ class EngineChild:
 
     def _say(self, asked: Mapping[str, Any]) -> bool:
         """Write one request line; False (the child is gone) if it cannot be written."""
-        process = self._process
-        assert process is not None and process.stdin is not None
-        try:
-            process.stdin.write((json.dumps(asked) + "\n").encode())
-            process.stdin.flush()
-        except OSError:
-            self.close()
-            return False
-        return True
+        if self._child.write((json.dumps(asked) + "\n").encode()):
+            return True
+        self.close()
+        return False
 
     def _answered(self, timeout: float = 120.0) -> bool:
         """Read the answers of earlier preloads; False (the child is gone) if one is missing."""
-        process = self._process
-        assert process is not None and process.stdout is not None
         while self._unanswered:
-            assert self._reader is not None
-            line = self._reader.line(timeout)
+            line = self._child.line(timeout)
             if line is None or not line.endswith(b"\n"):  # late, or the child ended
                 self.close()
                 return False
@@ -358,36 +322,24 @@ class EngineChild:
                 self._too_large = rss > MEMORY_CAP
         return True
 
-    def _start(self) -> subprocess.Popen[bytes]:
-        self.close()
+    def _start(self) -> None:
         env = dict(os.environ)
         env.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
         # the child only loads packages built on this machine: skip the ISA probe's compile
         env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-        self._stderr = tempfile.TemporaryFile(prefix="pytest-aoti-probes-")
-        self._process = subprocess.Popen(
-            [sys.executable, str(self.script), "--serve"],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-        )
-        self._owner = os.getpid()
-        assert self._process.stdout is not None and self._process.stdin is not None
-        for stream in (self._process.stdout, self._process.stdin):
+        process = self._child.start([sys.executable, str(self.script), "--serve"], env)
+        assert process.stdout is not None and process.stdin is not None
+        for stream in (process.stdout, process.stdin):
             _widen_pipe(stream)
-        self._reader = LineReader(self._process.stdout)
         self._packages = 0
         self._unanswered = []
         self._too_large = False
         self._holding = False
         self.starts += 1
-        return self._process
 
     def _failed(self) -> str:
         """Why the child stopped without an answer; the child is gone after it."""
-        assert self._process is not None
-        code, tail = exit_and_last_line(self._process, self._stderr, self._stderr_start)
+        code, tail = self._child.exit_and_last_line(self._stderr_start)
         self.close()
         if code is not None and code < 0:
             self.last_signal = -code
@@ -400,56 +352,8 @@ class EngineChild:
         """End the child: end of input first, then a kill if it does not exit. ``wait``:
         return once it has ended (else a thread of its own waits for it: the child frees
         its engine and exits while this process ends)."""
-        process, self._process = self._process, None
-        if process is not None and self._owner != os.getpid():
-            return  # a forked copy of the process that started it: never its to end
-        if process is not None:
-            # it holds nothing to save: a child slow to tear torch down is ended
-            end_process(process, CLOSE_WAIT, background=None if wait else "pytest-aoti-child-end")
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-
-
-def end_process(
-    process: subprocess.Popen[bytes], wait: float, *, background: str | None = None
-) -> None:
-    """End a child that reads its requests from stdin: the end of its input, then a kill
-    where it has not exited within ``wait`` seconds; its output pipe closed. With
-    ``background`` (a thread's name), a daemon thread of that name waits for it instead
-    and this returns at once."""
-    if background is not None:
-        threading.Thread(
-            target=end_process, args=(process, wait), name=background, daemon=True
-        ).start()
-        return
-    if process.stdin is not None:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-    try:
-        process.wait(timeout=wait)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    if process.stdout is not None:
-        process.stdout.close()
-
-
-def exit_and_last_line(
-    process: subprocess.Popen[bytes], stderr: IO[bytes] | None, start: int = 0
-) -> tuple[int | None, str]:
-    """Why a child stopped answering, as far as it tells: its exit status (None where it
-    has not exited within five seconds) and the last line it wrote to ``stderr`` (a file)
-    from byte ``start`` on."""
-    try:
-        code = process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        code = None
-    if stderr is None:
-        return code, ""
-    stderr.seek(start)
-    lines = stderr.read().decode(errors="replace").strip().splitlines()
-    return code, lines[-1] if lines else ""
+        # it holds nothing to save: a child slow to tear torch down is ended
+        self._child.close(wait=wait)
 
 
 def _parsed(line: bytes) -> dict[str, Any]:
@@ -461,57 +365,6 @@ def _parsed(line: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
-
-
-class LineReader:
-    """Lines of a pipe, and the bytes a line announces, each within a deadline: what one read
-    brings past a line's end is kept for the next read (answers written without waiting
-    arrive together)."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.fd = stream.fileno()
-        self._buffered = b""
-
-    def line(self, timeout: float) -> bytes | None:
-        """The next line within ``timeout`` seconds (None on a timeout; partial at its end)."""
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffered:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    return None
-                chunk = os.read(self.fd, 4096)
-                if not chunk:
-                    data, self._buffered = self._buffered, b""
-                    return data
-                self._buffered += chunk
-        line, _, self._buffered = self._buffered.partition(b"\n")
-        return line + b"\n"
-
-    def exactly(self, size: int, timeout: float) -> bytes | None:
-        """The next ``size`` bytes within ``timeout`` seconds (None on a timeout, what came
-        kept for the next read; fewer at the pipe's end)."""
-        if len(self._buffered) >= size:
-            data, self._buffered = self._buffered[:size], self._buffered[size:]
-            return data
-        deadline = time.monotonic() + timeout
-        # grown in place and handed over by getvalue: a large payload is held once
-        whole = io.BytesIO()
-        whole.write(self._buffered)
-        self._buffered = b""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.fd, selectors.EVENT_READ)
-            while (got := whole.tell()) < size:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    self._buffered = whole.getvalue()
-                    return None
-                chunk = os.read(self.fd, min(size - got, 2**20))
-                if not chunk:
-                    break
-                whole.write(chunk)
-        return whole.getvalue()
 
 
 _PROCESS: EngineChild | None = None

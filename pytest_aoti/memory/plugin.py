@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.memory.feature import MEMORY
 
 if TYPE_CHECKING:
@@ -41,4 +40,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, MEMORY)
+    MEMORY.add_options(parser)

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pytest_aoti.api import install_hint
+from pytest_aoti.api import AotiUsageError
 from pytest_aoti.models.feature import HF_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, closest, usage_error
 
 
 def install_transformers() -> str:
-    return f"hf: specs need transformers: {install_hint('hf')} (or pip install transformers)"
+    return f"hf: specs need transformers: {AotiUsageError.install_hint('hf')} (or pip install transformers)"
 
 
 LOADING_ARGS = ("attn_implementation", "dtype")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options, session_of
+from pytest_aoti.api import session_of
 from pytest_aoti.models.collect import list_main, register
 from pytest_aoti.models.feature import MODELS, ModelSettings
 
@@ -36,4 +36,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, MODELS)
+    MODELS.add_options(parser)

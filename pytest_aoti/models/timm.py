@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.api import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError
 from pytest_aoti.models.feature import TIMM_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (
@@ -43,7 +43,7 @@ NOT_OVERRIDES = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "chec
 
 
 def install_timm() -> str:
-    return f"timm: specs need timm: {install_hint('timm')} (or pip install timm)"
+    return f"timm: specs need timm: {AotiUsageError.install_hint('timm')} (or pip install timm)"
 
 
 def timm_module(spec: str) -> Any:

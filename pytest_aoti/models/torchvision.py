@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.api import AotiUsageError, install_hint
+from pytest_aoti.api import AotiUsageError
 from pytest_aoti.models.feature import TORCHVISION_PREFIX
 from pytest_aoti.models.model_spec import ModelSpec, clean_id, usage_error
 from pytest_aoti.models.vision import (
@@ -57,7 +57,7 @@ EXPLICIT_INIT = ("googlenet", "inception_v3")
 
 def install_torchvision() -> str:
     return (
-        f"torchvision: specs need torchvision: {install_hint('torchvision')} (or pip install "
+        f"torchvision: specs need torchvision: {AotiUsageError.install_hint('torchvision')} (or pip install "
         "the torchvision release that matches your torch)"
     )
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.options.fields import per_check_rows, session_rows
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_aoti.findings import BundleAdapter
     from pytest_aoti.options.option import Option
 
@@ -39,6 +41,12 @@ class Feature:
             *(per_check_rows(self.options) if self.options else ()),
             *(session_rows(self.settings) if self.settings else ()),
         )
+
+    def add_options(self, parser: pytest.Parser) -> None:
+        """Add its ``--aoti-*`` options and ini keys; call it from ``pytest_addoption``."""
+        from pytest_aoti.options.table import add_options
+
+        add_options(parser, self.rows())
 
     @property
     def plugin_name(self) -> str:

@@ -31,8 +31,8 @@ def per_check(
     """A per-check option's field and its row. ``parse``: text to value (the option is then
     ``--aoti-NAME`` and ini ``aoti_NAME``); ``flag``: a switch; ``marker`` / ``keyword``: also a
     keyword of ``@pytest.mark.aoti`` / ``aoti.check``; ``check``: a marker's or call's value;
-    ``kind``: both (a :class:`~pytest_aoti.api.ValueKind` or :class:`~pytest_aoti.api.Words`),
-    where ``parse`` and ``check`` are not given."""
+    ``kind``: both (a :class:`~pytest_aoti.api.ValueKind`, or a vocabulary of
+    :meth:`ValueKind.words <pytest_aoti.api.ValueKind.words>`), where ``parse`` and ``check`` are not given."""
     if kind is not None:
         parse, check = parse or kind.parse, check or kind.check
     facets = dict(parse=parse, help=help, check=check, marker=marker, keyword=keyword, flag=flag)

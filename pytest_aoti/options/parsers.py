@@ -292,8 +292,8 @@ def writable_dir_problem(path: Path, option: str) -> str:
 class ValueKind:
     """A kind of option value: ``parse`` turns command-line or ini text into it (raising
     ``argparse.ArgumentTypeError``), ``check`` takes a marker's or call's value (raising
-    :class:`ValueProblem`). Give one to :func:`~pytest_aoti.api.per_check` as ``kind=``; a
-    :class:`Words` vocabulary is one too."""
+    :attr:`Problem`). Give one to :func:`~pytest_aoti.api.per_check` as ``kind=``; a
+    vocabulary (:meth:`words`) is one too."""
 
     parse: Callable[[str], Any]
     check: Callable[[str, Any], Any]
@@ -308,6 +308,15 @@ class ValueKind:
     """A size: ``4GiB``, ``500M``, ``1024`` on the command line; an int of bytes in code."""
     CACHE_MODE: ClassVar[Words]
     """``off``, ``read`` or ``readwrite``."""
+
+    Problem: ClassVar[type[ValueProblem]] = ValueProblem
+    """What a ``check`` raises on a value it does not take (the message says what to write)."""
+
+    @staticmethod
+    def words(*words: str, quoted: bool = False) -> Words:
+        """A vocabulary kind: the option takes one of ``words`` (case-insensitive); ``quoted``:
+        a wrong value's message names them as strings (``'fail'``)."""
+        return Words(*words, quoted=quoted)
 
 
 ValueKind.SWITCH = ValueKind(parse_switch, check_switch)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_aoti.api import Feature, FindingKind, Words, per_check
+from pytest_aoti.api import Feature, FindingKind, ValueKind, per_check
 
-PRECISION_MODES = Words("report", "fail", quoted=True)
+PRECISION_MODES = ValueKind.words("report", "fail", quoted=True)
 """What a check does where eager rounds to its dtype and the engine does not (the fp64 rule
 sides with the engine): ``report`` it (the record and the summary), or ``fail``."""
 

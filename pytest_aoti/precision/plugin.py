@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.precision.check import PrecisionCheck
 from pytest_aoti.precision.feature import PRECISION
 
@@ -26,4 +25,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, PRECISION)
+    PRECISION.add_options(parser)

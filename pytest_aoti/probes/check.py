@@ -58,7 +58,6 @@ from pytest_aoti.api import (
     ProgramCall,
     RecordPart,
     Triage,
-    side_by_side,
 )
 from pytest_aoti.probes.feature import PROBE_KIND, PROBE_KINDS, ProbeOptions
 from pytest_aoti.probes.guards import Judged, call_on_clones, clone_keeping_aliases, guard
@@ -339,7 +338,9 @@ def _probe(
         if not judged:
             return [], skipped
         started = time.perf_counter()
-        beside = side_by_side()  # else the guards run first: the cores do not hold both
+        beside = (
+            CheckContext.child_beside()
+        )  # else the guards run first: the cores do not hold both
         if not beside:
             guard(program, judged, example)
         pending = start_child(program, [item.variant for item in judged], timeout, (False,))

@@ -17,16 +17,14 @@ from pytest_aoti.api import (
     FindingKind,
     Option,
     ValueKind,
-    ValueProblem,
-    Words,
     per_check,
     session_field,
 )
 
-PROBE_POLICIES = Words("off", "report", "fail")
+PROBE_POLICIES = ValueKind.words("off", "report", "fail")
 """What deployment probes do after a passing check."""
 
-HAZARD_VIEWS = Words("summary", "all")
+HAZARD_VIEWS = ValueKind.words("summary", "all")
 """How the terminal lists deployment hazards."""
 
 
@@ -95,7 +93,7 @@ def probes_skip_problem(name: str, value: Any) -> str:
 def check_probes_skip(name: str, value: Any) -> Any:
     problem = probes_skip_problem(name, value)
     if problem:
-        raise ValueProblem(problem)
+        raise ValueKind.Problem(problem)
     return value
 
 

@@ -28,7 +28,7 @@ from pytest_aoti.probes.last_hazards import keep, outcomes_digest, read_last
 from pytest_aoti.probes.outcomes import hazard_group
 
 if TYPE_CHECKING:
-    from pytest_aoti.api import SectionWriter
+    import pytest
 
 _KIND_WORDS: dict[str, str] = {
     **{kind: "layouts" for kind in PROBE_LAYOUT_KINDS},
@@ -216,7 +216,7 @@ def _every_variant(probed: Sequence[Probed]) -> list[str]:
 
 
 def write_hazards(
-    terminal: SectionWriter,
+    terminal: pytest.TerminalReporter,
     records: Sequence[CheckRecord],
     *,
     view: str = "summary",

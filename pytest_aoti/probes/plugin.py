@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.api import add_options, session_of
+from pytest_aoti.api import session_of
 from pytest_aoti.probes import hookspecs
 from pytest_aoti.probes.feature import PROBES, ProbeOptions, ProbeSettings
 from pytest_aoti.probes.hazards import write_hazards
@@ -55,4 +55,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, PROBES)
+    PROBES.add_options(parser)

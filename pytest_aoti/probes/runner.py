@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import PendingJobs, ProgramCall
+from pytest_aoti.api import CheckContext, ProgramCall
 
 if TYPE_CHECKING:
     from pytest_aoti.api import AotiProgram
@@ -23,13 +23,24 @@ if TYPE_CHECKING:
 CHILD_TIMEOUT = 120.0
 """Seconds one child process may run (startup and every job together)."""
 
+Results = dict[tuple[int, bool], dict[str, Any]]
+"""The result per ``(variant index, checked)``."""
+
+
+class StartedProbes(Protocol):
+    """Probe jobs the engine child works on (:meth:`CheckContext.child_jobs`)."""
+
+    def results(self) -> Results: ...
+
+    def discarded(self) -> None: ...
+
 
 def run_child(
     program: AotiProgram,
     variants: list[Variant],
     timeout: float,
     checked: Sequence[bool] = (False, True),
-) -> dict[tuple[int, bool], dict[str, Any]]:
+) -> Results:
     """Run every variant unchecked, then with the engine's input checks (``checked``: which
     of the two), in child processes; a crash or a hang ends a child, and the next one goes
     on after the job it died in. Returns the result per ``(variant index, checked)``; a job
@@ -42,7 +53,7 @@ def start_child(
     variants: list[Variant],
     timeout: float,
     checked: Sequence[bool] = (False, True),
-) -> PendingJobs:
+) -> StartedProbes:
     """:func:`run_child` started: the child works while this process goes on; pass the
     result to :func:`child_results` (the child takes no other request before)."""
     jobs = [(index, with_checks) for with_checks in checked for index in range(len(variants))]
@@ -55,12 +66,12 @@ def start_child(
         "inputs": [copy.deepcopy(_flat_tensors(program, v)) for v in variants],
         **preparation.request(),
     }
-    return PendingJobs(
+    return CheckContext.child_jobs(
         request, jobs, timeout, preparation.path, late="not run: the probes ran out of time"
     )
 
 
-def child_results(pending: PendingJobs) -> dict[tuple[int, bool], dict[str, Any]]:
+def child_results(pending: StartedProbes) -> Results:
     """The result per ``(variant index, checked)`` of a :func:`start_child`."""
     results = pending.results()
     for result in results.values():

@@ -20,9 +20,9 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.api import (
     AotiUsageError,
+    InputBuilder,
     ProgramCall,
     clone_tree,
-    relaid,
 )
 from pytest_aoti.probes.feature import PROBE_KINDS, ProbeVariant, probes_skip_problem
 
@@ -201,7 +201,7 @@ def _layouts(leaf: torch.Tensor) -> list[tuple[ProbeVariant, torch.Tensor]]:
     """Same shape and values in other memory layouts; none that equals the example's."""
     found: list[tuple[ProbeVariant, torch.Tensor]] = []
     for kind in (ProbeVariant.CHANNELS_LAST, ProbeVariant.CHANNELS_LAST_3D):
-        other = relaid(leaf, kind.value)  # the layouts option's own relaying
+        other = InputBuilder.relaid(leaf, kind.value)  # the layouts option's own relaying
         if other is not None:
             found.append((kind, other))
     if leaf.dim() >= 2:  # every stride reversed; the layouts option swaps the last two only

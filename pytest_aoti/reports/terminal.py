@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pytest_aoti.cache.history import SEED_ADVICE
 from pytest_aoti.cache.registry import CompileStats
@@ -15,15 +15,6 @@ from pytest_aoti.reports.collector import ReportCollector, durations_table
 from pytest_aoti.reports.depth import left_out_lines
 from pytest_aoti.reports.progress import worker_lines
 from pytest_aoti.reports.records import CheckRecord
-
-
-class SectionWriter(Protocol):
-    """What a plugin's section of the terminal summary writes to: pytest's terminal
-    reporter (or a stand-in that keeps the lines)."""
-
-    def write_sep(self, sep: str, title: str) -> Any: ...
-
-    def write_line(self, line: str) -> Any: ...
 
 
 def layout_lines(records: Sequence[CheckRecord]) -> list[str]:

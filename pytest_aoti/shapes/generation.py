@@ -20,7 +20,14 @@ from pytest_aoti.shapes.read import (
     shapes_from_assignment,
     strides_from_assignment,
 )
-from pytest_aoti.trees import distinct_shape, empty_with_layout, has_own_elements, laid_out_like
+from pytest_aoti.trees import (
+    distinct_shape,
+    empty_with_layout,
+    has_own_elements,
+    laid_out_like,
+    relaid,
+    tensor_bytes,
+)
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -112,6 +119,18 @@ class InputBuilder:
         """``values`` (of :meth:`distinct_shape`) laid out like ``example``: its sizes,
         strides, storage offset and expanded dims; None where its elements overlap."""
         return laid_out_like(values, example)
+
+    @staticmethod
+    def relaid(tensor: torch.Tensor, layout: str) -> torch.Tensor | None:
+        """``tensor``'s values in memory layout ``layout`` (``channels_last`` for 4-D,
+        ``channels_last_3d`` for 5-D, ``permuted``: the last two dims' strides swapped, for
+        2-D and up), as the ``layouts`` option lays inputs out; None where it does not apply."""
+        return relaid(tensor, layout)
+
+    @staticmethod
+    def tensor_bytes(tree: Any) -> int:
+        """The bytes of every tensor of a pytree of inputs."""
+        return tensor_bytes(tree)
 
 
 def _exported(program: Any) -> ExportedProgram:

@@ -28,9 +28,7 @@ from pytest_aoti.api import (
     Outcome,
     Phase,
     Tolerance,
-    call_history,
     clone_tree,
-    warn_at_caller,
 )
 from pytest_aoti.threads.feature import THREADS_KIND, ThreadsOptions
 
@@ -60,16 +58,14 @@ class ThreadsCheck:
         undeclared = program.mutated_buffers and not _declared(plan.mutated_buffers, program)
         if undeclared and program.key not in self._warned:
             self._warned.add(program.key)
-            warn_at_caller(
-                AotiBufferMutationWarning(
-                    "the program mutates registered buffers "
-                    f"{{{', '.join(map(repr, sorted(program.mutated_buffers)))}}}: "
-                    "one engine shared by several threads shares this state and is not "
-                    "thread-safe; pass the state as an input the program mutates instead"
-                )
-            )
+            AotiBufferMutationWarning(
+                "the program mutates registered buffers "
+                f"{{{', '.join(map(repr, sorted(program.mutated_buffers)))}}}: "
+                "one engine shared by several threads shares this state and is not "
+                "thread-safe; pass the state as an input the program mutates instead"
+            ).issue()
         stats = check_threads(
-            program,
+            context,
             context.local_engine() if not program.mutated_buffers else context.fresh_engine(),
             plan.module,
             *plan.input_sets[0],
@@ -90,7 +86,7 @@ def _declared(declared: Any, program: AotiProgram) -> bool:
 
 
 def check_threads(
-    program: AotiProgram,
+    context: CheckContext,
     engine: Any,
     module: torch.nn.Module,
     args: tuple[Any, ...],
@@ -104,9 +100,10 @@ def check_threads(
     ``calls`` calls, and compare every thread's outputs and inputs after each call with
     eager run on the same inputs, one thread's calls after another's."""
     __tracebackhide__ = True
+    program = context.program
     thread_inputs = [_inputs_for(index, program, args, kwargs) for index in range(threads)]
     expected = [
-        call_history(program, module, *inputs, calls, eager=True) for inputs in thread_inputs
+        context.call_history(module, *inputs, calls, eager=True) for inputs in thread_inputs
     ]
     results: list[list[tuple[Any, dict[str, Any]]]] = [[] for _ in range(threads)]
     errors: list[BaseException | None] = [None] * threads
@@ -114,8 +111,8 @@ def check_threads(
 
     def serve(index: int) -> None:
         try:
-            results[index] = call_history(
-                program, engine, *thread_inputs[index], calls, ready=start.wait
+            results[index] = context.call_history(
+                engine, *thread_inputs[index], calls, ready=start.wait
             )
         except BaseException as error:  # reported below, on the test's own thread
             errors[index] = error

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.threads.feature import THREADS
 
 if TYPE_CHECKING:
@@ -28,4 +27,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, THREADS)
+    THREADS.add_options(parser)

@@ -25,7 +25,6 @@ from pytest_aoti.api import (
     Phase,
     RecordPart,
     clone_tree,
-    eager_module,
     quiet_torch_deprecations,
 )
 
@@ -118,7 +117,7 @@ def call_times(
     Both were just called by the check, so there is no warm-up call: up to
     :data:`TIMED_CALLS` calls a side, fewer once they took :data:`TIMING_BUDGET_SECONDS`.
     """
-    eager = eager_module(module)
+    eager = CheckContext.eager_module(module)
     sync = _synchronizer(program.device)
 
     def timed(function: Callable[..., Any]) -> float:

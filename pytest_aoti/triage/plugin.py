@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.triage.feature import TRIAGE, TriageOptions
 
 if TYPE_CHECKING:
@@ -78,4 +77,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, TRIAGE)
+    TRIAGE.add_options(parser)

@@ -25,8 +25,8 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     CrashScreen,
-    EagerRaised,
     ExportedRefusals,
+    InputBuilder,
     InputRun,
     InputSet,
     Outcome,
@@ -34,8 +34,6 @@ from pytest_aoti.api import (
     ProgramCall,
     RecordPart,
     StepsRun,
-    side_by_side,
-    tensor_bytes,
 )
 from pytest_aoti.values import failing_elements
 from pytest_aoti.values.draws import DrawPlan, draw_seed, tie_dependent
@@ -208,7 +206,7 @@ class _Search:
                     newly_passed.append(index)  # refused on every run: not drawn again
                     continue
                 batch.append((draw, inputs))
-                size += tensor_bytes(inputs)
+                size += InputBuilder.tensor_bytes(inputs)
             if not self._run_batch(batch, newly_passed):
                 break
         self.context.budget.ran("values", done)
@@ -336,7 +334,9 @@ class _Search:
                 [f"values draw {draw.index}" for draw, _ in batch],
                 serve=True,
             )
-            if self._screen is not None and not self.refused_by_eager and side_by_side()
+            if self._screen is not None
+            and not self.refused_by_eager
+            and CheckContext.child_beside()
             else None
         )
         try:
@@ -344,7 +344,9 @@ class _Search:
                 run = self._input_run(draw.index, inputs)
                 try:
                     run.eager_history(self.context.calls)
-                except EagerRaised:  # the module itself refuses these values: not a finding
+                except (
+                    InputRun.EagerRaised
+                ):  # the module itself refuses these values: not a finding
                     self.refused += 1
                     self.refused_by_eager += 1
                     refused.append(position)
@@ -371,7 +373,7 @@ class _Search:
             except AotiCheckError as error:
                 self.failed = _Failed(draw, dict(draw.values), error)
                 return False
-            except EagerRaised:  # a later step of the draw's loop the module refuses
+            except InputRun.EagerRaised:  # a later step of the draw's loop the module refuses
                 self.refused += 1
                 self.refused_by_eager += 1
                 continue
@@ -451,7 +453,7 @@ class _Search:
             self._check(index, self.rebuild(values))
         except AotiCheckError as error:
             return error
-        except EagerRaised:  # eager refuses the narrowed values: they do not fail
+        except InputRun.EagerRaised:  # eager refuses the narrowed values: they do not fail
             return None
         return None
 
@@ -498,7 +500,7 @@ class _Search:
             self._check(failed.draw.index, self.rebuild(failed.values), attribute=True)
         except AotiCheckError as attributed:
             error = attributed
-        except EagerRaised:  # not when it failed: the failure stands as it was found
+        except InputRun.EagerRaised:  # not when it failed: the failure stands as it was found
             pass
         classes = {name: drawn.classes for name, drawn in self.plan_of_draws.drawn.items()}
         points, count = failed.points, len(failed.points)

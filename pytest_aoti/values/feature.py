@@ -12,12 +12,10 @@ from typing import Any
 from pytest_aoti.api import (
     Feature,
     ValueKind,
-    ValueProblem,
-    Words,
     per_check,
 )
 
-VALUES_MODES = Words("domain", "edge", "off")
+VALUES_MODES = ValueKind.words("domain", "edge", "off")
 """What the values check does after parity on the example: draws inside each input's range
 (``domain``; edge values are then deployment hazards, reported), those and a check that
 fails on edge values too (``edge``), or nothing (``off``)."""
@@ -28,7 +26,7 @@ def check_values_skip(keyword: str, value: Any) -> frozenset[str] | None:
     if value is None:
         return None
     if isinstance(value, str) or not all(isinstance(name, str) for name in value):
-        raise ValueProblem(f"{keyword}= takes a set of input names, e.g. {{'positions'}}")
+        raise ValueKind.Problem(f"{keyword}= takes a set of input names, e.g. {{'positions'}}")
     return frozenset(value)
 
 

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.values.feature import VALUES, ValuesOptions
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, VALUES)
+    VALUES.add_options(parser)
 
 
 @pytest.hookimpl(optionalhook=True)  # the probes plugin's hook: absent where it is blocked

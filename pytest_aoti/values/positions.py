@@ -68,9 +68,9 @@ def part_of(index: int, shape: tuple[int, ...], width: int) -> list[str]:
 
 def cpu_width() -> Width:
     """The loop width of Inductor's CPU code for this machine's ISA."""
-    from pytest_aoti.api import loop_width
+    from pytest_aoti.api import AotiProgram
 
-    return _cached(lambda dtype, inner: loop_width(dtype, None, inner))
+    return _cached(AotiProgram.cpu_loop_width)
 
 
 def width_of(program: AotiProgram) -> Width:

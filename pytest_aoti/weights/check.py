@@ -30,14 +30,13 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Comparison,
-    EagerRaised,
+    Finding,
     InputReplay,
     InputRun,
     Outcome,
     Phase,
     RecordPart,
     clone_tree,
-    plain_finding,
 )
 from pytest_aoti.weights.draws import (
     Weight,
@@ -98,7 +97,7 @@ class WeightsCheck:
         swap.run()
         part = swap.part()
         if part["findings"] and swap.mode == "swap":
-            finding = plain_finding(
+            finding = Finding.plain(
                 WEIGHTS_KIND,
                 failure_text(part),
                 location="weights",
@@ -249,7 +248,7 @@ class _Swap:
             new = draw_set(drawn, weight_seed(self.context.label, self.program.key, index))
             try:
                 self._set(index, new, constants, originals)
-            except EagerRaised:  # the module itself refuses these weights: not a finding
+            except InputRun.EagerRaised:  # the module itself refuses these weights: not a finding
                 self.refused_sets += 1
             index += 1
             if self.findings:
@@ -379,7 +378,7 @@ class _Swap:
             differs = self._differs(index, with_values(self.weights, new, names)) is not None
             moved = differs and len(group) == 1 and not Comparison.same(self.before, self._call())
             return differs, moved
-        except EagerRaised:
+        except InputRun.EagerRaised:
             return False, False
         finally:
             constants.refusal(_group(group, None, listed))
@@ -476,7 +475,7 @@ def _named(weight: Weight, value: torch.Tensor, listed: set[str]) -> dict[str, t
 
 def _not_restored(detail: str) -> AotiCheckError:
     return AotiCheckError(
-        plain_finding(
+        Finding.plain(
             WEIGHTS_KIND,
             "weight swap: the engine does not answer as before once its compiled weights are "
             f"loaded back with load_constants\n{detail.splitlines()[0] if detail else ''}",

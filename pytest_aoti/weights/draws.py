@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_aoti.api import copy_module
+from pytest_aoti.api import CheckContext
 
 KEPT_INTEGER = "integer"
 KEPT_SINGLE = "single-valued"
@@ -163,4 +163,6 @@ def module_holding(module: torch.nn.Module, values: Mapping[str, torch.Tensor]) 
             memo[id(tensor)] = value
     for parameter in module.parameters():
         memo.setdefault(id(parameter), parameter)  # never copied: eager never writes one
-    return copy_module(module, memo)  # field by field where copy.deepcopy cannot copy it
+    return CheckContext.copy_module(
+        module, memo
+    )  # field by field where copy.deepcopy cannot copy it

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_aoti.api import BundleAdapter, Feature, FindingKind, Words, per_check
+from pytest_aoti.api import BundleAdapter, Feature, FindingKind, ValueKind, per_check
 
-WEIGHTS_MODES = Words("swap", "report", "off", quoted=True)
+WEIGHTS_MODES = ValueKind.words("swap", "report", "off", quoted=True)
 """What the weights check does after parity on the example: load new weight sets into the
 engine and compare it with eager holding the same weights, a weight the engine cannot take
 failing the check (``swap``) or listed as a deployment hazard (``report``); or nothing

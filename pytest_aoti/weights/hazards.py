@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_aoti.api import SectionWriter
+    import pytest
 
 FOLDED = "folded"
 """Not among the engine's constants (``get_constant_fqns()``): folded into the compiled code."""
@@ -161,7 +161,7 @@ def sets_line(part: Mapping[str, Any]) -> str:
     return f"{part.get('ran', 0)} of {part.get('planned', 0)} compared{tail}"
 
 
-def write_weights_hazards(terminal: SectionWriter, records: Sequence[Any]) -> None:
+def write_weights_hazards(terminal: pytest.TerminalReporter, records: Sequence[Any]) -> None:
     """The summary's section: per program (its first test), the weights its engine cannot
     take, what a server sees and the remedy; the checks that failed on them say it there."""
     shown: dict[str, tuple[str, Mapping[str, Any]]] = {}

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.api import add_options
 from pytest_aoti.weights.feature import WEIGHTS
 from pytest_aoti.weights.hazards import write_weights_hazards
 
@@ -36,4 +35,4 @@ def pytest_aoti_feature() -> Feature:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser, WEIGHTS)
+    WEIGHTS.add_options(parser)

@@ -23,7 +23,7 @@ def test_a_value_kind_parses_the_command_line_and_checks_a_call() -> None:
     assert api.ValueKind.SWITCH.parse("on") is True
     assert api.ValueKind.BYTES.parse("2KiB") == 2048
     assert api.ValueKind.NON_NEGATIVE.check("draws", 0) == 0
-    with pytest.raises(api.ValueProblem, match="draws must be a positive int, got 0"):
+    with pytest.raises(api.ValueKind.Problem, match="draws must be a positive int, got 0"):
         api.ValueKind.COUNT.check("draws", 0)
     with pytest.raises(argparse.ArgumentTypeError, match="expected one of off, read, readwrite"):
         api.ValueKind.CACHE_MODE.parse("write")
@@ -35,7 +35,7 @@ def test_an_option_of_a_kind_takes_its_parser_and_its_check() -> None:
     @dataclass(frozen=True)
     class Options:
         level: int = api.per_check(1, "A level.", kind=api.ValueKind.COUNT, marker=True)
-        mode: str = api.per_check("a", "A mode.", kind=api.Words("a", "b"))
+        mode: str = api.per_check("a", "A mode.", kind=api.ValueKind.words("a", "b"))
         quiet: int = api.per_check(0, "Checked only.", check=api.ValueKind.NON_NEGATIVE.check)
 
     level, mode, quiet = per_check_rows(Options)
@@ -161,6 +161,8 @@ def test_a_program_says_its_engines_loop_width() -> None:
     assert on(SimpleNamespace(device=torch.device("cuda")), torch.float32) == 0  # type: ignore[arg-type]
     here = on(SimpleNamespace(device=torch.device("cpu")), torch.float32, 64)  # type: ignore[arg-type]
     assert here >= 1 and here in {loop_width(torch.float32, None, 64), *_recorded_widths()}
+    without_a_program = api.AotiProgram.cpu_loop_width(torch.float32, 64)
+    assert without_a_program == loop_width(torch.float32, None, 64), "the ISA detected here"
 
 
 def _recorded_widths() -> set[int]:
@@ -193,4 +195,36 @@ def test_the_report_collector_makes_and_writes_the_json_document(tmp_path: Any) 
     assert json.loads(path.read_text()) == document
     assert api.CompileStats(programs={"k"}, compiled=1, compile_seconds=2.0).summary_line() == (
         "aoti: 1 program; 1 compiled in 2.0 s; 0 loaded from cache in 0.00 s"
+    )
+
+
+def test_the_context_and_the_error_types_offer_the_core_s_services() -> None:
+    from pytest_aoti.checks.module_copy import copy_module
+    from pytest_aoti.compiling.machine import machine_identity
+    from pytest_aoti.errors import install_hint
+    from pytest_aoti.findings import FindingKind
+    from pytest_aoti.isolation.process import side_by_side
+    from pytest_aoti.trees import relaid, tensor_bytes
+
+    assert api.AotiUsageError.install_hint("s3") == install_hint("s3")
+    modes = api.ValueKind.words("fail", "report", quoted=True)
+    assert (modes.parse("FAIL"), modes.check("mode", " report ")) == ("fail", "report")
+    with pytest.raises(api.ValueKind.Problem, match="'fail', 'report'"):
+        modes.check("mode", "loud")
+    assert api.AotiProgram.machine_identity() == machine_identity()
+    assert api.CheckContext.child_beside() == side_by_side()
+    module = torch.nn.Linear(2, 3)
+    copied = api.CheckContext.copy_module(module)
+    assert copied is not module and torch.equal(copied.weight, copy_module(module).weight)
+    eager = api.CheckContext.eager_module(module)
+    assert eager is not module and eager.weight is module.weight, "the caller's Parameters"
+    inputs = ((torch.ones(2, 3, 4, 5),), {"scale": torch.ones(3, dtype=torch.float64)})
+    assert api.InputBuilder.tensor_bytes(inputs) == tensor_bytes(inputs) == 480 + 24
+    laid = api.InputBuilder.relaid(inputs[0][0], "channels_last")
+    assert laid is not None and laid.stride() == relaid(inputs[0][0], "channels_last").stride()
+    finding = api.Finding.plain("threads", "differs\n  at call 2", "output")
+    assert (finding.kind, finding.message, finding.details) == (
+        FindingKind("threads"),
+        "differs",
+        ("at call 2",),
     )

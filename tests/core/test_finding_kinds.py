@@ -15,7 +15,6 @@ from pytest_aoti.findings import (
     REPRODUCIBLE_KINDS,
     Finding,
     FindingKind,
-    plain_finding,
 )
 from pytest_aoti.plugins import DEFAULT_PLUGINS, default_features
 
@@ -33,7 +32,7 @@ def test_a_finding_takes_a_string_kind_as_the_kind_it_names() -> None:
     finding = Finding(kind="buffer", location="buffer 'calls'", summary="")  # type: ignore[arg-type]
     assert isinstance(finding.kind, FindingKind) and finding.kind == FindingKind.BUFFER
     assert finding.to_json()["kind"] == "buffer"
-    assert plain_finding("threads", "differs").kind == "threads"
+    assert Finding.plain("threads", "differs").kind == "threads"
 
 
 def test_the_kind_sets_hold_core_kinds() -> None:

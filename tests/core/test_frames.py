@@ -14,7 +14,7 @@ import torch
 
 import pytest_aoti
 from pytest_aoti.compare import compare_leaf
-from pytest_aoti.errors import AotiCheckError, warn_at_caller
+from pytest_aoti.errors import AotiBufferMutationWarning, AotiCheckError, warn_at_caller
 from pytest_aoti.frames import caller_stacklevel, is_library_file, is_user_file, pin_to_source
 from pytest_aoti.tolerance import Tolerance, mismatch_counts
 from pytest_aoti.trees import clone_tree
@@ -123,3 +123,10 @@ def test_mismatch_counts_agree_with_compare_leaf(dtype: torch.dtype) -> None:
     assert counted == (figures.mismatched, figures.max_abs, figures.max_rel)
     assert counted[0] == 2
     assert mismatch_counts(want, want.clone(), tolerance) == (0, 0.0, 0.0)
+
+
+def test_a_plugin_warning_issued_names_the_callers_line() -> None:
+    with pytest.warns(AotiBufferMutationWarning, match="shared state") as record:
+        AotiBufferMutationWarning("shared state").issue()
+        line = sys._getframe().f_lineno - 1
+    assert (record[0].filename, record[0].lineno) == (HERE, line)

@@ -33,7 +33,6 @@ from pytest_aoti.api import (
     Outcome,
     RecordPart,
     ValueKind,
-    add_options,
     per_check,
 )
 
@@ -116,7 +115,7 @@ def pytest_aoti_feature():
 
 
 def pytest_addoption(parser):
-    add_options(parser, TOY)
+    TOY.add_options(parser)
 
 
 def pytest_aoti_checks(config):

@@ -149,7 +149,7 @@ def test_one_runner_per_process_and_binary(stand_in: Path, tmp_path: Path) -> No
 def test_the_sessions_end_does_not_wait_for_the_runner_to_exit(stand_in: Path) -> None:
     process = loader_process(stand_in)
     assert process.configure(set_request(1, False, "highest"), 10).ok
-    running = process._process
+    running = process._child.process
     assert running is not None and running.poll() is None
     shutdown(wait=False)  # returns at once: a thread of its own waits for the exit
     assert running.wait(timeout=10) is not None, "the end of its input ends the runner"

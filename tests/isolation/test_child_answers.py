@@ -46,7 +46,7 @@ def test_a_child_that_dies_in_a_result_keeps_the_results_before_it(
     inputs = [torch.full((300_000,), float(index)) for index in range(4)]  # more than a pipe holds
     jobs = [(index, False) for index in range(4)]
     try:
-        results = process.run_jobs({"inputs": inputs}, jobs, timeout=60)
+        results = process.PendingJobs({"inputs": inputs}, jobs, timeout=60).results()
         assert process.engine_child().starts == 2, "a fresh child after the crash"
     finally:
         process.shutdown()

@@ -240,7 +240,7 @@ import argparse
 from dataclasses import dataclass
 
 import pytest
-from pytest_aoti.api import Feature, Outcome, ValueProblem, add_options, per_check
+from pytest_aoti.api import Feature, Outcome, ValueKind, per_check
 
 
 def _probe_level(text):
@@ -253,7 +253,7 @@ def _probe_level(text):
 def _check_level(name, value):
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    raise ValueProblem(f"{name} must be a positive int, got {value!r}")
+    raise ValueKind.Problem(f"{name} must be a positive int, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ def pytest_aoti_feature():
 
 
 def pytest_addoption(parser):
-    add_options(parser, LEVEL)
+    LEVEL.add_options(parser)
 
 
 def pytest_aoti_checks(config):

@@ -502,7 +502,7 @@ def test_one_child_probes_program_after_program(tmp_path: Path, monkeypatch) -> 
     assert pids[0] == pids[1] == pids[4] == pids[5] != pids[6] == pids[7], (
         "three programs per child, then a new one"
     )
-    process = engine_process.engine_child()._process
+    process = engine_process.engine_child()._child.process
     assert process is not None and process.poll() is None
     engine_process.shutdown()  # returns at once: the child frees its engine and exits
     assert process.wait(timeout=10) is not None, "the session's end ends the child"

@@ -232,9 +232,10 @@ def test_faults_where_two_inputs_meet_fail_on_sixteen_element_inputs(
     """Each draw puts every pair of special-point classes of two inputs at one position:
     an integer over an exact decimal, and -0.0 against +0.0; found alike where the engine
     child makes its calls beside eager's (cores to spare) and where they take turns."""
-    from pytest_aoti.values import check as values_check
+    from pytest_aoti.api import CheckContext
 
-    monkeypatch.setattr(values_check, "side_by_side", lambda: beside)
+    # every search of the inner run takes this answer (the probes are off)
+    monkeypatch.setattr(CheckContext, "child_beside", staticmethod(lambda: beside))
     source = FLOOR_OF_QUOTIENT.split("def test_default")[0] + SIGNED_ZEROS
     result = run_aoti(source, "--aoti-probes=off")
     result.assert_outcomes(failed=2)
