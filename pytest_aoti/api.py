@@ -12,11 +12,9 @@ from pytest_aoti.checks.base import (
     CheckContext,
     CheckPlan,
     CheckResult,
-    ComparedRun,
     InputSet,
     Outcome,
     Phase,
-    ProgramAttachments,
     RecordPart,
     Triage,
 )
@@ -38,7 +36,6 @@ from pytest_aoti.options.parsers import ValueKind
 
 if TYPE_CHECKING:
     from pytest_aoti.atomic_files import replace_text as replace_text
-    from pytest_aoti.cache.registry import CompileStats as CompileStats
     from pytest_aoti.cache.registry import ProgramRegistry as ProgramRegistry
     from pytest_aoti.checks.crash_screen import CrashScreen as CrashScreen
     from pytest_aoti.checks.float64 import Float64Reference as Float64Reference
@@ -46,11 +43,7 @@ if TYPE_CHECKING:
     from pytest_aoti.checks.refused import ExportedRefusals as ExportedRefusals
     from pytest_aoti.checks.replay import InputReplay as InputReplay
     from pytest_aoti.compare import Comparison as Comparison
-    from pytest_aoti.compiling.explain import quoted_frames as quoted_frames
-    from pytest_aoti.compiling.graph_ops import NodeTarget as NodeTarget
-    from pytest_aoti.compiling.pipeline import quiet_torch_deprecations as quiet_torch_deprecations
     from pytest_aoti.compiling.program import AotiProgram as AotiProgram
-    from pytest_aoti.errors import user_facing as user_facing
     from pytest_aoti.isolation.line_child import LineChild as LineChild
     from pytest_aoti.mutation_maps import ProgramCall as ProgramCall
     from pytest_aoti.reports.collector import ReportCollector as ReportCollector
@@ -60,37 +53,28 @@ if TYPE_CHECKING:
     from pytest_aoti.shapes.read import ProgramShapes as ProgramShapes
     from pytest_aoti.steps.chain import StepsRun as StepsRun
     from pytest_aoti.tester import AotiTester as AotiTester
-    from pytest_aoti.tolerance import LeafStats as LeafStats
     from pytest_aoti.tolerance import Tolerance as Tolerance
-    from pytest_aoti.trees import clone_tree as clone_tree
 
 _LAZY: dict[str, str] = {  # names that load their module (and torch) on first use
-    "CompileStats": "pytest_aoti.cache.registry",
     "ReportCollector": "pytest_aoti.reports.collector",
     "AotiProgram": "pytest_aoti.compiling.program",
     "AotiTester": "pytest_aoti.tester",
     "CheckRecord": "pytest_aoti.reports.records",
     "Comparison": "pytest_aoti.compare",
-    "clone_tree": "pytest_aoti.trees",
     "StepsRun": "pytest_aoti.steps.chain",
     "CrashScreen": "pytest_aoti.checks.crash_screen",
     "Float64Reference": "pytest_aoti.checks.float64",
     "InputBuilder": "pytest_aoti.shapes.generation",
     "InputReplay": "pytest_aoti.checks.replay",
     "InputRun": "pytest_aoti.checks.parity",
-    "LeafStats": "pytest_aoti.tolerance",
     "LineChild": "pytest_aoti.isolation.line_child",
     "ProgramRegistry": "pytest_aoti.cache.registry",
     "ProgramShapes": "pytest_aoti.shapes.read",
     "ProgramCall": "pytest_aoti.mutation_maps",
-    "NodeTarget": "pytest_aoti.compiling.graph_ops",
-    "quiet_torch_deprecations": "pytest_aoti.compiling.pipeline",
-    "quoted_frames": "pytest_aoti.compiling.explain",
     "replace_text": "pytest_aoti.atomic_files",
     "session_of": "pytest_aoti.session",
     "Tolerance": "pytest_aoti.tolerance",
     "ExportedRefusals": "pytest_aoti.checks.refused",
-    "user_facing": "pytest_aoti.errors",
 }
 
 __all__ = [
@@ -102,7 +86,6 @@ __all__ = [
     "CheckContext",
     "CheckPlan",
     "CheckResult",
-    "ComparedRun",
     "Feature",
     "Figures",
     "Finding",
@@ -114,7 +97,6 @@ __all__ = [
     "RecordPart",
     "Triage",
     "ValueKind",
-    "ProgramAttachments",
     "per_check",
     "session_field",
     *_LAZY,

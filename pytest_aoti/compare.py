@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
@@ -35,6 +35,8 @@ from pytest_aoti.tolerance import (
 _EAGER = "eager"
 # the defaults of the comparisons: the dtype defaults, the hook and the options unset
 _NO_TOLERANCE_SET = Tolerance()
+
+_LeafStats = LeafStats
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,13 @@ def same_answers(first: Any, second: Any) -> bool:
 class Comparison:
     """Eager's answers against another's under one :class:`~pytest_aoti.api.Tolerance`, as the
     core's checks compare them: a difference raises ``AotiCheckError`` with its finding."""
+
+    # the error figures of one compared leaf, as :meth:`trees` returns them; an alias, not a
+    # dataclass field (hence no annotation at run time)
+    if TYPE_CHECKING:
+        LeafStats: TypeAlias = _LeafStats  # type: ignore[misc]
+    else:
+        LeafStats = _LeafStats
 
     tolerance: Tolerance = _NO_TOLERANCE_SET
 

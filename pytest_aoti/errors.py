@@ -125,6 +125,12 @@ class AotiUsageError(AotiError, TypeError):
         error a missing optional package causes: from where it was installed."""
         return install_hint(extra)
 
+    @staticmethod
+    def user_facing(function: _F) -> _F:
+        """Let an error of the plugin leave ``function`` with only its caller's frame (as the
+        plugin's own entry points do): a factory's usage error points at the user's line."""
+        return user_facing(function)
+
 
 class AotiInputError(AotiError, ValueError):
     """An input does not fit the shapes, dtypes or devices the program was exported for."""

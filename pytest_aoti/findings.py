@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from pytest_aoti.frames import quoted_frames
+
 
 class FindingKind(str):
     """What a check found wrong: the ``kind`` of every :class:`Finding`. A str, so that
@@ -211,6 +213,8 @@ class Figures:
 @dataclass(frozen=True)
 class Finding:
     """One thing a check found wrong, with everything needed to report it."""
+
+    quoted_frames = staticmethod(quoted_frames)
 
     kind: FindingKind
     """What was found (a plain string is taken as the :class:`FindingKind` it names): one

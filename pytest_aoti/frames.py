@@ -21,6 +21,8 @@ _LIBRARY_PATH = re.compile(
     r"[/\\](site|dist)-packages[/\\](" + "|".join(LIBRARY_PACKAGES) + r")[/\\]"
 )
 _CONTEXTLIB = os.path.abspath(contextlib.__file__)
+FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s,]+)')
+"""A frame as a traceback quotes it: ``File "...", line N, in function``."""
 
 
 def is_own_file(file: str) -> bool:
@@ -47,6 +49,18 @@ def is_library_file(file: str) -> bool:
 def is_user_file(file: str) -> bool:
     """Whether ``file`` is the user's code (see :func:`is_library_file`)."""
     return not is_library_file(file)
+
+
+def quoted_frames(
+    text: str, *, keep: Callable[[str], bool] = is_user_file
+) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of each frame quoted in ``text`` that ``keep`` takes, in order."""
+    frames = []
+    for line in text.splitlines():
+        match = FILE_LINE.match(line)
+        if match and keep(match["file"]):
+            frames.append((match["file"], int(match["line"]), match["func"]))
+    return frames
 
 
 def user_traceback(error: BaseException) -> list[types.TracebackType]:

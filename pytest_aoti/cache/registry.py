@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pytest_aoti.cache.key import program_key
 from pytest_aoti.cache.store_files import link_or_copy, sha256_of, unchanged_since_hashed
@@ -127,9 +127,15 @@ def _short_seconds(seconds: float) -> str:
     return f"{seconds * 1000:.2g} ms"
 
 
+_CompileStats = CompileStats
+
+
 class ProgramRegistry:
     """Hands out :class:`AotiProgram` objects, compiling each distinct program once; it keeps only
     the package, its metadata and recent engines (exported programs live with the test's)."""
+
+    CompileStats: TypeAlias = _CompileStats
+    """What a session spent on programs (its :attr:`stats`), as reports and merges read it."""
 
     def __init__(
         self,

@@ -106,25 +106,12 @@ class Outcome:
     record: RecordPart = field(default_factory=RecordPart)
 
 
-class ComparedRun(Protocol):
-    """One input set eager and the engine ran side by side: what stage attribution replays."""
-
-    program: AotiProgram
-    module: torch.nn.Module
-
-    def fresh_inputs(self) -> InputSet: ...
-
-    def differs_with(self, replacement: Any, calls: int) -> bool:
-        """Whether ``replacement`` (an uncompiled program) differs from eager here."""
-        ...
-
-
 class Triage(Protocol):
     """What explains a failed input set: stage, diverging node, replay for the repro bundle.
     Handed to the checks, so no check imports triage."""
 
     def explain(
-        self, error: AotiCheckError, run: ComparedRun, calls: int, *, attribute: bool
+        self, error: AotiCheckError, run: CheckContext.ComparedRun, calls: int, *, attribute: bool
     ) -> AotiCheckError:
         """``error`` with the replay of ``run``'s inputs (and its stage and node)."""
         ...
@@ -136,18 +123,29 @@ class Triage(Protocol):
         ...
 
 
-class ProgramAttachments(Protocol):
-    """Data kept with a program's package in the cache (e.g. probe outcomes)."""
-
-    def attached(self, key: str, name: str) -> dict[str, Any] | None: ...
-
-    def attach(self, key: str, name: str, data: Mapping[str, Any]) -> None: ...
-
-
 @dataclass
 class CheckContext:
     """What the checks of one ``aoti.check`` share beyond the plan: the device, what the
     runner finds as the phases are reached, the figures so far. Checks only read it."""
+
+    class ComparedRun(Protocol):
+        """One input set eager and the engine ran side by side: what stage attribution replays."""
+
+        program: AotiProgram
+        module: torch.nn.Module
+
+        def fresh_inputs(self) -> InputSet: ...
+
+        def differs_with(self, replacement: Any, calls: int) -> bool:
+            """Whether ``replacement`` (an uncompiled program) differs from eager here."""
+            ...
+
+    class ProgramAttachments(Protocol):
+        """Data kept with a program's package in the cache (e.g. probe outcomes)."""
+
+        def attached(self, key: str, name: str) -> dict[str, Any] | None: ...
+
+        def attach(self, key: str, name: str, data: Mapping[str, Any]) -> None: ...
 
     device: torch.device
     triage: Triage | None = None
@@ -157,7 +155,7 @@ class CheckContext:
     """The test id."""
     profile_path: Callable[[], Path | None] = lambda: None
     """Where a Chrome trace of the engine's calls goes (``--aoti-profile``); None: none."""
-    attachments: ProgramAttachments | None = None
+    attachments: CheckContext.ProgramAttachments | None = None
     """Where a check keeps what it learnt about a program's package, for later checks."""
     item: pytest.Item | None = None
     """The pytest test item (its markers, its node id); None outside a pytest test."""

@@ -23,7 +23,6 @@ from pytest_aoti.checks.base import (
     InputSet,
     Outcome,
     Phase,
-    ProgramAttachments,
     RecordPart,
     Triage,
 )
@@ -95,7 +94,7 @@ class CrashScreen:
     program: AotiProgram
     module: torch.nn.Module
     calls: int
-    attachments: ProgramAttachments | None = None
+    attachments: CheckContext.ProgramAttachments | None = None
     triage: Triage | None = None
     screened: int = 0
     """Input sets run in the child by this screen."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.compiling.tree_types import named_registration_call, serialization_hint
-from pytest_aoti.frames import is_user_file, user_traceback
+from pytest_aoti.frames import FILE_LINE, quoted_frames, user_traceback
 
 if TYPE_CHECKING:
     import torch
@@ -228,7 +228,6 @@ def for_mode(hint: str, strict: bool) -> str:
     return hint.replace("export with strict=False and state", "state")
 
 
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s,]+)')
 _REASON_LINE = re.compile(
     r"^\s*(Explanation|Hint|Suggested fix)\b:?|:\d+(:\d+)?: (fatal )?error:|^\s*error:",
     re.IGNORECASE,
@@ -288,18 +287,6 @@ def source_frame(error: BaseException) -> SourceFrame | None:
     return SourceFrame(file, line, function, linecache.getline(file, line).strip(), callers)
 
 
-def quoted_frames(
-    text: str, *, keep: Callable[[str], bool] = is_user_file
-) -> list[tuple[str, int, str]]:
-    """``(file, line, function)`` of each frame quoted in ``text`` that ``keep`` takes, in order."""
-    frames = []
-    for line in text.splitlines():
-        match = _FILE_LINE.match(line)
-        if match and keep(match["file"]):
-            frames.append((match["file"], int(match["line"]), match["func"]))
-    return frames
-
-
 def torch_reason(error: BaseException, max_lines: int = 30) -> list[str]:
     """torch's message without logging boilerplate, quoted frames and blank lines. Beyond
     ``max_lines`` only error and hint lines are kept, and a last line counts the rest."""
@@ -311,7 +298,7 @@ def torch_reason(error: BaseException, max_lines: int = 30) -> list[str]:
             in_frames = True
             continue
         if in_frames:
-            if _FILE_LINE.match(line) or line.startswith((" ", "\t")):
+            if FILE_LINE.match(line) or line.startswith((" ", "\t")):
                 continue
             in_frames = False
         if not line.strip() or _NOISE.match(line):

@@ -9,12 +9,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pytest_aoti.compiling.accumulation import Accumulation, accumulation
 from pytest_aoti.compiling.custom_ops import ChildPreparation, child_preparation
+from pytest_aoti.compiling.graph_ops import NodeTarget as _NodeTarget
 from pytest_aoti.compiling.graph_ops import scalar_output_dtypes
-from pytest_aoti.compiling.pipeline import decompose, load_engine
+from pytest_aoti.compiling.pipeline import decompose, load_engine, quiet_torch_deprecations
 from pytest_aoti.errors import AotiInputError, user_facing
 from pytest_aoti.mutation_maps import MutationSignature, named_user_inputs
 
@@ -138,6 +139,10 @@ class AotiProgram:
     """A module exported, decomposed and AOT-compiled for one device. Calling it runs the engine as
     a deployed model would (mutated inputs written in place); a program that mutates buffers gets
     an engine of its own, others share one (:class:`EnginePool`)."""
+
+    NodeTarget: TypeAlias = _NodeTarget
+    """What a node of the program's graph calls, as a check asks about it."""
+    quiet_torch_deprecations = staticmethod(quiet_torch_deprecations)
 
     def __init__(
         self,

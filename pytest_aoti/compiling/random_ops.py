@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.compiling.explain import quoted_frames
 from pytest_aoti.compiling.graph_ops import aten_op, is_seeded_random, schema_arguments
+from pytest_aoti.frames import quoted_frames
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -13,8 +13,8 @@ from pytest_aoti.api import (
     Comparison,
     Finding,
     FindingKind,
+    InputBuilder,
     Tolerance,
-    clone_tree,
 )
 
 LOADER = "the C++ loader (AOTIModelPackageLoader)"
@@ -161,7 +161,7 @@ def perturbed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     changed = list(tensors)
     for position, tensor in enumerate(changed):
         if tensor.is_floating_point() and tensor.numel():
-            copy = clone_tree(tensor)
+            copy = InputBuilder.clone_tree(tensor)
             copy[(0,) * copy.dim()] += 1
             changed[position] = copy
             break

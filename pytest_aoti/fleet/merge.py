@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_aoti.api import CheckRecord, CompileStats, ReportCollector
+from pytest_aoti.api import CheckRecord, ProgramRegistry, ReportCollector
 from pytest_aoti.fleet.store import RemoteStats
 
 __all__ = ["ReportMergeError", "load_report", "merge_reports", "summary_lines", "write_report"]
@@ -122,7 +122,9 @@ def summary_lines(document: Mapping[str, Any], durations: int = 5) -> list[str]:
     totals = document["totals"]
     failed = sum(1 for record in records if record.outcome == "failed")
     # the terminal's own compile figures line, of the programs the checks and compiles name
-    figures = CompileStats.from_payload(shard_payload(document)["stats"]).summary_line()
+    figures = ProgramRegistry.CompileStats.from_payload(
+        shard_payload(document)["stats"]
+    ).summary_line()
     lines.append(
         f"aoti: {len(records)} checks ({failed} failed) from "
         f"{len(document.get('merged_from', []))} reports; "

@@ -33,7 +33,7 @@ from pytest_aoti.generated.search import Generation, ShapeFailure, search_shapes
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.api import AotiProgram, LeafStats, ProgramShapes, Tolerance
+    from pytest_aoti.api import AotiProgram, Comparison, ProgramShapes, Tolerance
 
 
 class GeneratedCheck:
@@ -141,7 +141,7 @@ def check_generated(
     screen: CrashScreen | None = None,
     engine: Callable[[], Any] | None = None,
     searched: list[int] | None = None,
-) -> tuple[int, list[tuple[str, LeafStats]]]:
+) -> tuple[int, list[tuple[str, Comparison.LeafStats]]]:
     """Check ``program`` on boundary shapes, then on ``generation.examples`` generated ones,
     each first in the engine child where ``screen`` is given (a crash there ends the search);
     ``engine`` gives the engine each input set runs on (default: the program's). The
@@ -226,7 +226,7 @@ class _ShapeChecker:
         self.mutates = mutates
         self.tolerance = tolerance
         self.count = 0
-        self.stats: list[tuple[str, LeafStats]] = []
+        self.stats: list[tuple[str, Comparison.LeafStats]] = []
 
         self._refusals = ExportedRefusals.where_it_refuses(program.exported)
         self._copies: Any = None

@@ -21,10 +21,10 @@ from pytest_aoti.api import (
     CheckContext,
     CheckPlan,
     Finding,
+    InputBuilder,
     Outcome,
     Phase,
     RecordPart,
-    clone_tree,
 )
 from pytest_aoti.memory.feature import MEMORY_KIND, MemoryOptions
 
@@ -52,7 +52,7 @@ class MemoryCheck:
         # of its buffers do not change what a call allocates)
         program = context.program
         engine = context.local_engine()
-        args, kwargs = clone_tree(plan.input_sets[0])
+        args, kwargs = InputBuilder.clone_tree(plan.input_sets[0])
         with torch.no_grad():
             for _ in range(context.calls):
                 with memory.call():

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from pytest_aoti.api import AotiUsageError, user_facing
+from pytest_aoti.api import AotiUsageError
 
 _RETURN_FORMS = (
     "(module, args), (module, args, kwargs) or a mapping with 'module', 'args', "
@@ -30,7 +30,7 @@ class ModelCase:
     """Further keywords of :meth:`~pytest_aoti.AotiTester.check` (``dynamic_shapes``, ...)."""
 
 
-@user_facing
+@AotiUsageError.user_facing
 def call_factory(
     factory: Callable[..., Any], device: torch.device, spec: str, keywords: Iterable[str]
 ) -> ModelCase:

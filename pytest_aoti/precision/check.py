@@ -26,7 +26,7 @@ from pytest_aoti.api import (
 from pytest_aoti.precision.feature import PRECISION_KIND, PrecisionOptions
 
 if TYPE_CHECKING:
-    from pytest_aoti.api import LeafStats
+    from pytest_aoti.api import Comparison
 
 EMULATE = "inductor_configs={'emulate_precision_casts': True}"
 """The Inductor option that makes the engine round each op to float16/bfloat16 as eager does
@@ -54,7 +54,7 @@ class PrecisionCheck:
         return Outcome(record=precision_part(context.stats, mode))
 
 
-def precision_findings(stats: Iterable[tuple[str, LeafStats]]) -> list[dict[str, Any]]:
+def precision_findings(stats: Iterable[tuple[str, Comparison.LeafStats]]) -> list[dict[str, Any]]:
     """One entry per location whose elements eager rounds apart from the engine: where
     (``location``, ``context``), its ``dtype``, how many ``elements`` and ``max_abs``."""
     found: dict[str, dict[str, Any]] = {}
@@ -89,7 +89,7 @@ def describe(entry: dict[str, Any]) -> str:
     )
 
 
-def precision_part(stats: Iterable[tuple[str, LeafStats]], mode: str) -> RecordPart:
+def precision_part(stats: Iterable[tuple[str, Comparison.LeafStats]], mode: str) -> RecordPart:
     """The check's precision record (``precision`` in JSON, a summary note per location);
     with ``mode`` ``"fail"``, the failure of the first location instead."""
     __tracebackhide__ = True

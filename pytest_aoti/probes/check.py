@@ -54,7 +54,6 @@ from pytest_aoti.api import (
     InputRun,
     Outcome,
     Phase,
-    ProgramAttachments,
     ProgramCall,
     RecordPart,
     Triage,
@@ -86,7 +85,7 @@ PROBE_FORMAT = 2
 fp64 rule)."""
 
 
-ProbeCache = ProgramAttachments
+ProbeCache = CheckContext.ProgramAttachments
 """Where outcomes are kept with the package: the registry's sidecar data."""
 
 

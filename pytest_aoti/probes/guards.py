@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import clone_tree
+from pytest_aoti.api import InputBuilder
 from pytest_aoti.probes.variants import Variant
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ def guard(
         guarded = copy.deepcopy(guarded)  # module() shares the program's own buffers
     for item in asked:
         try:  # only acceptance is read: one copy of the inputs, the outputs dropped
-            args, kwargs = clone_tree((tuple(item.variant.args), dict(item.variant.kwargs)))
+            args, kwargs = InputBuilder.clone_tree(
+                (tuple(item.variant.args), dict(item.variant.kwargs))
+            )
             with torch.no_grad():
                 guarded(*args, **kwargs)
         except Exception:
@@ -143,7 +145,7 @@ def call_on_clones(
     call_args, call_kwargs = clone_keeping_aliases((args, dict(kwargs)))
     with torch.no_grad():
         outputs = module(*call_args, **call_kwargs)
-    return clone_tree(outputs), (call_args, call_kwargs)
+    return InputBuilder.clone_tree(outputs), (call_args, call_kwargs)
 
 
 def clone_keeping_aliases(tree: Any) -> Any:

@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.api import (
-    AotiUsageError,
-    InputBuilder,
-    ProgramCall,
-    clone_tree,
-)
+from pytest_aoti.api import AotiUsageError, InputBuilder, ProgramCall
 from pytest_aoti.probes.feature import PROBE_KINDS, ProbeVariant, probes_skip_problem
 
 if TYPE_CHECKING:
@@ -88,7 +83,7 @@ def choose_variants(
     exported = program.exported
     names = _user_input_names(exported)
     leaves, spec = pytree.tree_flatten(
-        clone_tree((tuple(args), ProgramCall(exported).ordered_kwargs(kwargs)))
+        InputBuilder.clone_tree((tuple(args), ProgramCall(exported).ordered_kwargs(kwargs)))
     )
     if len(leaves) != len(names):
         return []

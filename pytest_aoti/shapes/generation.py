@@ -21,6 +21,7 @@ from pytest_aoti.shapes.read import (
     strides_from_assignment,
 )
 from pytest_aoti.trees import (
+    clone_tree,
     distinct_shape,
     empty_with_layout,
     has_own_elements,
@@ -59,6 +60,8 @@ def inputs_for(
 
 class InputBuilder:
     """``(args, kwargs)`` like an example for given sizes and seed: undrawn :func:`inputs_for`."""
+
+    clone_tree = staticmethod(clone_tree)
 
     def __init__(
         self, program: Any, *, like: tuple[Any, ...], like_kwargs: dict[str, Any] | None = None

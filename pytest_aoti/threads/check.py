@@ -24,11 +24,9 @@ from pytest_aoti.api import (
     Comparison,
     Finding,
     InputBuilder,
-    LeafStats,
     Outcome,
     Phase,
     Tolerance,
-    clone_tree,
 )
 from pytest_aoti.threads.feature import THREADS_KIND, ThreadsOptions
 
@@ -95,7 +93,7 @@ def check_threads(
     threads: int,
     calls: int,
     tolerance: Tolerance,
-) -> list[tuple[str, LeafStats]]:
+) -> list[tuple[str, Comparison.LeafStats]]:
     """Run ``engine`` (in its exported state) from ``threads`` threads at once, each on inputs of its own for
     ``calls`` calls, and compare every thread's outputs and inputs after each call with
     eager run on the same inputs, one thread's calls after another's."""
@@ -147,7 +145,7 @@ def _inputs_for(
     shapes and ranges), so that a thread reading another's data shows up. Integer inputs
     (positions, indices, masks) stay as given: other values could be out of range."""
 
-    inputs = clone_tree((tuple(args), dict(kwargs)))
+    inputs = InputBuilder.clone_tree((tuple(args), dict(kwargs)))
     if index == 0:
         return inputs  # type: ignore[no-any-return]
 
@@ -187,7 +185,7 @@ def _compare_thread(
     got: list[tuple[Any, dict[str, Any]]],
     tolerance: Tolerance,
     scalar_dtypes: Sequence[Any] = (),
-) -> list[LeafStats]:
+) -> list[Comparison.LeafStats]:
     __tracebackhide__ = True
     stats = []
     for call, ((eager_out, eager_inputs), (engine_out, engine_inputs)) in enumerate(
@@ -219,7 +217,7 @@ def _all_stats(
     results: list[list[tuple[Any, dict[str, Any]]]],
     tolerance: Tolerance,
     scalar_dtypes: Sequence[Any],
-) -> list[tuple[int, LeafStats]]:
+) -> list[tuple[int, Comparison.LeafStats]]:
     return [
         (index, leaf)
         for index, (want, got) in enumerate(zip(expected, results))

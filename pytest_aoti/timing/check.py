@@ -19,13 +19,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from pytest_aoti.api import (
+    AotiProgram,
     CheckContext,
     CheckPlan,
+    InputBuilder,
     Outcome,
     Phase,
     RecordPart,
-    clone_tree,
-    quiet_torch_deprecations,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def call_times(
     sync = _synchronizer(program.device)
 
     def timed(function: Callable[..., Any]) -> float:
-        inputs_args, inputs_kwargs = clone_tree((tuple(args), dict(kwargs)))
+        inputs_args, inputs_kwargs = InputBuilder.clone_tree((tuple(args), dict(kwargs)))
         samples: list[float] = []
         with torch.no_grad():
             while len(samples) < TIMED_CALLS and sum(samples) < TIMING_BUDGET_SECONDS:
@@ -157,7 +157,7 @@ def write_profile(
     def save(prof: Any) -> None:
         prof.export_chrome_trace(str(path))
 
-    with quiet_torch_deprecations(), warnings.catch_warnings(), torch.no_grad():
+    with AotiProgram.quiet_torch_deprecations(), warnings.catch_warnings(), torch.no_grad():
         # torch 2.11 warns "Profiler clears events at the end of each cycle" on the first
         # cycle of any scheduled profile; as an error (filterwarnings = error) it leaves the
         # profiler half prepared and its exit crashes the process
@@ -166,7 +166,7 @@ def write_profile(
             activities=activities, schedule=schedule(**PROFILE_SCHEDULE), on_trace_ready=save
         ) as prof:
             for _ in range(steps):
-                call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
+                call_args, call_kwargs = InputBuilder.clone_tree((tuple(args), dict(kwargs)))
                 with torch.profiler.record_function("aoti_engine_call"):
                     engine(*call_args, **call_kwargs)
                 sync()

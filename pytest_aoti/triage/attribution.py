@@ -14,11 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_aoti.api import (
-    FindingKind,
-    InputReplay,
-    quiet_torch_deprecations,
-)
+from pytest_aoti.api import AotiProgram, FindingKind, InputReplay
 from pytest_aoti.triage.localize import localize
 
 if TYPE_CHECKING:
@@ -28,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_aoti.api import (
         AotiCheckError,
         AotiProgram,
-        ComparedRun,
+        CheckContext,
         Finding,
         InputSet,
         ProgramRegistry,
@@ -49,7 +45,7 @@ class Attribution:
         self._localizer = localizer
 
     def explain(
-        self, error: AotiCheckError, run: ComparedRun, calls: int, *, attribute: bool
+        self, error: AotiCheckError, run: CheckContext.ComparedRun, calls: int, *, attribute: bool
     ) -> AotiCheckError:
         """``error`` with the replay of ``run``'s inputs and, with ``attribute``, the stage
         and node (a search that runs many failing shapes attributes only the last)."""
@@ -66,7 +62,7 @@ class Attribution:
         amended.replay = InputReplay(module, tuple(args), dict(kwargs), calls)
         return amended
 
-    def attributed(self, finding: Finding, run: ComparedRun, calls: int) -> Finding:
+    def attributed(self, finding: Finding, run: CheckContext.ComparedRun, calls: int) -> Finding:
         """``finding`` with the stage that introduced the difference, and its node."""
         # a "buffer" finding that comes here is a parity finding named after its buffers
         kind = FindingKind(finding.kind)
@@ -96,8 +92,8 @@ class Attribution:
         return replace(finding, node=node, node_reason=localization.reason)
 
 
-def _replay_differs(run: ComparedRun, program: ExportedProgram, calls: int) -> bool:
-    with quiet_torch_deprecations():
+def _replay_differs(run: CheckContext.ComparedRun, program: ExportedProgram, calls: int) -> bool:
+    with AotiProgram.quiet_torch_deprecations():
         # module() shares the program's own buffers: a copy keeps its state as exported
         replayed = copy.deepcopy(program.module())
     return run.differs_with(replayed, calls)

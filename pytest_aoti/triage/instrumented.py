@@ -15,14 +15,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.graph import CodeGen
 
-from pytest_aoti.api import (
-    AotiCheckError,
-    Comparison,
-    NodeTarget,
-    Tolerance,
-    clone_tree,
-    quiet_torch_deprecations,
-)
+from pytest_aoti.api import AotiCheckError, AotiProgram, Comparison, InputBuilder, Tolerance
 from pytest_aoti.triage.node_finding import NodeFinding, source_line
 
 if TYPE_CHECKING:
@@ -62,14 +55,14 @@ class InstrumentedRound:
         """Instrument, export, compile, and run both sides; ``failure`` says what broke."""
         step = "instrumenting the graph"
         try:
-            with quiet_torch_deprecations():
+            with AotiProgram.quiet_torch_deprecations():
                 instrumented, nodes = _instrument(decomposed, names)
                 # eager runs a copy: `instrumented` shares its tensors with `decomposed`,
                 # whose state must stay the exported one (export itself leaves it alone)
                 eager_module = copy.deepcopy(instrumented)
                 step = "exporting the instrumented graph"
                 exported = torch.export.export(
-                    instrumented, tuple(clone_tree(list(flat))), strict=False
+                    instrumented, tuple(InputBuilder.clone_tree(list(flat))), strict=False
                 ).run_decompositions()
                 step = "compiling the instrumented program"
                 engine = compile_engine(exported)
@@ -116,7 +109,7 @@ class InstrumentedRound:
             mismatched, max_abs, max_rel = want.numel(), math.inf, math.inf
         return NodeFinding(
             name=node.name,
-            op=NodeTarget(node.target).name,
+            op=AotiProgram.NodeTarget(node.target).name,
             shape=tuple(want.shape),
             dtype=str(want.dtype).removeprefix("torch."),
             input_shapes=tuple(self._input_shapes(node)),
@@ -132,7 +125,7 @@ class InstrumentedRound:
         """The first input the engine left holding another value than eager did."""
         for name, want, got in self.written:
             try:
-                with quiet_torch_deprecations():
+                with AotiProgram.quiet_torch_deprecations():
                     Comparison(tolerance).leaf(want, got, location=f"input '{name}'")
             except AotiCheckError:
                 return name
@@ -141,7 +134,7 @@ class InstrumentedRound:
     def _detail(self, position: int, tolerance: Tolerance) -> str | None:
         """The comparison's first line if the node differs, else None."""
         try:
-            with quiet_torch_deprecations():
+            with AotiProgram.quiet_torch_deprecations():
                 Comparison(tolerance).leaf(
                     self.eager[position],
                     self.engine[position],
@@ -183,11 +176,11 @@ def _run(function: Callable[..., Any], flat: list[Any], calls: int) -> tuple[lis
 
     The same clones serve every call, as in a test's calls: mutations carry over.
     """
-    inputs: list[Any] = clone_tree(list(flat))
+    inputs: list[Any] = InputBuilder.clone_tree(list(flat))
     values: list[Any] = []
     for _ in range(calls):
         with torch.no_grad():
-            values = clone_tree(list(function(*inputs)))
+            values = InputBuilder.clone_tree(list(function(*inputs)))
     return values, inputs
 
 
@@ -208,7 +201,7 @@ class _Float64:
         """Computed on first demand, once; raises what computing them raised."""
         if self._values is None and self._problem is None:
             try:
-                with quiet_torch_deprecations():
+                with AotiProgram.quiet_torch_deprecations():
                     self._values = self._compute()
             except Exception as error:  # the reference is a bonus; it may not exist
                 self._problem = error
@@ -253,7 +246,7 @@ def _instrument(
     values = []
     for node in originals:
         target = node.target
-        if NodeTarget(target).is_view:
+        if AotiProgram.NodeTarget(target).is_view:
             # a view returned as output could alias an input that the graph's trailing
             # copy_ overwrites; a copy taken right away holds the node's own value
             with graph.inserting_after(node):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.fx._pytree import tree_flatten_spec
 
-from pytest_aoti.api import NodeTarget, Tolerance, clone_tree, quiet_torch_deprecations
+from pytest_aoti.api import AotiProgram, InputBuilder, Tolerance
 from pytest_aoti.triage.instrumented import CompileEngine, InstrumentedRound, failure_line
 from pytest_aoti.triage.node_finding import NodeFinding
 
@@ -96,7 +96,7 @@ def _localize(
     limit = max(1, max_outputs)
     calls = max(1, calls)
     try:
-        with quiet_torch_deprecations():
+        with AotiProgram.quiet_torch_deprecations():
             flat = _flat_inputs(decomposed, args, kwargs)
             names = _candidate_names(decomposed)
     except _Unsupported as unsupported:
@@ -149,7 +149,7 @@ def _narrowed(
     failing = first[hit]
     matched = [names[i] for i in first[:hit]]
     try:
-        with quiet_torch_deprecations():
+        with AotiProgram.quiet_torch_deprecations():
             suspects = _suspects(decomposed, names, failing, set(first), matched)
     except Exception as error:  # the sample's finding stands on its own
         note = f"named from a sample of {len(first)} of {len(names)} nodes; narrowing failed: "
@@ -187,7 +187,7 @@ def _flat_inputs(
 ) -> list[Any]:
     """The user inputs in the unlifted module's placeholder order, cloned."""
     flat = tree_flatten_spec((tuple(args), dict(kwargs)), decomposed.call_spec.in_spec)
-    return list(clone_tree(list(flat)))
+    return list(InputBuilder.clone_tree(list(flat)))
 
 
 def _candidate_names(decomposed: ExportedProgram) -> list[str]:
@@ -196,7 +196,7 @@ def _candidate_names(decomposed: ExportedProgram) -> list[str]:
     for node in decomposed.module().graph.nodes:
         if node.op != "call_function":
             continue
-        name = NodeTarget(node.target).control_flow
+        name = AotiProgram.NodeTarget(node.target).control_flow
         if name is not None:
             raise _Unsupported(
                 f"the graph has control flow (torch.{name}) and cannot be instrumented"

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.api import quoted_frames
+from pytest_aoti.api import Finding
 
 if TYPE_CHECKING:
     from torch.fx import Node
@@ -120,7 +120,7 @@ def source_line(node: Node) -> SourceLine | None:
     trace = node.meta.get("stack_trace")
     if not isinstance(trace, str):
         return None
-    frames = quoted_frames(trace)
+    frames = Finding.quoted_frames(trace)
     if not frames:
         return None
     file, number, function = frames[-1]

@@ -22,7 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import pytest_aoti.triage.repro_script as repro_script
-from pytest_aoti.api import FindingKind, clone_tree, quiet_torch_deprecations
+from pytest_aoti.api import AotiProgram, FindingKind, InputBuilder
 from pytest_aoti.triage.flat import flat_inputs, flat_program, flat_results, tree_text
 
 __all__ = ["REPRO_SCRIPT_FILE", "reproduces", "write_bundle"]
@@ -129,11 +129,11 @@ def write_bundle(
     _fresh_directory(directory)
     # clones: a view would save its whole storage; the check ran on clones too (no input
     # aliases another)
-    inputs = clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
+    inputs = InputBuilder.clone_tree({"args": tuple(args), "kwargs": dict(kwargs)})
     where = torch.device(device) if device is not None else _device_of(exported, inputs)
     mutated_inputs = sorted(_mutated_by(exported) if mutated_inputs is None else mutated_inputs)
     buffer_names = sorted(eager_buffers[0]) if eager_buffers else []
-    results, output_names = flat_results(clone_tree(list(eager_results)))
+    results, output_names = flat_results(InputBuilder.clone_tree(list(eager_results)))
     (directory / "finding.txt").write_text(finding_text.rstrip("\n") + "\n", encoding="utf-8")
     _write_json(directory / "finding.json", finding_json)
     check = {
@@ -190,7 +190,8 @@ def _write_steps(
     """``steps.pt``: a decode loop's flat inputs of each call, cloned as the first call's are."""
     if step_inputs is not None:
         steps = [
-            tuple(flat_inputs(exported, *clone_tree((tuple(a), dict(k))))) for a, k in step_inputs
+            tuple(flat_inputs(exported, *InputBuilder.clone_tree((tuple(a), dict(k)))))
+            for a, k in step_inputs
         ]
         torch.save(steps, directory / "steps.pt")
 
@@ -202,7 +203,7 @@ def _write_states(
 ) -> None:
     """``eager_buffers.pt`` and ``weights.pt``, where the failure has them."""
     if eager_buffers:
-        torch.save(clone_tree(list(eager_buffers)), directory / "eager_buffers.pt")
+        torch.save(InputBuilder.clone_tree(list(eager_buffers)), directory / "eager_buffers.pt")
     if weights:  # each in a storage of its own: the loader copies a constant's whole storage
         owned = {name: tensor.detach().clone() for name, tensor in weights.items()}
         torch.save(owned, directory / "weights.pt")
@@ -210,7 +211,7 @@ def _write_states(
 
 def _mutated_by(exported: ExportedProgram) -> Iterable[str]:
     """The user inputs the compiled (decomposed) program mutates."""
-    with quiet_torch_deprecations():
+    with AotiProgram.quiet_torch_deprecations():
         signature = exported.run_decompositions().graph_signature
     names: Iterable[str] = signature.user_inputs_to_mutate.values()
     return names
@@ -219,7 +220,7 @@ def _mutated_by(exported: ExportedProgram) -> Iterable[str]:
 def _write_programs(directory: Path, exported: ExportedProgram, package_path: Path) -> Path:
     """The package, the exported program (flat) and ``repro.py``; return ``repro.py``."""
     shutil.copyfile(package_path, directory / "package.pt2")
-    with quiet_torch_deprecations():
+    with AotiProgram.quiet_torch_deprecations():
         torch.export.save(flat_program(exported), directory / "exported.pt2")
     script = directory / "repro.py"
     shutil.copyfile(REPRO_SCRIPT_FILE, script)

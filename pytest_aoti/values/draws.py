@@ -27,10 +27,7 @@ from typing import Any
 
 import torch
 
-from pytest_aoti.api import (
-    InputBuilder,
-    NodeTarget,
-)
+from pytest_aoti.api import AotiProgram, InputBuilder
 from pytest_aoti.values.classes import ZERO_CLASSES, PointClass, all_points, point_classes
 from pytest_aoti.values.meetings import MeetingInput, MeetingPlan, meeting_plan
 from pytest_aoti.values.positions import Width, cpu_width
@@ -114,7 +111,7 @@ def draw_seed(label: str, program_key: str, index: int) -> int:
 
 def tie_dependent(exported: Any) -> bool:
     """Whether the exported program calls an op whose result depends on ties."""
-    return NodeTarget.first_call_in(exported.graph, TIE_DEPENDENT_OPS) is not None
+    return AotiProgram.NodeTarget.first_call_in(exported.graph, TIE_DEPENDENT_OPS) is not None
 
 
 @dataclass(frozen=True)

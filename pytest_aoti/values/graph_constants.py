@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pytest_aoti.api import NodeTarget
+from pytest_aoti.api import AotiProgram
 
 MAX_CONSTANTS = 8
 """Constants taken at most (the first in the graph's order): each adds eight points."""
@@ -39,7 +39,7 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
     for node in exported.graph.nodes:
         if node.op != "call_function":
             continue
-        target = NodeTarget(node.target)
+        target = AotiProgram.NodeTarget(node.target)
         if target.aten is None:
             continue
         for value in _scalar_arguments(target, node):
@@ -54,7 +54,7 @@ def graph_constants(exported: Any) -> tuple[float, ...]:
     return tuple(found)
 
 
-def _scalar_arguments(target: NodeTarget, node: Any) -> list[float]:
+def _scalar_arguments(target: AotiProgram.NodeTarget, node: Any) -> list[float]:
     """The Python numbers ``node`` passes where ``target`` takes a value (not a dim, a size)."""
     values: list[float] = []
     for position, argument in enumerate(target.arguments):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_aoti.api import NodeTarget
+from pytest_aoti.api import AotiProgram
 
 INDEX_ARGUMENTS = frozenset({"index", "indices", "start", "offsets", "boundaries"})
 """Schema argument names whose tensor is positions into another tensor."""
@@ -65,7 +65,7 @@ def _used_as_position(start: Any) -> bool:
         for user in node.users:
             if user.op != "call_function":
                 continue
-            target = NodeTarget(user.target)
+            target = AotiProgram.NodeTarget(user.target)
             op = target.aten
             if op is None:
                 continue
@@ -78,7 +78,7 @@ def _used_as_position(start: Any) -> bool:
     return False
 
 
-def _in_index_argument(target: NodeTarget, user: Any, node: Any) -> bool:
+def _in_index_argument(target: AotiProgram.NodeTarget, user: Any, node: Any) -> bool:
     """Whether ``user`` passes ``node`` in one of ``target``'s index arguments."""
     for position, argument in enumerate(target.arguments):
         if argument.name not in INDEX_ARGUMENTS:

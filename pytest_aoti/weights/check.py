@@ -31,12 +31,12 @@ from pytest_aoti.api import (
     CheckPlan,
     Comparison,
     Finding,
+    InputBuilder,
     InputReplay,
     InputRun,
     Outcome,
     Phase,
     RecordPart,
-    clone_tree,
 )
 from pytest_aoti.weights.draws import (
     Weight,
@@ -427,9 +427,9 @@ class _Swap:
 
     def _call(self) -> Any:
         """The engine's outputs on a clone of the example."""
-        args, kwargs = clone_tree(self.example)
+        args, kwargs = InputBuilder.clone_tree(self.example)
         with torch.no_grad():
-            return clone_tree(self.engine(*args, **kwargs))
+            return InputBuilder.clone_tree(self.engine(*args, **kwargs))
 
     def _check_restored(self, before: Any) -> None:
         """Raise where the engine, given its compiled weights back, answers otherwise."""

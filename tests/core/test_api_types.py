@@ -95,25 +95,29 @@ def test_a_program_call_names_flattens_orders_and_finds_aliases() -> None:
 
 
 def test_a_node_target_answers_what_the_node_calls() -> None:
-    view = api.NodeTarget(torch.ops.aten.view.default)
+    view = api.AotiProgram.NodeTarget(torch.ops.aten.view.default)
     assert view.aten is torch.ops.aten.view.default and view.is_view
     assert view.name == "aten.view.default"
     assert [argument.name for argument in view.arguments][:1] == ["self"]
-    getitem = api.NodeTarget(operator.getitem)
+    getitem = api.AotiProgram.NodeTarget(operator.getitem)
     assert (getitem.aten, getitem.is_view, getitem.name, getitem.arguments) == (
         None,
         False,
         "getitem",
         (),
     )
-    assert api.NodeTarget(torch.ops.higher_order.cond).control_flow == "cond"
+    assert api.AotiProgram.NodeTarget(torch.ops.higher_order.cond).control_flow == "cond"
 
     class Top(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> Any:
             return torch.topk(x, 2).values
 
     graph = torch.export.export(Top(), (torch.arange(5.0),)).graph
-    assert api.NodeTarget.first_call_in(graph, ["topk"]) == first_call_of(graph, ["topk"]) == "topk"
+    assert (
+        api.AotiProgram.NodeTarget.first_call_in(graph, ["topk"])
+        == first_call_of(graph, ["topk"])
+        == "topk"
+    )
 
 
 class _Rows(torch.nn.Module):
@@ -193,9 +197,9 @@ def test_the_report_collector_makes_and_writes_the_json_document(tmp_path: Any) 
     path = tmp_path / "report.json"
     api.ReportCollector.write(path, document)
     assert json.loads(path.read_text()) == document
-    assert api.CompileStats(programs={"k"}, compiled=1, compile_seconds=2.0).summary_line() == (
-        "aoti: 1 program; 1 compiled in 2.0 s; 0 loaded from cache in 0.00 s"
-    )
+    assert api.ProgramRegistry.CompileStats(
+        programs={"k"}, compiled=1, compile_seconds=2.0
+    ).summary_line() == ("aoti: 1 program; 1 compiled in 2.0 s; 0 loaded from cache in 0.00 s")
 
 
 def test_the_context_and_the_error_types_offer_the_core_s_services() -> None:
