@@ -92,6 +92,13 @@ def _fail_if_compiled(item: pytest.Item) -> None:
         )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that compile first, in their order, then the rest: under ``-n 2`` the many
+    short logic tests fill the workers' last minutes, instead of one worker finishing a long
+    compile alone while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("compiles") is None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> object:
     """A test not marked ``compiles`` may not compile a real engine, in its fixtures (of any
