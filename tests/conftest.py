@@ -92,25 +92,6 @@ def _fail_if_compiled(item: pytest.Item) -> None:
         )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that compile first, in their order, then the rest: under ``-n 2`` the many
-    short logic tests fill the workers' last minutes (with the scheduler below), instead of
-    one worker finishing a long compile alone while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("compiles") is None)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``-n``'s default distribution made work-stealing (xdist's ``--dist worksteal``): a
-    worker out of tests takes half of another's queue, so the compiling tests, first in the
-    order, spread over both workers however long each takes. Another ``--dist`` mode stays."""
-    if config.getoption("dist") != "load" or config.getoption("distload"):
-        return None
-    from xdist.scheduler import WorkStealingScheduling
-
-    return WorkStealingScheduling(config, log)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> object:
     """A test not marked ``compiles`` may not compile a real engine, in its fixtures (of any
