@@ -168,15 +168,20 @@ def test_an_aborting_engine_fails_its_test_and_the_run_goes_on(
     assert replay.returncode == 128 + signal.SIGABRT, replay.stdout + replay.stderr
     assert "REPRODUCED: the AOTI engine crashed its process (SIGABRT)" in replay.stdout
 
-    # the same values by xdist's workers: the same programs (no compile), their verdicts kept,
-    # no child for the passing programs
+    # other values: the same programs (no compile), screened again, by xdist's workers
     pytest.importorskip("xdist")
-    warm = _run(pytester, monkeypatch, cache, "-n", "2", fill="1")
-    warm.assert_outcomes(passed=2, failed=2)
-    warm.stdout.fnmatch_lines([crash_line])
+    distributed = _run(pytester, monkeypatch, cache, "-n", "2", fill="2")
+    distributed.assert_outcomes(passed=2, failed=2)
+    distributed.stdout.fnmatch_lines([crash_line])
     records = _records(pytester)
     assert records["test_crashes[cpu]"]["finding"]["kind"] == "crash"
-    after = records["test_after[cpu]"]
+    assert records["test_after[cpu]"]["crash_screen"] == "screened"
+
+    # the same values again: kept verdicts, no child for the passing programs
+    warm = _run(pytester, monkeypatch, cache, fill="2")
+    warm.assert_outcomes(passed=2, failed=2)
+    warm.stdout.fnmatch_lines([crash_line])
+    after = _records(pytester)["test_after[cpu]"]
     assert after["crash_screen"] == "cached" and after["engine_calls"] is None
     assert not (cache / "served-tests").exists(), "no test was served: none starts the child early"
 
