@@ -16,6 +16,7 @@ from pytest_aoti.options.table import add_options, core_rows
 from pytest_aoti.plugins import blocked_keywords, features_in_order, register_defaults
 from pytest_aoti.reports.xdist import XdistControllerHooks
 from pytest_aoti.session import SESSION_KEY, SESSION_PLUGIN, AotiSession, session_of
+from pytest_aoti.session_garbage import undo_freeze_after_pytest
 from pytest_aoti.tester import AotiTester
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    undo_freeze_after_pytest(config)
     manager = config.pluginmanager
     catalog = Catalog(features_in_order(manager), blocked=blocked_keywords(manager))
     config.addinivalue_line("markers", catalog.marker_help())

@@ -29,6 +29,7 @@ from pytest_aoti.reports.progress import CompileProgress, write_own_line
 from pytest_aoti.reports.terminal import write_summary
 from pytest_aoti.reports.xdist import send_payload
 from pytest_aoti.run.added import PluginChecks, plugin_checks
+from pytest_aoti.session_garbage import collect_and_freeze
 
 if TYPE_CHECKING:
     import torch
@@ -264,6 +265,7 @@ class AotiSession:
         if process is not None:  # an engine ran in the child: end it
             process.shutdown()
         self.stores.close()
+        collect_and_freeze(config)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write_summary(

@@ -1,0 +1,54 @@
+"""The end of a session's garbage collections, paid once.
+
+pytest collects garbage twice as a session ends (in its ``pytest_unconfigure`` and in its
+last cleanup) so that what a finalizer raises is reported. Each full collection walks every
+object alive: after a compile, the half million that torch and Inductor keep in their
+modules, a quarter of a second each on 2 cores. The session collects once where pytest
+would, then freezes what is still alive (:func:`gc.freeze`), so that pytest's two walk only
+what is made after; a cleanup pytest runs after its own undoes the freeze."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+
+
+def undo_freeze_after_pytest(config: pytest.Config) -> None:
+    """At configure time: register the cleanup that undoes :func:`collect_and_freeze`.
+    pytest runs cleanups last registered first, and the session's configure runs before
+    pytest's own plugins' (later registered, called first), so this one runs after the
+    cleanup that collects."""
+    frozen: list[bool] = []
+    config.stash[_FROZE] = frozen
+
+    def undo() -> None:
+        if frozen:
+            gc.unfreeze()  # an in-process run's caller keeps collecting as before
+
+    config.add_cleanup(undo)
+
+
+def collect_and_freeze(config: pytest.Config) -> None:
+    """At the session's end, after its own teardown: one full collection, reported as
+    pytest's is, then the survivors frozen. Nothing is done where pytest collects nothing
+    at the end (an in-process run of pytester, a pytest without these collections), or
+    where something else froze objects (its freeze is its own to undo)."""
+    frozen = config.stash.get(_FROZE, None)
+    if frozen is None or gc.get_freeze_count() or not _pytest_collects_at_end(config):
+        return
+    gc.collect()
+    gc.freeze()
+    frozen.append(True)
+
+
+def _pytest_collects_at_end(config: pytest.Config) -> bool:
+    unraisable = sys.modules.get("_pytest.unraisableexception")
+    iterations = getattr(unraisable, "gc_collect_iterations_key", None)
+    if iterations is None:  # a pytest that does not collect at the end
+        return False
+    return bool(config.stash.get(iterations, 1))
+
+
+_FROZE = pytest.StashKey[list[bool]]()

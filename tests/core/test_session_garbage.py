@@ -1,0 +1,76 @@
+"""The session's one collection at its end, and the freeze that makes pytest's own two walk
+only what is made after it. No compile here: the freeze is the same in every session."""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+
+import pytest
+
+# a conftest that says, from a hook after every other unconfigure and at the process's exit,
+# whether objects were frozen then
+WITNESS = """
+    import atexit, gc, pytest
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(config):
+        print(f"frozen while pytest collects: {gc.get_freeze_count() > 0}")
+
+    atexit.register(lambda: print(f"frozen at exit: {gc.get_freeze_count() > 0}"))
+"""
+
+CYCLE = """
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            raise RuntimeError("the finalizer of a cycle")
+
+    def test_leaves_a_cycle():
+        Cycle()
+"""
+
+
+def test_pytest_collects_past_the_frozen_objects_and_they_thaw_after(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(WITNESS)
+    pytester.makepyfile(CYCLE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["frozen while pytest collects: True", "frozen at exit: False"])
+    # the garbage of the session was collected before the freeze: its finalizer's error is
+    # reported as pytest reports it
+    output = result.stdout.str() + result.stderr.str()
+    assert "PytestUnraisableExceptionWarning" in output
+    assert "RuntimeError: the finalizer of a cycle" in output
+
+
+def test_a_freeze_of_the_users_own_is_left_to_them(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        textwrap.dedent(WITNESS)
+        + textwrap.dedent(
+            """
+            def pytest_configure(config):
+                gc.freeze()
+            """
+        )
+    )
+    pytester.makepyfile(CYCLE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    # not thawed by the session: the user's freeze is still in place at the exit
+    result.stdout.fnmatch_lines(["frozen while pytest collects: True", "frozen at exit: True"])
+
+
+def test_an_in_process_run_freezes_nothing(pytester: pytest.Pytester) -> None:
+    # pytester's in-process runs collect nothing at their end: neither does the session
+    pytester.makeconftest(WITNESS.replace("atexit.register", "(lambda *_: None)"))
+    pytester.makepyfile("def test_nothing(): pass")
+    assert gc.get_freeze_count() == 0
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["frozen while pytest collects: False"])
+    assert gc.get_freeze_count() == 0
