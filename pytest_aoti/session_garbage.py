@@ -1,11 +1,12 @@
 """The end of a session's garbage collections, paid once.
 
-pytest collects garbage twice as a session ends (in its ``pytest_unconfigure`` and in its
-last cleanup) so that what a finalizer raises is reported. Each full collection walks every
-object alive: after a compile, the half million that torch and Inductor keep in their
-modules, a quarter of a second each on 2 cores. The session collects once where pytest
-would, then freezes what is still alive (:func:`gc.freeze`), so that pytest's two walk only
-what is made after; a cleanup pytest runs after its own undoes the freeze."""
+pytest collects garbage as a session ends so that what a finalizer raises is reported
+(pytest 9.2 twice, in its ``pytest_unconfigure`` and in its last cleanup; 8.4 five times, in
+that cleanup). Each full collection walks every object alive: after a compile, the half
+million that torch and Inductor keep in their modules, a quarter of a second each on 2
+cores. The session collects once where pytest would, then freezes what is still alive
+(:func:`gc.freeze`), so that pytest's walk only what is made after; a cleanup pytest runs
+after its own undoes the freeze."""
 
 from __future__ import annotations
 
