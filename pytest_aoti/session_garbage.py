@@ -34,7 +34,8 @@ def undo_freeze_after_pytest(config: pytest.Config) -> None:
 def collect_and_freeze(config: pytest.Config) -> None:
     """At the session's end, after its own teardown: one full collection, reported as
     pytest's is, then the survivors frozen. Nothing is done where pytest collects nothing
-    at the end (an in-process run of pytester, a pytest without these collections), or
+    at the end (an in-process run of pytester, ``-p no:unraisableexception``, a pytest
+    without these collections), or
     where something else froze objects (its freeze is its own to undo)."""
     frozen = config.stash.get(_FROZE, None)
     if frozen is None or gc.get_freeze_count() or not _pytest_collects_at_end(config):
@@ -45,6 +46,8 @@ def collect_and_freeze(config: pytest.Config) -> None:
 
 
 def _pytest_collects_at_end(config: pytest.Config) -> bool:
+    if not config.pluginmanager.has_plugin("unraisableexception"):  # -p no:unraisableexception
+        return False
     unraisable = sys.modules.get("_pytest.unraisableexception")
     iterations = getattr(unraisable, "gc_collect_iterations_key", None)
     if iterations is None:  # a pytest that does not collect at the end

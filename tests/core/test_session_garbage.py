@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 # a conftest that says, at each full collection and at the process's exit, whether objects
-# were frozen then
+# were frozen then, and where the session's tests had all run
 WITNESS = """
-    import atexit, gc
+    import atexit, gc, pytest
 
     def say(phase, info):
         if phase == "start" and info["generation"] == 2:
@@ -19,7 +19,20 @@ WITNESS = """
 
     gc.callbacks.append(say)
     atexit.register(lambda: print(f"frozen at exit: {gc.get_freeze_count() > 0}"))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(session):
+        print("session finished")
 """
+
+
+def collections_at_the_end(lines: list[str], exit_line: str) -> list[str]:
+    """The full collections between the session's last test and the process's atexit."""
+    # pytest's progress line has no newline yet when the session finishes
+    start = next(at for at, line in enumerate(lines) if line.endswith("session finished"))
+    end = lines[start : lines.index(exit_line)]
+    return [line for line in end if line.startswith("full collection")]
+
 
 CYCLE = """
     class Cycle:
@@ -41,12 +54,9 @@ def test_pytest_collects_past_the_frozen_objects_and_they_thaw_after(
     pytester.makepyfile(CYCLE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    lines = result.stdout.lines
-    before_exit = lines[: lines.index("frozen at exit: False")]
-    collections = [line for line in before_exit if line.startswith("full collection")]
     # the session's own collection, then pytest's two (its unconfigure's and its cleanup's)
     # past the frozen objects; thawed before the exit
-    assert collections[-3:] == [
+    assert collections_at_the_end(result.stdout.lines, "frozen at exit: False") == [
         "full collection, frozen: False",
         "full collection, frozen: True",
         "full collection, frozen: True",
@@ -73,6 +83,15 @@ def test_a_freeze_of_the_users_own_is_left_to_them(pytester: pytest.Pytester) ->
     result.assert_outcomes(passed=1)
     # not thawed by the session: the user's freeze is still theirs at the exit
     result.stdout.fnmatch_lines(["frozen at exit: True"])
+
+
+def test_a_run_without_pytests_collections_freezes_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(WITNESS)
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:unraisableexception")
+    result.assert_outcomes(passed=1)
+    # neither pytest nor the session collects at the end
+    assert collections_at_the_end(result.stdout.lines, "frozen at exit: False") == []
 
 
 def test_an_in_process_run_freezes_nothing(pytester: pytest.Pytester) -> None:
