@@ -5,8 +5,8 @@ pytest collects garbage as a session ends so that what a finalizer raises is rep
 that cleanup). Each full collection walks every object alive: after a compile, the half
 million that torch and Inductor keep in their modules, a quarter of a second each on 2
 cores. The session collects once where pytest would, then freezes what is still alive
-(:func:`gc.freeze`), so that pytest's walk only what is made after; a cleanup pytest runs
-after its own undoes the freeze."""
+(:func:`gc.freeze`), so that pytest's collections walk only what is made after; a cleanup
+that runs after pytest's own undoes the freeze."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ import pytest
 
 def undo_freeze_after_pytest(config: pytest.Config) -> None:
     """At configure time: register the cleanup that undoes :func:`collect_and_freeze`.
-    pytest runs cleanups last registered first, and the session's configure runs before
-    pytest's own plugins' (later registered, called first), so this one runs after the
-    cleanup that collects."""
+    pluggy calls this plugin's configure before those of pytest's own plugins (registered
+    earlier), so this cleanup is registered before pytest's and, cleanups running last
+    registered first, runs after the one that collects."""
     frozen: list[bool] = []
     config.stash[_FROZE] = frozen
 
     def undo() -> None:
         if frozen:
-            gc.unfreeze()  # an in-process run's caller keeps collecting as before
+            gc.unfreeze()  # a process that goes on (pytest.main) collects as before
 
     config.add_cleanup(undo)
 
@@ -35,8 +35,8 @@ def collect_and_freeze(config: pytest.Config) -> None:
     """At the session's end, after its own teardown: one full collection, reported as
     pytest's is, then the survivors frozen. Nothing is done where pytest collects nothing
     at the end (an in-process run of pytester, ``-p no:unraisableexception``, a pytest
-    without these collections), or
-    where something else froze objects (its freeze is its own to undo)."""
+    without these collections), or where something else froze objects (its freeze is its
+    own to undo)."""
     frozen = config.stash.get(_FROZE, None)
     if frozen is None or gc.get_freeze_count() or not _pytest_collects_at_end(config):
         return
