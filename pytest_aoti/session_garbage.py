@@ -21,11 +21,10 @@ def undo_freeze_after_pytest(config: pytest.Config) -> None:
     pluggy calls this plugin's configure before those of pytest's own plugins (registered
     earlier), so this cleanup is registered before pytest's and, cleanups running last
     registered first, runs after the one that collects."""
-    frozen: list[bool] = []
-    config.stash[_FROZE] = frozen
+    config.stash[_FROZE] = False
 
     def undo() -> None:
-        if frozen:
+        if config.stash.get(_FROZE, False):
             gc.unfreeze()  # a process that goes on (pytest.main) collects as before
 
     config.add_cleanup(undo)
@@ -37,12 +36,11 @@ def collect_and_freeze(config: pytest.Config) -> None:
     at the end (an in-process run of pytester, ``-p no:unraisableexception``, a pytest
     without these collections), or where something else froze objects (its freeze is its
     own to undo)."""
-    frozen = config.stash.get(_FROZE, None)
-    if frozen is None or gc.get_freeze_count() or not _pytest_collects_at_end(config):
+    if _FROZE not in config.stash or gc.get_freeze_count() or not _pytest_collects_at_end(config):
         return
     gc.collect()
     gc.freeze()
-    frozen.append(True)
+    config.stash[_FROZE] = True
 
 
 def _pytest_collects_at_end(config: pytest.Config) -> bool:
@@ -55,4 +53,5 @@ def _pytest_collects_at_end(config: pytest.Config) -> bool:
     return bool(config.stash.get(iterations, 1))
 
 
-_FROZE = pytest.StashKey[list[bool]]()
+_FROZE = pytest.StashKey[bool]()
+"""Whether the session froze objects; absent where its configure did not run."""

@@ -141,7 +141,7 @@ def compile_package(
     check_constant_outputs(decomposed)
     package_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with quiet_torch_deprecations(), old_objects_frozen():
+        with quiet_torch_deprecations(), _old_objects_frozen():
             written = torch._inductor.aoti_compile_and_package(
                 decomposed,
                 package_path=str(package_path),
@@ -158,7 +158,7 @@ def compile_package(
 
 
 @contextlib.contextmanager
-def old_objects_frozen() -> Iterator[None]:
+def _old_objects_frozen() -> Iterator[None]:
     """Inductor's compile runs full garbage collections, each walking every object alive
     before it (hundreds of thousands of torch's own: 0.2 s each on 2 cores); frozen for the
     compile, they walk only what the compile makes, and are thawed after, its garbage
