@@ -4,6 +4,7 @@ dtype and device, ints and bools are equal, floats follow ``assert_close`` or pa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -104,7 +105,7 @@ def compare_trees(
         tail = f"eager {_describe(expected)}, engine {_describe(actual)}"
         raise frame.error(tail, "structure")
 
-    lazy = _LazyReference(reference, expected_spec) if reference is not None else None
+    lazy = _lazy_reference(reference, expected_spec) if reference is not None else None
     return [
         compare_leaf(
             want,
@@ -112,7 +113,7 @@ def compare_trees(
             location=f"{what}{keystr(path)}",
             context=context,
             tolerance=tolerance,
-            reference=lazy.leaf_getter(index) if lazy is not None else None,
+            reference=functools.partial(lazy, index) if lazy is not None else None,
             scalar_dtype=scalar_dtypes[index] if index < len(scalar_dtypes) else None,
             accumulates=accumulates[index] if index < len(accumulates) else 0,
         )
@@ -293,60 +294,47 @@ def _same_leaf(one: Any, other: Any) -> bool:
     )
 
 
-class _LazyReference:
-    """Calls the tree-level fp64 reference once, on first demand, and hands out leaves."""
+def _lazy_reference(compute: Callable[[], Any], spec: Any) -> Callable[[int], Any]:
+    """The leaf at an index of the tree-level fp64 reference, computed once on first demand;
+    ``NoReference`` saying why there is none."""
 
-    def __init__(self, compute: Callable[[], Any], spec: Any) -> None:
-        self._compute = compute
-        self._spec = spec
-        self._leaves: list[Any] | None = None
-        self._problem: str | None = None
-
-    def leaf_getter(self, index: int) -> Callable[[], Any]:
-        return lambda: self._leaf(index)
-
-    def _leaf(self, index: int) -> Any:
-        if self._leaves is None and self._problem is None:
-            self._load()
-        if self._problem is not None:
-            raise NoReference(self._problem)
-        assert self._leaves is not None
-        return self._leaves[index]
-
-    def _load(self) -> None:
+    @functools.cache
+    def leaves() -> list[Any] | str:  # the leaves, or why there are none
         try:
-            tree = self._compute()
+            tree = compute()
         except NoReference as exc:  # no reference on purpose: its reason as it is
-            self._problem = str(exc)
-            return
+            return str(exc)
         except Exception as exc:  # the reference is a bonus; its failure must not mask the mismatch
-            self._problem = f"computing it raised {type(exc).__name__}: {exc}"
-            return
-        leaves, spec = tree_flatten(tree)
-        if spec != self._spec:
-            self._problem = "it has a different structure than the output"
-            return
-        self._leaves = leaves
+            return f"computing it raised {type(exc).__name__}: {exc}"
+        found, found_spec = tree_flatten(tree)
+        return found if found_spec == spec else "it has a different structure than the output"
+
+    def leaf(index: int) -> Any:
+        loaded = leaves()
+        if isinstance(loaded, str):
+            raise NoReference(loaded)
+        return loaded[index]
+
+    return leaf
 
 
-def _describe(tree: Any, limit: int = 80) -> str:
+def _describe(tree: Any) -> str:
     text = _describe_node(tree)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _describe_node(node: Any) -> str:
     if isinstance(node, dict):
         inner = ", ".join(f"{key!r}: {_describe_node(value)}" for key, value in node.items())
         return f"{{{inner}}}"
-    if isinstance(node, tuple) and hasattr(node, "_fields"):
-        inner = ", ".join(_describe_node(value) for value in node)
-        return f"{type(node).__name__}({inner})"
+    if not isinstance(node, (list, tuple)):
+        return type_name(node)
+    inner = ", ".join(_describe_node(value) for value in node)
     if isinstance(node, list):
-        return "[" + ", ".join(_describe_node(value) for value in node) + "]"
-    if isinstance(node, tuple):
-        inner = ", ".join(_describe_node(value) for value in node)
-        return f"({inner},)" if len(node) == 1 else f"({inner})"
-    return type_name(node)
+        return f"[{inner}]"
+    if hasattr(node, "_fields"):  # a namedtuple
+        return f"{type(node).__name__}({inner})"
+    return f"({inner},)" if len(node) == 1 else f"({inner})"
 
 
 def _is_boxed_number(expected: Any, actual: Any) -> bool:
@@ -375,11 +363,10 @@ def _check_plain(
     floats = isinstance(expected, float) and isinstance(actual, (float, int))
     if floats and not isinstance(actual, bool) and math.isfinite(expected):
         rtol, atol = tolerance.resolve(dtype or torch.float64, frame.location)
-        error = abs(float(actual) - expected)
-        if error <= atol + rtol * abs(expected):
+        error, allowed = abs(float(actual) - expected), atol + rtol * abs(expected)
+        if error <= allowed:
             relative = error / abs(expected) if expected else 0.0
-            used = error / (atol + rtol * abs(expected)) if atol + rtol * abs(expected) else 0.0
-            return LeafStats(frame.location, error, relative, used)
+            return LeafStats(frame.location, error, relative, error / allowed if allowed else 0.0)
         raise frame.error(
             f"{frame.expected_name} {expected!r}, engine {actual!r} (beyond rtol={rtol:g}, "
             f"atol={atol:g}: a Python float read from {dtype or torch.float64})"
@@ -477,41 +464,25 @@ def _passed_finite(
     """The figures of a real leaf whose every element is finite on both sides and within
     tolerance, in a few passes and one read back (what a passing draw costs); None where it
     is not so (the full comparison then says what differs)."""
-    if want.numel() == 0:
-        return None  # the full comparison's figures of an empty leaf
-    if want.is_complex() or not atol > 0:
-        return _passed_finite_exactly(want, got, location, rtol, atol)
+    if want.numel() == 0 or want.is_complex():
+        return None  # the full comparison's figures of an empty or a complex leaf
     diff = (got - want).abs()
     magnitude = want.abs()
-    allowed = magnitude * rtol + atol  # never zero: atol > 0
+    allowed = magnitude * rtol + atol
     nonzero = magnitude != 0
     relative = torch.where(nonzero, diff / torch.where(nonzero, magnitude, 1.0), 0.0)
-    beyond, largest, most_relative, used = torch.stack(
-        [(diff > allowed).any().to(diff.dtype), diff.max(), relative.max(), (diff / allowed).max()]
+    if atol > 0:  # no zero allowance
+        used = diff / allowed
+    else:  # as leaf_stats reads them: within tolerance, a zero allowance means a zero difference
+        used = torch.where(allowed > 0, diff / torch.where(allowed > 0, allowed, 1.0), 0.0)
+    beyond, largest, most_relative, most_used = torch.stack(
+        [(diff > allowed).any().to(diff.dtype), diff.max(), relative.max(), used.max()]
     ).tolist()
     # a finite largest difference: every element finite on both sides (inf - x and NaN are
     # not; the max carries a NaN)
     if beyond or not math.isfinite(largest):
         return None
-    return LeafStats(location, largest, most_relative, used)
-
-
-def _passed_finite_exactly(
-    want: torch.Tensor, got: torch.Tensor, location: str, rtol: float, atol: float
-) -> LeafStats | None:
-    """:func:`_passed_finite` where a zero allowance is possible (``atol`` 0) or a leaf is
-    complex (then None)."""
-    if want.is_complex() or not bool((want.isfinite() & got.isfinite()).all()):
-        return None
-    diff = (got - want).abs()
-    magnitude = want.abs()
-    allowed = atol + rtol * magnitude
-    if bool((diff > allowed).any()):
-        return None
-    # as leaf_stats reads them: within tolerance, a zero allowance means a zero difference
-    relative = torch.where(magnitude != 0, diff / torch.where(magnitude != 0, magnitude, 1.0), 0.0)
-    used = torch.where(allowed > 0, diff / torch.where(allowed > 0, allowed, 1.0), 0.0)
-    return LeafStats(location, float(diff.max()), float(relative.max()), float(used.max()))
+    return LeafStats(location, largest, most_relative, most_used)
 
 
 def _within_default(

@@ -65,12 +65,6 @@ CORE_KINDS: dict[FindingKind, str] = {}
 """The core's kinds, each with what it means (a feature's are in its ``Feature.kinds``)."""
 
 
-def _core_kind(attribute: str, name: str, meaning: str) -> None:
-    kind = FindingKind(name)
-    setattr(FindingKind, attribute, kind)
-    CORE_KINDS[kind] = meaning
-
-
 for _attribute, _name, _meaning in (
     ("OUTPUT", "output", "an output differs between eager and the engine"),
     ("MUTATED_INPUT", "mutated input", "a mutated input ends with another value than eager's"),
@@ -90,7 +84,9 @@ for _attribute, _name, _meaning in (
     ("DECOMPOSE", "decompose", "run_decompositions failed on the exported program"),
     ("COMPILE", "compile", "aoti_compile_and_package or aoti_load_package failed"),
 ):
-    _core_kind(_attribute, _name, _meaning)
+    _kind = FindingKind(_name)
+    setattr(FindingKind, _attribute, _kind)
+    CORE_KINDS[_kind] = _meaning
 
 
 PARITY_KINDS = frozenset(

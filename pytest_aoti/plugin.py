@@ -14,6 +14,7 @@ from pytest_aoti.options.resolve import checked
 from pytest_aoti.options.settings import read_settings
 from pytest_aoti.options.table import add_options, core_rows
 from pytest_aoti.plugins import blocked_keywords, features_in_order, register_defaults
+from pytest_aoti.reports.events import ItemEvents
 from pytest_aoti.reports.xdist import XdistControllerHooks
 from pytest_aoti.session import SESSION_KEY, SESSION_PLUGIN, AotiSession, session_of
 from pytest_aoti.session_garbage import undo_freeze_after_pytest
@@ -146,7 +147,7 @@ def aoti(
         aoti_device,
         session.stores.registry,
         defaults,
-        events=session.events_for(item, aoti_device),
+        events=ItemEvents(session, item, aoti_device),
         hypothesis_database=session.stores.hypothesis_database(),
         label=item.nodeid,
         warned=session.warned_programs,

@@ -23,7 +23,6 @@ from pytest_aoti.plugins import DEFAULT_PLUGINS
 from pytest_aoti.reports.artifacts import ArtifactPaths
 from pytest_aoti.reports.collector import ReportCollector
 from pytest_aoti.reports.cost_hints import COMPILED_HERE, cost_hints
-from pytest_aoti.reports.events import ItemEvents
 from pytest_aoti.reports.header import describe_devices, header_lines
 from pytest_aoti.reports.progress import CompileProgress, write_own_line
 from pytest_aoti.reports.terminal import write_summary
@@ -160,9 +159,6 @@ class AotiSession:
             )
             self._plugin_checks = plugin_checks(answers, catalog.CHECKS)
         return self._plugin_checks
-
-    def events_for(self, item: pytest.Item, device: torch.device) -> ItemEvents:
-        return ItemEvents(self, item, device)
 
     def bundle_dir(self, item: pytest.Item) -> Path | None:
         return self.artifacts.bundle_dir(item.nodeid)

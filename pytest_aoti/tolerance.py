@@ -94,7 +94,6 @@ class Tolerance:
         return f"rtol={rtol:g}, atol={atol:g} ({source})"
 
     def _resolve(self, dtype: torch.dtype, location: str) -> tuple[float, float, str]:
-        default_rtol, default_atol = default_tolerance(dtype)
         layers: list[tuple[float | None, float | None, str]] = [
             (self.rtol, self.atol, _SET_BY_TEST)
         ]
@@ -103,15 +102,11 @@ class Tolerance:
             if hooked is not None:
                 layers.append((float(hooked[0]), float(hooked[1]), "pytest_aoti_tolerance hook"))
         layers.append((self.base_rtol, self.base_atol, "--aoti-rtol/--aoti-atol"))
-        rtol = next((layer[0] for layer in layers if layer[0] is not None), None)
-        atol = next((layer[1] for layer in layers if layer[1] is not None), None)
-        sources = [name for r, a, name in layers if r is not None or a is not None]
-        source = sources[0] if sources else f"default for {dtype}"
-        return (
-            default_rtol if rtol is None else float(rtol),
-            default_atol if atol is None else float(atol),
-            source,
-        )
+        layers.append((*default_tolerance(dtype), f"default for {dtype}"))
+        rtol = next(layer[0] for layer in layers if layer[0] is not None)
+        atol = next(layer[1] for layer in layers if layer[1] is not None)
+        source = next(name for r, a, name in layers if r is not None or a is not None)
+        return float(rtol), float(atol), source
 
 
 _SET_BY_TEST = "set by the test"
@@ -354,11 +349,7 @@ def tolerances_needed(
 
 
 def unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    index = []
-    for size in reversed(shape):
-        flat, rest = divmod(flat, size)
-        index.append(rest)
-    return tuple(reversed(index))
+    return tuple(int(index) for index in torch.unravel_index(torch.tensor(flat), shape))
 
 
 def format_element(element: torch.Tensor) -> str:

@@ -54,10 +54,14 @@ def program_key(
     configs, persistable = _config_fingerprint(inductor_configs or {})
     device_text = f"{_device_fingerprint(device)} {platform_fingerprint()}"
     if device.type in _HOST_COMPILED:
-        device_text += f" host {host_fingerprint(machine_dir, write=not machine_read_only)}"
+        # the instructions this host's compiled C++ may use, so a package from a newer CPU of
+        # the same ISA class misses rather than dies of SIGILL
+        target = machine.machine_target(machine_dir, write=not machine_read_only)
+        device_text += f" host {target.fingerprint()}"
+    state = [*sorted(exported.state_dict.items()), *sorted(exported.constants.items())]
     parts = {
         "graph": _digest_text(_graph_fingerprint(exported)),
-        "weights": _digest_tensors(_named_state(exported), weight_digests),
+        "weights": _digest_tensors(state, weight_digests),
         "configs": _digest_text(configs),
         "device": _digest_text(device_text),
         "torch": _digest_text(_torch_fingerprint()),
@@ -114,27 +118,17 @@ def _describe_value(value: Any) -> str:
     return type(value).__name__ if value is not None else ""
 
 
-def _named_state(exported: ExportedProgram) -> Iterable[tuple[str, Any]]:
-    yield from sorted(exported.state_dict.items())
-    yield from sorted(exported.constants.items())
-
-
-def _digest_tensors(
-    named: Iterable[tuple[str, Any]], weight_digests: WeightDigests | None = None
-) -> str:
+def _digest_tensors(named: Iterable[tuple[str, Any]], weight_digests: WeightDigests | None) -> str:
     """Hash names, metadata and the digest of each tensor's bytes (sha256: ~25 ms per 42 MB)."""
     import torch
 
     digest = hashlib.sha256()
+    read = weight_digests.digest if weight_digests else tensor_digest
     for name, value in named:
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
-            digest.update(
-                (
-                    weight_digests.digest(tensor) if weight_digests else tensor_digest(tensor)
-                ).encode()
-            )
+            digest.update(read(tensor).encode())
         else:
             digest.update(f"{name}:{value!r}".encode())
     return digest.hexdigest()[:16]
@@ -190,12 +184,6 @@ def _device_fingerprint(device: torch.device) -> str:
 
 # devices whose packages hold C++ built with ``-march=native`` (CUDA's host-side wrapper too)
 _HOST_COMPILED = ("cpu", "cuda")
-
-
-def host_fingerprint(machine_dir: Path | None, *, write: bool = True) -> str:
-    """The instructions this host's compiled C++ may use, so a package from a newer CPU of the
-    same ISA class misses rather than dies of SIGILL."""
-    return machine.machine_target(machine_dir, write=write).fingerprint()
 
 
 def platform_fingerprint() -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pytest_aoti.cache.key import program_key
 from pytest_aoti.cache.store_files import link_or_copy, sha256_of, unchanged_since_hashed
 from pytest_aoti.compiling.pipeline import compile_package, decompose, load_engine
 from pytest_aoti.compiling.program import AotiProgram, CompiledArtifact, EnginePool, ProgramKey
-from pytest_aoti.errors import AotiCacheWarning, AotiCompileError
+from pytest_aoti.errors import AotiCompileError
 from pytest_aoti.mutation_maps import MutationSignature, read_signature
 
 if TYPE_CHECKING:
@@ -251,17 +250,10 @@ class ProgramRegistry:
         remote = self._remote if key.persistable else None
         if store is not None and not store.readable:
             store = None
-        if store is None and remote is None:
-            if before_compile is not None:
-                before_compile()
-            compiled = self._compile(key, exported, inductor_configs)
-            if after_compile is not None:
-                after_compile(compiled[0].package_path)
-            return compiled
         with store.locked(key.digest) if store is not None else contextlib.nullcontext():
             started = time.perf_counter()  # a load's time: the lookup's verification included
             if store is not None and (entry := store.lookup(key.digest)) is not None:
-                artifact = self._from_entry(key, entry, started)
+                artifact = self._from_entry(key, store, entry, started)
                 if artifact is not None:
                     return artifact, None
             if remote is not None:
@@ -342,7 +334,7 @@ class ProgramRegistry:
         return artifact, decomposed
 
     def _from_entry(
-        self, key: ProgramKey, entry: CacheEntry, started: float
+        self, key: ProgramKey, store: ArtifactStore, entry: CacheEntry, started: float
     ) -> CompiledArtifact | None:
         """Link a stored package here (a copy where links are refused), so that later store
         changes cannot touch it; read it again only if it is not the file the store verified.
@@ -368,11 +360,7 @@ class ProgramRegistry:
             problem = f"has metadata this version cannot use ({type(error).__name__}: {error})"
         if problem is not None:
             # repaired by compiling: a summary problem, never a warning (filterwarnings=error)
-            message = f"pytest-aoti cache entry {key.digest} {problem}; recompiling"
-            if self._store is not None:
-                self._store.report(message)
-            else:
-                warnings.warn(AotiCacheWarning(message), stacklevel=2)
+            store.report(f"pytest-aoti cache entry {key.digest} {problem}; recompiling")
             local.unlink(missing_ok=True)
             return None
         seconds = time.perf_counter() - started

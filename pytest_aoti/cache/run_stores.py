@@ -9,6 +9,7 @@ import gc
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -47,8 +48,6 @@ class RunStores:
         self._on_ready = on_ready
         self._store: ArtifactStore | None = None
         self._store_made = False
-        self._remote: RemoteCache | None = None
-        self._remote_made = False
         self._registry: ProgramRegistry | None = None
         self._workdir: Path | None = None
         self._history: KeyHistory | None = None
@@ -73,15 +72,13 @@ class RunStores:
                 )
         return self._store
 
-    @property
+    @cached_property
     def remote(self) -> RemoteCache | None:
         """The store shared with other machines (``pytest_aoti_remote_store``), or None."""
-        if not self._remote_made:
-            self._remote_made = True
-            self._remote = self._config.hook.pytest_aoti_remote_store(
-                config=self._config, on_problem=self._on_problem
-            )
-        return self._remote
+        remote: RemoteCache | None = self._config.hook.pytest_aoti_remote_store(
+            config=self._config, on_problem=self._on_problem
+        )
+        return remote
 
     @property
     def registry(self) -> ProgramRegistry:

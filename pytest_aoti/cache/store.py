@@ -52,7 +52,6 @@ from pytest_aoti.cache.store_files import (
     validate_key,
     write_new_file,
 )
-from pytest_aoti.cache.store_files import sha256_of as sha256_of
 from pytest_aoti.cache.store_lock import KeyLocks
 from pytest_aoti.errors import AotiCacheWarning
 
@@ -135,7 +134,7 @@ class ArtifactStore:
         self._base = self.root / f"v{FORMAT_VERSION}"
         self._entries = self._base / "entries"
         self._locks = self._base / "locks"
-        self._key_locks = KeyLocks(self._locks, self._warn)
+        self._key_locks = KeyLocks(self._locks, self.report)
         self._tmp = self._base / "tmp"
         self._warned: set[tuple[str, str]] = set()
         self._readable, self._writable = self._open()
@@ -163,23 +162,20 @@ class ArtifactStore:
             # Read mode creates nothing: a missing root is simply an empty cache.
             problem = self._existing_dirs_problem()
             if problem is not None:
-                self._warn(f"pytest-aoti cache refused, off for this run: {problem}")
+                self.report(f"pytest-aoti cache refused, off for this run: {problem}")
                 return False, False
             return True, False
-        return self._open_for_writing()
-
-    def _open_for_writing(self) -> tuple[bool, bool]:
         try:
             self._make_dirs()
             self._probe_write()
         except PathRefused as e:
-            self._warn(f"pytest-aoti cache refused, off for this run: {e}")
+            self.report(f"pytest-aoti cache refused, off for this run: {e}")
             return False, False
         except StoreUnusable as e:
             if self._entries_readable():
-                self._warn(f"pytest-aoti cache {self.root} is read-only for this run: {e}")
+                self.report(f"pytest-aoti cache {self.root} is read-only for this run: {e}")
                 return True, False
-            self._warn(f"pytest-aoti cache {self.root} is off for this run: {e}")
+            self.report(f"pytest-aoti cache {self.root} is off for this run: {e}")
             return False, False
         return True, True
 
@@ -276,21 +272,29 @@ class ArtifactStore:
             return meta
         updated = {**meta, "last_used": now}
         try:
-            fd, name = tempfile.mkstemp(prefix=f"{key}.", suffix=".meta", dir=self._tmp)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(encode_meta(updated))
-                # Never write this metadata over an entry published since verification.
-                if not same_inode(entry_dir, ino):
-                    raise FileNotFoundError(entry_dir)
-                os.replace(name, entry_dir / META_NAME)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
-                raise
+            self._replace_in_entry(key, entry_dir, ino, META_NAME, encode_meta(updated))
         except OSError:
             return meta
         return updated
+
+    def _replace_in_entry(
+        self, key: str, entry_dir: Path, ino: int, name: str, data: bytes
+    ) -> None:
+        """Write ``data`` as the entry's file ``name`` in one rename, staged under ``tmp/``;
+        :class:`FileNotFoundError` where the entry was replaced or removed since ``ino``."""
+        suffix = "." + name.removesuffix(".json")
+        fd, temp = tempfile.mkstemp(prefix=f"{key}.", suffix=suffix, dir=self._tmp)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            # Never write over an entry published since it was verified.
+            if not same_inode(entry_dir, ino):
+                raise FileNotFoundError(entry_dir)
+            os.replace(temp, entry_dir / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
 
     def store(self, key: str, package_file: Path, metadata: Mapping[str, Any]) -> CacheEntry | None:
         """Copy ``package_file`` in under ``key`` (``metadata`` kept under ``caller``); the new
@@ -302,7 +306,7 @@ class ArtifactStore:
         try:
             return self._publish(key, Path(package_file), caller)
         except (OSError, PathRefused) as e:
-            self._warn(f"pytest-aoti could not store {key} in the cache: {e}")
+            self.report(f"pytest-aoti could not store {key} in the cache: {e}")
             return None
 
     def _publish(self, key: str, package_file: Path, caller: dict[str, Any]) -> CacheEntry | None:
@@ -400,17 +404,8 @@ class ArtifactStore:
         entry_dir = self._entries / key
         try:
             ino = entry_dir_inode(entry_dir)
-            fd, temp = tempfile.mkstemp(prefix=f"{key}.", suffix=f".{name}", dir=self._tmp)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(json.dumps(plain_json(data), sort_keys=True).encode())
-                if not same_inode(entry_dir, ino):
-                    raise FileNotFoundError(entry_dir)
-                os.replace(temp, entry_dir / f"{name}.json")
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp)
-                raise
+            encoded = json.dumps(plain_json(data), sort_keys=True).encode()
+            self._replace_in_entry(key, entry_dir, ino, f"{name}.json", encoded)
         except (EntryMissing, PathRefused, OSError):
             return False
         return True
@@ -517,13 +512,10 @@ class ArtifactStore:
         if (key, reason) in self._warned:
             return
         self._warned.add((key, reason))
-        self._warn(f"pytest-aoti cache entry {key} not used: {reason}; {action}")
+        self.report(f"pytest-aoti cache entry {key} not used: {reason}; {action}")
 
     def report(self, message: str) -> None:
         """Report a cache problem that was repaired or worked around; never raises."""
-        self._warn(message)
-
-    def _warn(self, message: str) -> None:
         if self._on_problem is not None:
             # listed in the summary: a warning would fail the test under filterwarnings = error
             self._on_problem(message)

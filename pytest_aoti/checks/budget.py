@@ -15,7 +15,7 @@ is never shortened, and ``budget="off"`` runs every default in full."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_aoti.options.check_options import DEFAULT_SHARE
@@ -51,18 +51,7 @@ class Spent:
     """A rule that set the count (a cap, the meeting draws, the user's count over a cap)."""
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "ran": self.ran,
-            "planned": self.planned,
-            "stopped": self.stopped,
-            "given": self.given,
-            "earlier": self.earlier,
-            "left": self.left,
-            "runs": self.runs,
-        }
-        if self.why:
-            data["why"] = self.why
-        return data
+        return {key: value for key, value in asdict(self).items() if key != "why" or value}
 
 
 @dataclass

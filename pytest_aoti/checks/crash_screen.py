@@ -308,29 +308,19 @@ class _Started:
     pending: PendingJobs
 
 
+@dataclass(eq=False)
 class ScreenRequest:
     """A :meth:`CrashScreen.start_all` under way: :meth:`finish` it (or :meth:`discard` it)
     before the child is asked anything else."""
 
-    def __init__(
-        self,
-        screen: CrashScreen,
-        input_sets: Sequence[InputSet],
-        labels: Sequence[str],
-        verdicts: dict[int, dict[str, Any]],
-        chunks: list[list[tuple[int, str]]],
-        first: _Started | None,
-        serving: bool,
-        search: bool,
-    ) -> None:
-        self._screen = screen
-        self._input_sets = input_sets
-        self._labels = labels
-        self._verdicts = verdicts
-        self._chunks = chunks
-        self._first = first
-        self._serving = serving
-        self._search = search
+    _screen: CrashScreen
+    _input_sets: Sequence[InputSet]
+    _labels: Sequence[str]
+    _verdicts: dict[int, dict[str, Any]]
+    _chunks: list[list[tuple[int, str]]]
+    _first: _Started | None
+    _serving: bool
+    _search: bool
 
     def finish(self, ignore: Sequence[int] = ()) -> None:
         """Wait for the child; raise the first crash's finding, except at the positions in
@@ -398,28 +388,17 @@ class InputSetCalls:
         """Calls answered (ServedEngine counts them)."""
         self.made_here = 0
         """Calls the check's engine made instead (ServedEngine counts them)."""
-        self._received: list[list[torch.Tensor]] = []
-        self._answers: list[dict[str, Any]] = []
-        received = list(sent)
-        for call in calls:
-            self._received.append(received)
-            # what the child returns comes back on the CPU: to the inputs' devices
-            received = [after.to(mine.device) for after, mine in zip(call["inputs"], received)]
-            outputs = _on_device(call["outputs"], device)
-            self._answers.append({**call, "inputs": received, "outputs": outputs})
+        from pytest_aoti.checks.served_calls import child_calls  # imports torch
+
+        kept = list(child_calls(sent, calls, device))
+        self._received = [received for received, _ in kept]
+        self._answers = [answer for _, answer in kept]
 
     def answer(self, inputs: Sequence[torch.Tensor]) -> dict[str, Any] | None:
         position = self.served + self.made_here
         if position >= len(self._answers) or not _same_bits(inputs, self._received[position]):
             return None
         return self._answers[position]
-
-
-def _on_device(tree: Any, device: torch.device) -> Any:
-    import torch
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_map_only(torch.Tensor, lambda leaf: leaf.to(device), tree)
 
 
 def _same_bits(mine: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor]) -> bool:
@@ -507,10 +486,9 @@ def inputs_digest(input_set: InputSet) -> str:
 def _data_start(tensor: torch.Tensor) -> bytes:
     import torch
 
+    from pytest_aoti.checks.served_calls import element_bytes  # imports torch
+
     if tensor.is_quantized or tensor.layout != torch.strided or tensor.numel() == 0:
         return b""
     flat = tensor.detach().reshape(-1)
-    head = flat[: max(1, _DIGEST_BYTES // flat.element_size())].cpu()
-    # a fresh dense copy: a one-element view keeps its stride through contiguous()
-    start = torch.empty(head.shape, dtype=head.dtype).copy_(head)
-    return start.view(torch.uint8).numpy().tobytes()
+    return element_bytes(flat[: max(1, _DIGEST_BYTES // flat.element_size())])

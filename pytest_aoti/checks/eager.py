@@ -3,18 +3,12 @@ fails at the user's line (stage ``"eager"``), not as torch's raw error after a c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.checks.module_guard import assert_weights_unwritten, eager_copy, weight_versions
 from pytest_aoti.compiling.explain import source_frame
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind
 from pytest_aoti.trees import clone_tree
-
-if TYPE_CHECKING:
-    import torch
 
 
 class EagerCheck:
@@ -27,27 +21,22 @@ class EagerCheck:
         return True
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        """Call a weight-sharing copy of the module; raise its error as a stage ``"eager"``
+        failure."""
         __tracebackhide__ = True
-        run_eager_first(plan.module, *plan.input_sets[0])
+        import torch  # torch loads on first use
+
+        args, kwargs = plan.input_sets[0]
+        call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
+        eager = eager_copy(plan.module)
+        versions = weight_versions(eager)
+        try:
+            with torch.no_grad():
+                eager(*call_args, **call_kwargs)
+        except Exception as error:  # whatever the model raises is the finding
+            raise AotiCheckError(eager_finding(error)) from error
+        assert_weights_unwritten(eager, versions)
         return Outcome()
-
-
-def run_eager_first(
-    module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> None:
-    """Call a weight-sharing copy of ``module``; raise its error as a stage ``"eager"`` failure."""
-    __tracebackhide__ = True
-    import torch  # torch loads on first use
-
-    call_args, call_kwargs = clone_tree((tuple(args), dict(kwargs)))
-    eager = eager_copy(module)
-    versions = weight_versions(eager)
-    try:
-        with torch.no_grad():
-            eager(*call_args, **call_kwargs)
-    except Exception as error:  # whatever the model raises is the finding
-        raise AotiCheckError(eager_finding(error)) from error
-    assert_weights_unwritten(eager, versions)
 
 
 def eager_finding(error: BaseException) -> Finding:

@@ -20,7 +20,6 @@ from pytest_aoti.checks.module_guard import (
 from pytest_aoti.checks.side_by_side import eager_module
 from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind
-from pytest_aoti.mutation_maps import named_user_inputs
 from pytest_aoti.trees import clone_tree
 
 if TYPE_CHECKING:
@@ -32,39 +31,38 @@ if TYPE_CHECKING:
 def record_eager(
     program: AotiProgram,
     module: torch.nn.Module,
-    inputs: tuple[tuple[Any, ...], dict[str, Any]],
     calls: int,
     *,
     context: Callable[[int, int], str],
     label: str,
-    copies: ModuleCopies | None = None,
-    named_inputs: Mapping[str, Any] | None = None,
-    cloned: tuple[tuple[tuple[Any, ...], dict[str, Any]], Mapping[str, Any]] | None = None,
+    copies: ModuleCopies | None,
+    named_inputs: Mapping[str, Any],
+    cloned: tuple[tuple[tuple[Any, ...], dict[str, Any]], Mapping[str, Any]],
 ) -> list[EagerCall]:
-    """``calls`` eager calls on a clone of ``inputs``, recorded; raises :class:`EagerRaised`
+    """``calls`` eager calls on ``cloned`` (a clone of the input set, and its inputs by
+    user-input name; ``named_inputs``: the input set's), recorded; raises :class:`EagerRaised`
     where the module raises, and the finding of an unrecorded write (``context(call, calls)``
-    says where). ``copies``: the search's copies of ``module`` (else a copy of its own);
-    ``named_inputs``: ``inputs`` by user-input name, where the caller has them; ``cloned``:
-    a clone of ``inputs`` for eager and its inputs by name, where the caller made one."""
+    says where). ``copies``: the search's copies of ``module`` (else a copy of its own)."""
     __tracebackhide__ = True
     import torch
 
     start = copies.eager() if copies is not None else FirstState(eager_module(module))
     eager = start.module
     versions = weight_versions(eager)
-    if cloned is None:
-        (args, kwargs), named = clone_tree(inputs), None
-    else:
-        (args, kwargs), named = cloned
-    if named is None:
-        named = named_user_inputs(program.exported, args, kwargs)
-    if named_inputs is None:
-        named_inputs = named_user_inputs(program.exported, *inputs)
-    # what eager may not change, as it was before the first call: a change fails at once,
-    # so it is what a later call starts from too
-    before = _EagerState(
-        eager, named_inputs, skip_inputs=program.mutated_inputs, buffers=start.buffers
+    (args, kwargs), named = cloned
+    # what eager may not change, as it was before the first call (the buffers' values, the
+    # inputs as given: the calls run on clones of them): a change fails at once, so it is
+    # what a later call starts from too
+    buffers_before = (
+        start.buffers
+        if start.buffers is not None
+        else {name: buffer.detach().clone() for name, buffer in eager.named_buffers()}
     )
+    inputs_before = {
+        name: leaf
+        for name, leaf in named_inputs.items()
+        if isinstance(leaf, torch.Tensor) and name not in program.mutated_inputs
+    }
     buffers = sorted(program.mutated_buffers)
     attributes = start.attributes if start.attributes is not None else plain_attributes(eager)
     history: list[EagerCall] = []
@@ -76,7 +74,9 @@ def record_eager(
             raise EagerRaised(error) from error
         assert_weights_unwritten(eager, versions)
         try:
-            before.assert_recorded(program, context(call, calls), named)
+            _assert_recorded(
+                program, eager, buffers_before, inputs_before, named, context(call, calls)
+            )
         except AotiCheckError as error:
             finding = error.finding.with_call(call, calls, label, error.finding.context)
             raise error.amended(finding) from None
@@ -117,50 +117,29 @@ class EagerRaised(Exception):
         self.error = error
 
 
-class _EagerState:
-    """What eager's module and inputs held before its first call, to see what it changed:
-    the buffers (``buffers``: their values, where the caller holds them; else cloned here)
-    and the inputs as given (the calls run on clones of them)."""
-
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        inputs: Mapping[str, Any],
-        *,
-        skip_inputs: set[str],
-        buffers: Mapping[str, torch.Tensor] | None = None,
-    ) -> None:
-        import torch
-
-        self._module = module
-        self._buffers = (
-            dict(buffers)
-            if buffers is not None
-            else {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
-        )
-        self._input_values = {
-            name: leaf
-            for name, leaf in inputs.items()
-            if isinstance(leaf, torch.Tensor) and name not in skip_inputs
-        }
-
-    def assert_recorded(
-        self, program: AotiProgram, context: str, inputs: Mapping[str, Any]
-    ) -> None:
-        """Raise the finding of a buffer or an input (``inputs``: eager's, by name) that
-        eager changed although the program does not record it as mutated."""
-        __tracebackhide__ = True
-        changed = sorted(
-            name
-            for name, buffer in self._module.named_buffers()
-            if name not in program.mutated_buffers
-            and (name not in self._buffers or _changed(self._buffers[name], buffer))
-        )
-        if changed:
-            raise AotiCheckError(_unrecorded_buffers(changed, program, context))
-        for name, before in self._input_values.items():
-            if _changed(before, inputs[name]):
-                raise AotiCheckError(_unrecorded_input(name, context))
+def _assert_recorded(
+    program: AotiProgram,
+    module: torch.nn.Module,
+    buffers: Mapping[str, torch.Tensor],
+    inputs: Mapping[str, Any],
+    after: Mapping[str, Any],
+    context: str,
+) -> None:
+    """Raise the finding of a buffer of ``module`` or an input (``after``: eager's, by name)
+    that eager changed since ``buffers`` and ``inputs`` although the program does not record
+    it as mutated."""
+    __tracebackhide__ = True
+    changed = sorted(
+        name
+        for name, buffer in module.named_buffers()
+        if name not in program.mutated_buffers
+        and (name not in buffers or _changed(buffers[name], buffer))
+    )
+    if changed:
+        raise AotiCheckError(_unrecorded_buffers(changed, program, context))
+    for name, before in inputs.items():
+        if _changed(before, after[name]):
+            raise AotiCheckError(_unrecorded_input(name, context))
 
 
 def _changed(before: torch.Tensor, after: torch.Tensor) -> bool:

@@ -22,11 +22,6 @@ PRECISION_DEPENDENT_OPS = frozenset({"nextafter"})
 they mean something else, so the fp64 rule never rescues a program that calls one."""
 
 
-def precision_dependent(exported: Any) -> str | None:
-    """The first op of ``exported`` whose meaning depends on the dtype's precision."""
-    return first_call_of(exported.graph, PRECISION_DEPENDENT_OPS)
-
-
 class Float64Reference:
     """Eager in float64 on the same inputs, run only if a comparison needs it. ``shared``
     gives a search's float64 copy of the module in its first state (the input sets of a
@@ -73,7 +68,8 @@ class Float64Reference:
         if len(self._history) >= call:
             return self._history[call - 1]
         if self._state is None or self._shared is not None:
-            if (op := precision_dependent(self._program.exported)) is not None:
+            graph = self._program.exported.graph
+            if (op := first_call_of(graph, PRECISION_DEPENDENT_OPS)) is not None:
                 raise NoReference(
                     f"the program calls {op}, whose result depends on the dtype's precision: "
                     "float64 is no reference for it"

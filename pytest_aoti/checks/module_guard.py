@@ -126,10 +126,6 @@ class AttributeChange:
     before: Any
     after: Any
 
-    @property
-    def added(self) -> bool:
-        return self.before is _ABSENT
-
 
 class _Absent:
     def __repr__(self) -> str:
@@ -154,11 +150,6 @@ def plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
             ):
                 found[owner + name] = value
     return found
-
-
-def attribute_changes(before: Mapping[str, Any], module: torch.nn.Module) -> list[AttributeChange]:
-    """What a call changed of ``before`` (:func:`plain_attributes` taken before it)."""
-    return changes_between(before, plain_attributes(module))
 
 
 def changes_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[AttributeChange]:
@@ -207,8 +198,10 @@ class ModuleCopies:
     as :func:`eager_copy` is."""
 
     def __init__(self, module: torch.nn.Module) -> None:
+        import torch
+
         self._eager = _ReusedCopy(lambda: eager_copy(module))
-        self._float64 = _ReusedCopy(lambda: _float64_copy(module))
+        self._float64 = _ReusedCopy(lambda: copy_module(module).to(torch.float64))
 
     def eager(self) -> FirstState:
         """Eager's copy in its first state."""
@@ -222,12 +215,6 @@ class ModuleCopies:
     def copies_made(self) -> int:
         """Copies made so far (the rest of the uses were restored)."""
         return self._eager.made + self._float64.made
-
-
-def _float64_copy(module: torch.nn.Module) -> torch.nn.Module:
-    import torch
-
-    return copy_module(module).to(torch.float64)
 
 
 @dataclass(frozen=True)
@@ -280,12 +267,6 @@ _IMMUTABLE = (
 """Attribute values a call cannot change in place: the same object is the same value."""
 
 
-def _torch_immutable() -> tuple[type, ...]:
-    import torch
-
-    return (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
-
-
 class _ModuleState:
     """A module tree's state, to put back: per submodule its ``__dict__`` as it was (the
     same objects), the contents of its containers, and its own tensors' values."""
@@ -322,7 +303,9 @@ class _ModuleState:
         """Record what ``value`` holds; False where a call could change it unseen."""
         import torch
 
-        if isinstance(value, (*_IMMUTABLE, *_torch_immutable())):
+        if isinstance(value, _IMMUTABLE) or isinstance(
+            value, (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
+        ):
             return True
         if isinstance(value, torch.nn.Module):
             return id(value) in modules  # restored as a module of the tree

@@ -244,7 +244,6 @@ class InputRun:
             self._history = record_eager(
                 self.program,
                 self.module,
-                self._originals,
                 calls,
                 context=self._context,
                 label=self.label,
@@ -277,11 +276,10 @@ class InputRun:
         __tracebackhide__ = True
         history = self.eager_history(calls)
         (engine_args, engine_kwargs), engine_inputs = self._clone_named()
-        original_inputs = self.named_originals
         addresses = {
             name: leaf.data_ptr()
             for name, leaf in engine_inputs.items()
-            if isinstance(leaf, torch.Tensor)
+            if isinstance(leaf, torch.Tensor) and engine_is_compiled
         }
         stats: list[tuple[str, LeafStats]] = []
         # the engine's buffers, read back from a second instance of its compiled library
@@ -311,14 +309,7 @@ class InputRun:
                         tolerance=self.tolerance,
                     )
                 stats += self._compare_call(
-                    call,
-                    context,
-                    eager.outputs,
-                    engine_out,
-                    eager.inputs,
-                    engine_inputs,
-                    original_inputs,
-                    addresses if engine_is_compiled else None,
+                    call, context, eager, engine_out, engine_inputs, addresses
                 )
                 if engine_is_compiled and mutates and call == expect_at:
                     stats += self._check_expected(
@@ -333,18 +324,18 @@ class InputRun:
         self,
         call: int,
         context: str,
-        eager_out: Any,
+        eager: EagerCall,
         engine_out: Any,
-        eager_inputs: Mapping[str, Any],
         engine_inputs: Mapping[str, Any],
-        original_inputs: Mapping[str, Any],
-        addresses: Mapping[str, int] | None,
+        addresses: Mapping[str, int],
     ) -> list[tuple[str, LeafStats]]:
+        """One call's outputs and inputs against eager's; ``addresses``: where each input
+        lay before the call (empty: a replay, whose inputs may move)."""
         __tracebackhide__ = True
         stats = [
             (context, leaf)
             for leaf in compare_trees(
-                eager_out,
+                eager.outputs,
                 engine_out,
                 what="output",
                 context=context,
@@ -361,12 +352,12 @@ class InputRun:
             location = f"input '{name}'"
             if name not in mutated:
                 assert_unchanged(
-                    original_inputs[name], engine_leaf, location=location, context=context
+                    self.named_originals[name], engine_leaf, location=location, context=context
                 )
-            elif addresses is not None:
+            elif name in addresses:
                 _assert_in_place(engine_leaf, addresses[name], location, context)
             leaf = compare_leaf(
-                eager_inputs[name],
+                eager.inputs[name],
                 engine_leaf,
                 location=location,
                 context=context,

@@ -4,8 +4,8 @@ no random op feeds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pytest_aoti.checks.base import CheckContext, CheckPlan, Outcome, Phase
 from pytest_aoti.checks.side_by_side import call_history
@@ -14,10 +14,7 @@ from pytest_aoti.errors import AotiCheckError
 from pytest_aoti.findings import Finding, FindingKind
 
 if TYPE_CHECKING:
-    import torch
-
-    from pytest_aoti.compiling.program import AotiProgram
-    from pytest_aoti.tolerance import LeafStats, Tolerance
+    from pytest_aoti.tolerance import LeafStats
 
 
 class RandomRefusedCheck:
@@ -45,15 +42,49 @@ class RandomCheck:
         return bool(context.random_ops)
 
     def run(self, plan: CheckPlan, context: CheckContext) -> Outcome:
+        """Each input set once through eager and the engine; structure, shapes, dtypes and
+        devices must agree, and outputs no random op feeds match within the tolerance."""
         __tracebackhide__ = True
-        stats = check_shapes_only(
-            context.program,
-            context.fresh_engine(),
-            plan.module,
-            plan.input_sets,
-            tolerance=plan.tolerance,
-        )
-        return Outcome(stats=tuple(stats), input_sets=len(plan.input_sets))
+        import torch  # torch loads on first use
+        from torch.utils._pytree import keystr, tree_flatten_with_path
+
+        from pytest_aoti.compare import compare_leaf, compare_trees
+
+        program, engine, input_sets = context.program, context.fresh_engine(), plan.input_sets
+        flags = random_outputs(program.exported)
+        stats: list[tuple[str, LeafStats]] = []
+        for index, (args, kwargs) in enumerate(input_sets):
+            label = f"sample {index}" if len(input_sets) > 1 else ""
+            ((eager_out, _),) = call_history(program, plan.module, args, kwargs, 1, eager=True)
+            ((engine_out, _),) = call_history(program, engine, args, kwargs, 1)
+            eager_leaves, eager_spec = tree_flatten_with_path(eager_out)
+            engine_leaves, engine_spec = tree_flatten_with_path(engine_out)
+            if eager_spec != engine_spec:
+                compare_trees(eager_out, engine_out, what="output", context=label)  # raises
+            for position, ((path, want), (_, got)) in enumerate(zip(eager_leaves, engine_leaves)):
+                location = f"output{keystr(path)}"
+                if position < len(flags) and not flags[position]:  # fed by no random op
+                    leaf = compare_leaf(
+                        want, got, location=location, context=label, tolerance=plan.tolerance
+                    )
+                    stats.append((label, leaf))
+                elif isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
+                    for attribute in ("shape", "dtype", "device"):
+                        if getattr(want, attribute) != getattr(got, attribute):
+                            raise AotiCheckError(
+                                Finding(
+                                    kind=FindingKind.RANDOM,
+                                    location=location,
+                                    attribute=attribute,
+                                    context=label,
+                                    summary=f"eager {getattr(want, attribute)}, "
+                                    f"engine {getattr(got, attribute)}",
+                                    notes=(
+                                        'random="shapes": values of random outputs are not compared',
+                                    ),
+                                )
+                            )
+        return Outcome(stats=tuple(stats), input_sets=len(input_sets))
 
 
 def random_finding(ops: Sequence[RandomOp]) -> Finding:
@@ -74,56 +105,3 @@ def random_finding(ops: Sequence[RandomOp]) -> Finding:
         ),
         extra={"random_ops": [op.op for op in ops], "sources": [op.source for op in ops]},
     )
-
-
-def check_shapes_only(
-    program: AotiProgram,
-    engine: Any,
-    module: torch.nn.Module,
-    input_sets: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
-    *,
-    tolerance: Tolerance,
-) -> list[tuple[str, LeafStats]]:
-    """``random="shapes"``: each input set once through eager and the engine; structure, shapes,
-    dtypes and devices must agree, and outputs no random op feeds match within ``tolerance``."""
-    __tracebackhide__ = True
-    import torch  # torch loads on first use
-    from torch.utils._pytree import keystr, tree_flatten_with_path
-
-    from pytest_aoti.compare import compare_leaf, compare_trees
-
-    flags = random_outputs(program.exported)
-    stats: list[tuple[str, LeafStats]] = []
-    for index, (args, kwargs) in enumerate(input_sets):
-        context = f"sample {index}" if len(input_sets) > 1 else ""
-        ((eager_out, _),) = call_history(program, module, args, kwargs, 1, eager=True)
-        ((engine_out, _),) = call_history(program, engine, args, kwargs, 1)
-        eager_leaves, eager_spec = tree_flatten_with_path(eager_out)
-        engine_leaves, engine_spec = tree_flatten_with_path(engine_out)
-        if eager_spec != engine_spec:
-            compare_trees(eager_out, engine_out, what="output", context=context)  # raises
-        for position, ((path, want), (_, got)) in enumerate(zip(eager_leaves, engine_leaves)):
-            location = f"output{keystr(path)}"
-            if position < len(flags) and not flags[position]:  # fed by no random op
-                leaf = compare_leaf(
-                    want, got, location=location, context=context, tolerance=tolerance
-                )
-                stats.append((context, leaf))
-                continue
-            if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
-                for attribute in ("shape", "dtype", "device"):
-                    if getattr(want, attribute) != getattr(got, attribute):
-                        raise AotiCheckError(
-                            Finding(
-                                kind=FindingKind.RANDOM,
-                                location=location,
-                                attribute=attribute,
-                                context=context,
-                                summary=f"eager {getattr(want, attribute)}, "
-                                f"engine {getattr(got, attribute)}",
-                                notes=(
-                                    'random="shapes": values of random outputs are not compared',
-                                ),
-                            )
-                        )
-    return stats

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,20 +35,10 @@ class ServedCalls:
         """Calls the engine loaded in this process made (the child did not make them)."""
 
     def keep(self, inputs: Sequence[torch.Tensor], calls: Sequence[dict[str, Any]]) -> None:
-        """Keep the child's calls on ``inputs``: call k received call k-1's inputs after it.
-        What the child returns comes back on the CPU: it goes back to the inputs' devices."""
-        received = list(inputs)
+        """Keep the child's calls on ``inputs`` (:func:`child_calls`)."""
         with self._lock:
-            for call in calls:
-                key = call_key(received)
-                devices = [tensor.device for tensor in received]
-                received = [after.to(device) for after, device in zip(call["inputs"], devices)]
-                device = self.device or (devices[0] if devices else None)
-                self._calls[key] = {
-                    **call,
-                    "inputs": received,
-                    "outputs": _on(call["outputs"], device),
-                }
+            for received, call in child_calls(inputs, calls, self.device):
+                self._calls[call_key(received)] = call
 
     def keep_seconds(self, inputs: Sequence[torch.Tensor], seconds: Sequence[float]) -> None:
         """Keep the seconds of the child's timed calls on ``inputs``."""
@@ -84,17 +74,15 @@ class ServedEngine:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = tensor_inputs(self.program, args, kwargs)
         call = self.served.answer(tensors)
-        if call is None:
-            self.served.made_here += 1
-            return self.loaded()(*args, **kwargs)
+        if call is None:  # a call the child did not make: called here
+            return self._made_here(args, kwargs)
         written = [
             (mine, after)
             for mine, after in zip(tensors, call["inputs"])
-            if _element_bytes(mine) != _element_bytes(after)
+            if element_bytes(mine) != element_bytes(after)
         ]
-        if any(_overlaps(mine) for mine, _ in written):  # no copy can write it: call here
-            self.served.made_here += 1
-            return self.loaded()(*args, **kwargs)
+        if any(_overlaps(mine) for mine, _ in written):  # no copy can write it: called here
+            return self._made_here(args, kwargs)
         self.served.served += 1
         with torch.no_grad():
             for mine, after in written:
@@ -109,6 +97,11 @@ class ServedEngine:
         ]
         return pytree.tree_unflatten(answered, spec)
 
+    def _made_here(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call made by the engine loaded in this process, counted as such."""
+        self.served.made_here += 1
+        return self.loaded()(*args, **kwargs)
+
     def loaded(self) -> Any:
         """The engine loaded in this process (loaded now, on first need)."""
         if self._loaded is None:
@@ -116,11 +109,21 @@ class ServedEngine:
         return self._loaded
 
 
-def _on(tree: Any, device: torch.device | None) -> Any:
-    """``tree`` with its tensors on ``device`` (the engine's outputs where its inputs are)."""
-    if device is None:
-        return tree
-    return pytree.tree_map_only(torch.Tensor, lambda leaf: leaf.to(device), tree)
+def child_calls(
+    inputs: Sequence[torch.Tensor], calls: Sequence[dict[str, Any]], device: torch.device | None
+) -> Iterator[tuple[list[torch.Tensor], dict[str, Any]]]:
+    """The child's calls on ``inputs``, each with the inputs it received: call k received
+    call k-1's inputs after it. What the child returns comes back on the CPU: the inputs go
+    back to their devices, the outputs to ``device`` (None: the first input's)."""
+    received = list(inputs)
+    to = device or (received[0].device if received else None)
+    for call in calls:
+        before = received
+        received = [after.to(mine.device) for after, mine in zip(call["inputs"], before)]
+        outputs = call["outputs"]
+        if to is not None:
+            outputs = pytree.tree_map_only(torch.Tensor, lambda leaf: leaf.to(to), outputs)
+        yield before, {**call, "inputs": received, "outputs": outputs}
 
 
 def tensor_inputs(program: AotiProgram, args: Any, kwargs: Any) -> list[torch.Tensor]:
@@ -146,7 +149,7 @@ def call_key(tensors: Sequence[torch.Tensor]) -> str:
             group,
         )
         digest.update(repr(layout).encode())
-        digest.update(_element_bytes(tensor))
+        digest.update(element_bytes(tensor))
     return digest.hexdigest()
 
 
@@ -155,7 +158,8 @@ def _overlaps(tensor: torch.Tensor) -> bool:
     return any(stride == 0 and size > 1 for size, stride in zip(tensor.shape, tensor.stride()))
 
 
-def _element_bytes(tensor: torch.Tensor) -> bytes:
+def element_bytes(tensor: torch.Tensor) -> bytes:
+    """Every element's bytes, in order."""
     if tensor.numel() == 0:
         return b""
     # a fresh dense copy on the CPU: a one-element view keeps its stride through contiguous()

@@ -23,31 +23,27 @@ class SignatureCheck:
         __tracebackhide__ = True
         program = context.program
         # their types were checked when the call was resolved, before any compile
-        mutates, mutated_buffers = plan.mutates, plan.mutated_buffers
-        if mutates is not None:
-            if (expected := set(mutates)) != (actual := program.mutated_inputs):
+        for what, declared, actual in (
+            ("inputs", plan.mutates, program.mutated_inputs),
+            ("buffers", plan.mutated_buffers, program.mutated_buffers),
+        ):
+            if declared is None or (expected := set(declared)) == actual:
+                continue
+            message = (
+                f"mutated {what} differ: expected {names(expected)}, "
+                f"the program mutates {names(actual)}"
+            )
+            if what == "inputs":
                 inputs = ", ".join(program.signature.user_inputs) or "none"
-                raise AotiCheckError(
-                    Finding.plain(
-                        FindingKind.SIGNATURE,
-                        f"mutated inputs differ: expected {names(expected)}, "
-                        f"the program mutates {names(actual)}\n"
-                        f"inputs of the program: {inputs}",
-                        location="mutated inputs",
-                        extra={"expected": sorted(expected), "actual": sorted(actual)},
-                    )
+                message += f"\ninputs of the program: {inputs}"
+            raise AotiCheckError(
+                Finding.plain(
+                    FindingKind.SIGNATURE,
+                    message,
+                    location=f"mutated {what}",
+                    extra={"expected": sorted(expected), "actual": sorted(actual)},
                 )
-        if mutated_buffers is not None:
-            if (expected := set(mutated_buffers)) != (actual := program.mutated_buffers):
-                raise AotiCheckError(
-                    Finding.plain(
-                        FindingKind.SIGNATURE,
-                        f"mutated buffers differ: expected {names(expected)}, "
-                        f"the program mutates {names(actual)}",
-                        location="mutated buffers",
-                        extra={"expected": sorted(expected), "actual": sorted(actual)},
-                    )
-                )
+            )
         return Outcome()
 
 

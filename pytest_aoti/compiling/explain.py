@@ -220,12 +220,10 @@ def library_type_hint(text: str) -> str | None:
 
 def for_mode(hint: str, strict: bool) -> str:
     """``hint`` without advice to switch to the export mode already in use."""
-    if strict:
-        hint = hint.replace("strict=False (or strict=True)", "strict=False")
-        return hint.replace("strict=True (or strict=False)", "strict=False")
-    hint = hint.replace("strict=False (or strict=True)", "strict=True")
-    hint = hint.replace("strict=True (or strict=False)", "strict=True")
-    return hint.replace("export with strict=False and state", "state")
+    other = "strict=False" if strict else "strict=True"
+    hint = hint.replace("strict=False (or strict=True)", other)
+    hint = hint.replace("strict=True (or strict=False)", other)
+    return hint if strict else hint.replace("export with strict=False and state", "state")
 
 
 _REASON_LINE = re.compile(

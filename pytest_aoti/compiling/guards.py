@@ -112,7 +112,20 @@ def record_guards() -> Iterator[GuardLog]:
     logger = logging.getLogger(_LOGGER)
     shown_before = logger.isEnabledFor(logging.INFO)
     level = logger.level
-    capture = _Capture(log, keep=shown_before)
+
+    def capture(record: logging.LogRecord) -> bool:
+        """Read each record; let it through only if it was shown anyway."""
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg == _GUARD_FORMAT and len(args) > 1:
+            log.guards.append(Guard(str(args[1]), _user_frame()))
+        elif (
+            isinstance(record.msg, str) and record.msg.startswith("create_symbol") and len(args) > 3
+        ):
+            bounds = _RANGE.search(str(args[3]))
+            low, high = bounds.groups() if bounds else ("-oo", "oo")
+            log.symbols[str(args[0])] = (str(args[2]), low, high)
+        return shown_before or record.levelno >= logging.WARNING
+
     logger.addFilter(capture)
     if not shown_before:
         logger.setLevel(logging.INFO)
@@ -122,27 +135,6 @@ def record_guards() -> Iterator[GuardLog]:
         logger.removeFilter(capture)
         if not shown_before:
             logger.setLevel(level)
-
-
-class _Capture(logging.Filter):
-    """A logger filter: reads each record, lets it through only if it was shown anyway."""
-
-    def __init__(self, log: GuardLog, keep: bool) -> None:
-        super().__init__()
-        self._log = log
-        self._keep = keep
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        if record.msg == _GUARD_FORMAT and len(args) > 1:
-            self._log.guards.append(Guard(str(args[1]), _user_frame()))
-        elif (
-            isinstance(record.msg, str) and record.msg.startswith("create_symbol") and len(args) > 3
-        ):
-            bounds = _RANGE.search(str(args[3]))
-            low, high = bounds.groups() if bounds else ("-oo", "oo")
-            self._log.symbols[str(args[0])] = (str(args[2]), low, high)
-        return self._keep or record.levelno >= logging.WARNING
 
 
 def _user_frame() -> SourceFrame | None:

@@ -180,28 +180,21 @@ def _stored_or_found(
 ) -> MachineTarget:
     """The record under ``directory``, else ``known``, else found now; written when missing.
     Failing to write costs only the search next time."""
-    if directory is None:
-        return known or find_target()
-    path = record_path(directory, digest)
-    stored = read_record(path, identity)
-    if stored is not None:
-        return stored
-    if not write:
-        return known or find_target()
-    try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-    except OSError:
-        return known or find_target()
-    try:
-        with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
-            stored = read_record(path, identity)  # another process may have written it
-            if stored is not None:
-                return stored
-            target = known or find_target()
-            write_record(path, identity, target)
-            return target
-    except (Timeout, OSError):
-        return known or find_target()
+    if directory is not None:
+        path = record_path(directory, digest)
+        stored = read_record(path, identity)
+        if stored is not None:
+            return stored
+        if write:
+            with contextlib.suppress(Timeout, OSError):
+                path.parent.mkdir(mode=0o700, exist_ok=True)
+                with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
+                    stored = read_record(path, identity)  # another process may have written it
+                    if stored is None:
+                        stored = known or find_target()
+                        write_record(path, identity, stored)
+                    return stored
+    return known or find_target()
 
 
 def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None:
@@ -245,13 +238,8 @@ def _target_from(data: Any, identity: Mapping[str, str]) -> MachineTarget | None
         for name in lists
     ):
         return None
-    return MachineTarget(
-        **{
-            **fields,
-            "features": tuple(fields["features"]),
-            "valid_isas": tuple(fields["valid_isas"]),
-        }
-    )
+    values: dict[str, Any] = {n: tuple(v) if n in lists else v for n, v in fields.items()}
+    return MachineTarget(**values)
 
 
 def find_target() -> MachineTarget:

@@ -34,9 +34,7 @@ if TYPE_CHECKING:
 def quiet_torch_deprecations() -> Iterator[None]:
     """Hide torch's deprecation warnings (errors under ``filterwarnings = error``) and its
     structured trace log (it fills a failed test's "Captured log" with empty lines)."""
-    trace_log = logging.getLogger("torch.__trace")
-    if not any(isinstance(f, _TorchTraceOnly) for f in trace_log.filters):
-        trace_log.addFilter(_TorchTraceOnly())
+    logging.getLogger("torch.__trace").addFilter(_torch_trace_only)  # added once
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -50,8 +48,7 @@ def _export_noise_dropped() -> Iterator[None]:
     import sys
 
     shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
-    unfound = _UnfoundUserCode()
-    shapes_log.addFilter(unfound)
+    shapes_log.addFilter(_not_unfound_user_code)
     written = io.StringIO()
     try:
         with contextlib.redirect_stderr(written):
@@ -66,17 +63,15 @@ def _export_noise_dropped() -> Iterator[None]:
     else:
         sys.stderr.write(written.getvalue())
     finally:
-        shapes_log.removeFilter(unfound)
+        shapes_log.removeFilter(_not_unfound_user_code)
 
 
-class _UnfoundUserCode(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Unable to find user code corresponding")
+def _not_unfound_user_code(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Unable to find user code corresponding")
 
 
-class _TorchTraceOnly(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return bool(os.environ.get("TORCH_TRACE"))
+def _torch_trace_only(record: logging.LogRecord) -> bool:
+    return bool(os.environ.get("TORCH_TRACE"))
 
 
 def export_module(
@@ -233,13 +228,14 @@ def _output_paths(out_spec: Any, count: int) -> tuple[list[str], list[type | Non
 
     from pytest_aoti.compiling.tree_types import leaf_parents
 
+    plain = [f"output {index}" for index in range(count)]
     if out_spec is None or out_spec.num_leaves != count:
-        return [f"output {index}" for index in range(count)], [None] * count
+        return plain, [None] * count
     numbered = pytree.tree_unflatten(list(range(count)), out_spec)
     try:
         with_paths = pytree.tree_flatten_with_path(numbered)[0]
     except ValueError:  # a class registered without keys (refused at export)
-        return [f"output {index}" for index in range(count)], leaf_parents(out_spec)
+        return plain, leaf_parents(out_spec)
     return ["output" + pytree.keystr(path) for path, _ in with_paths], leaf_parents(out_spec)
 
 

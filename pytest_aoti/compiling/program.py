@@ -300,8 +300,7 @@ class AotiProgram:
     def forget_engine(self) -> None:
         """Let go of the shared engine (one whose weights could not be loaded back): the next
         request for it loads the package again."""
-        if self._engines is not None:
-            self._engines.forget(self.key, self.device)
+        self._engines.forget(self.key, self.device)
 
     def engine_in_exported_state(self) -> Any:
         """A fresh engine when the program mutates buffers, else the shared one."""

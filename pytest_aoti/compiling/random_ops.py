@@ -34,7 +34,12 @@ class RandomOp:
 
 def random_ops(exported: ExportedProgram) -> list[RandomOp]:
     """Every random operation of ``exported``, in graph order (nested graphs included)."""
-    return [_random_op(node) for node in _random_nodes(exported)]
+    return [
+        _random_op(node)
+        for module in exported.graph_module.modules()
+        for node in getattr(module, "graph", _NoGraph).nodes
+        if _is_random(node)
+    ]
 
 
 def random_outputs(exported: ExportedProgram) -> list[bool]:
@@ -48,16 +53,6 @@ def random_outputs(exported: ExportedProgram) -> list[bool]:
         for spec, value in zip(exported.graph_signature.output_specs, output.args[0])
         if spec.kind == OutputKind.USER_OUTPUT
     ]
-
-
-def _random_nodes(exported: ExportedProgram) -> list[Node]:
-    found = []
-    for module in exported.graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if graph is None:
-            continue
-        found += [node for node in graph.nodes if _is_random(node)]
-    return found
 
 
 def _is_random(node: Node) -> bool:

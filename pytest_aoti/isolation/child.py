@@ -256,16 +256,13 @@ def _tensor_bytes(tree: Any) -> int:
 
 
 def _out_spec(runner: Any) -> Any:
-    """The engine's output tree spec, read once per held engine (a JSON parse each call)."""
+    """The held engine's output tree spec, read once per held engine (a JSON parse each call):
+    every job calls the engine it holds."""
     import torch.utils._pytree as pytree
 
-    held = _HELD.get("runner") is runner
-    spec = _HELD.get("out_spec") if held else None
-    if spec is None:
-        spec = pytree.treespec_loads(runner.get_call_spec()[1])
-        if held:
-            _HELD["out_spec"] = spec
-    return spec
+    if "out_spec" not in _HELD:
+        _HELD["out_spec"] = pytree.treespec_loads(runner.get_call_spec()[1])
+    return _HELD["out_spec"]
 
 
 def _timed(runner: Any, inputs: list[Any], request: dict[str, Any], sync: Any) -> list[float]:
@@ -339,23 +336,20 @@ def serve() -> int:
         asked = json.loads(line)
         if asked.get("release"):
             release()
-            _answer(answers, {"done": True, "rss": _resident_bytes()})
-            continue
-        if asked.get("preload"):
+        elif asked.get("preload"):
             try:
                 _load(asked["preload"], asked.get("device_index"), checked=False)
             except Exception:  # the request that needs the engine says what is wrong
                 release()
-            _answer(answers, {"done": True, "rss": _resident_bytes()})
-            continue
-        if asked.get("path"):  # where the parent imports the user's modules from
-            sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
-        # the whole request is read before anything is written: the parent writes it at once
-        request = _read_request(requests, int(asked["request_bytes"]))
-        if request is None:  # the parent is gone
-            break
-        probe(request, answers)
-        del request
+        else:
+            if asked.get("path"):  # where the parent imports the user's modules from
+                sys.path[:0] = [entry for entry in asked["path"] if entry not in sys.path]
+            # the whole request is read before anything is written: the parent writes it at once
+            request = _read_request(requests, int(asked["request_bytes"]))
+            if request is None:  # the parent is gone
+                break
+            probe(request, answers)
+            del request
         _answer(answers, {"done": True, "rss": _resident_bytes()})
     # the end of input: free the engine (its unpacked folder goes with it), then exit without
     # tearing torch down, which takes longer than the parent waits

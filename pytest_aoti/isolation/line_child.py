@@ -89,13 +89,11 @@ class LineChild:
         """Why the child stopped answering, as far as it tells: its exit status (None where
         it has not exited within five seconds) and the last line it wrote to its stderr from
         byte ``start`` on."""
-        assert self.process is not None
+        assert self.process is not None and self.stderr is not None  # both set by start()
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        if self.stderr is None:
-            return code, ""
         self.stderr.seek(start)
         lines = self.stderr.read().decode(errors="replace").strip().splitlines()
         return code, lines[-1] if lines else ""

@@ -162,7 +162,7 @@ def _widen_pipe(stream: IO[bytes]) -> None:
     """Let the pipe hold as much as the system allows (1 MiB on Linux by default, against
     64 KiB): the child writes a request's answers while this process makes its own calls,
     and a full pipe would stop it until this process reads."""
-    setting = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    setting = getattr(fcntl, "F_SETPIPE_SZ", None)  # None without fcntl
     if setting is None:
         return
     try:

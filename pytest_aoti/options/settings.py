@@ -117,13 +117,10 @@ def _value(config: pytest.Config, option: Option) -> Any:
     text = config.getini(option.ini_key)
     if text in (None, "", []):
         return option.default
-    if option.many:
-        try:
-            return tuple(option.parse(line.strip()) for line in text if line.strip())
-        except argparse.ArgumentTypeError as error:
-            raise pytest.UsageError(f"ini option {option.ini_key}: {error}") from None
     try:
+        if option.many:
+            return tuple(option.parse(line.strip()) for line in text if line.strip())
         return option.parse(str(text).strip())
     except argparse.ArgumentTypeError as error:
-        shown = "" if option.secret else f" = {text!r}"
+        shown = "" if option.secret or option.many else f" = {text!r}"
         raise pytest.UsageError(f"ini option {option.ini_key}{shown}: {error}") from None

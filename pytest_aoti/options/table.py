@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_aoti.options.check_options import CoreOptions
-from pytest_aoti.options.core_rows import DEFAULT_CACHE_MAX_SIZE, FIRST, SESSION
+from pytest_aoti.options.core_rows import FIRST, SESSION
 from pytest_aoti.options.fields import per_check_rows
 from pytest_aoti.options.option import Option
-
-__all__ = ["DEFAULT_CACHE_MAX_SIZE", "FIRST", "SESSION"]
 
 
 def core_rows() -> tuple[Option, ...]:

@@ -4,13 +4,16 @@ the controller."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pytest_aoti.cache.registry import CompileStats
-from pytest_aoti.reports.json_report import REPORT_VERSION, report_document, write_report_document
+from pytest_aoti.reports.header import torch_build, torch_version
+from pytest_aoti.reports.json_report import REPORT_VERSION
 from pytest_aoti.reports.progress import CompileEvent
 from pytest_aoti.reports.records import CheckRecord, CompileRecord
 
@@ -121,16 +124,17 @@ class ReportCollector:
     ) -> dict[str, Any]:
         """The JSON report's document of the records and compiles collected; ``created``,
         ``torch`` and ``build`` default to this run's."""
-        return report_document(
-            self.records,
-            devices=devices,
-            totals=totals,
-            interrupted=interrupted,
-            compiles=self.compiles,
-            created=created,
-            torch=torch,
-            build=build,
-        )
+        return {
+            "version": REPORT_VERSION,
+            "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch or torch_version(),
+            "build": build or torch_build(),
+            "devices": list(devices),
+            "interrupted": interrupted,
+            "totals": dict(totals),
+            "checks": [record.to_json() for record in self.records],
+            "compiles": [record.to_json() for record in self.compiles],
+        }
 
     def write_run_report(
         self,
@@ -157,8 +161,12 @@ class ReportCollector:
 
     @staticmethod
     def write(path: Path, document: Mapping[str, Any]) -> None:
-        """Write a report document atomically: a reader never sees half a file."""
-        write_report_document(path, document)
+        """Write a report document atomically: a reader never sees half a file (it is
+        written to a temporary name, then renamed)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        os.replace(partial, path)
 
 
 def durations_table(records: Sequence[CheckRecord], limit: int) -> list[str]:

@@ -30,11 +30,11 @@ def torch_build() -> str:
         text = version_file.read_text()
     except OSError:
         return "unknown"
-    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-    if match:
-        return f"CUDA {match.group(1)}"
-    hip = re.search(r"^hip\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-    return f"ROCm {hip.group(1)}" if hip else "CPU"
+    for name, build in (("cuda", "CUDA"), ("hip", "ROCm")):
+        match = re.search(rf"^{name}\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        if match:
+            return f"{build} {match.group(1)}"
+    return "CPU"
 
 
 def compiler_version() -> str:

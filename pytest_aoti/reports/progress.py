@@ -63,25 +63,22 @@ class CompileProgress:
         timer.daemon = True
         started = time.perf_counter()
         timer.start()
-        failed, interrupted = True, False
+        ended = "failed"  # how a compile that did not finish ended
         try:
             yield
-            failed = False
+            ended = ""
         except KeyboardInterrupt:
-            interrupted = True  # Ctrl-C: the compile did not fail
+            ended = "interrupted"  # Ctrl-C: the compile did not fail
             raise
         finally:
             timer.cancel()
             seconds = time.perf_counter() - started
             with self._lock:
-                if announced.is_set():
-                    if interrupted:
-                        self._emit(f"aoti: compiling {what} interrupted after {seconds:.1f} s")
-                    elif failed:
-                        self._emit(f"aoti: compiling {what} failed after {seconds:.1f} s")
-                    else:
-                        self._emit(f"aoti: compiled {what} in {seconds:.1f} s")
-            if seconds >= self._after and not failed:
+                if announced.is_set() and ended:
+                    self._emit(f"aoti: compiling {what} {ended} after {seconds:.1f} s")
+                elif announced.is_set():
+                    self._emit(f"aoti: compiled {what} in {seconds:.1f} s")
+            if seconds >= self._after and not ended:
                 self.events.append(CompileEvent(test, program, device, seconds, self._worker))
 
     def _emit(self, line: str) -> None:

@@ -72,27 +72,16 @@ def write_summary(
     records = collector.records
     if records and durations >= 0:
         title = "all AOTI checks" if durations == 0 else f"slowest {durations} AOTI checks"
-        reporter.write_sep("-", f"aoti: {title}")
-        for row in durations_table(records, durations):
-            reporter.write_line(row)
-    layouts = layout_lines(records)
-    if layouts:
-        reporter.write_sep("-", "aoti: failures by layout")
-        for line in layouts:
-            reporter.write_line(line)
-    if collector.worker_events:
-        reporter.write_sep("-", "aoti: compiles on xdist workers")
-        for row in worker_lines(collector.worker_events):
-            reporter.write_line(row)
+        _section(reporter, title, durations_table(records, durations))
+    _section(reporter, "failures by layout", layout_lines(records))
+    _section(reporter, "compiles on xdist workers", worker_lines(collector.worker_events))
     sections()
-    if collector.cache_problems:
-        reporter.write_sep("-", "aoti: cache problems (worked around; no test failed)")
-        for problem in problem_lines(collector.cache_problems):
-            reporter.write_line(problem)
-    if collector.notes:
-        reporter.write_sep("-", "aoti: notes (not failures)")
-        for note in collector.notes:
-            reporter.write_line(note)
+    _section(
+        reporter,
+        "cache problems (worked around; no test failed)",
+        problem_lines(collector.cache_problems),
+    )
+    _section(reporter, "notes (not failures)", collector.notes)
     for name, reason in collector.skipped_devices.items():
         reporter.write_line(f"aoti: skipped the [{name}] tests: {reason}")
     if collector.reseeded:
@@ -108,3 +97,11 @@ def write_summary(
         reporter.write_line(line)
     if report is not None and (records or collector.compiles):
         reporter.write_line(f"aoti: report written to {report}")
+
+
+def _section(reporter: Any, title: str, lines: Sequence[str]) -> None:
+    """A section of the summary titled ``aoti: title``, where it has lines."""
+    if lines:
+        reporter.write_sep("-", f"aoti: {title}")
+        for line in lines:
+            reporter.write_line(line)

@@ -189,9 +189,5 @@ def program_bytes(exported: ExportedProgram | None, example: Any) -> int:
     every device, unlike its package, which holds compiled kernels)."""
     from pytest_aoti.trees import tensor_bytes  # imports torch
 
-    weights = 0
-    if exported is not None:
-        weights = tensor_bytes(list(exported.state_dict.values())) + tensor_bytes(
-            list(exported.constants.values())
-        )
-    return weights + tensor_bytes(example)
+    weights = () if exported is None else (exported.state_dict, exported.constants)
+    return tensor_bytes((*weights, example))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -221,7 +221,8 @@ class CallRunner:
         device_args, device_kwargs = plan.input_sets[0]
         # torch's own warnings are notes, said where this call compiled (or failed) only
         heard: list[str] = []
-        with _say_when_compiled_here(heard, self._note) as done:  # said after the recording ends
+        loaded = False  # a program loaded or compiled earlier: its compile said them then
+        try:
             digests = _digests_during_export(plan.module)
             exported = self._export(plan, heard, checks)
             if checks is not None:
@@ -247,7 +248,11 @@ class CallRunner:
                 self._preload(
                     program.package_path
                 )  # a stored package: loaded before its first call
-            done(program)
+            loaded = program.cache_hit or program.compile_seconds == 0
+        finally:  # said after the recording ends
+            if not loaded:
+                for text in heard:
+                    self._note(text)
         if self.events is not None and program.seconds_compiled_here:
             self.events.built(program, type(plan.module).__qualname__)
         # shape messages name the user's Dims ("Dim batch"), not torch's symbols ("s77")
@@ -371,25 +376,6 @@ def relaid_plan(plan: CheckPlan, layout: str) -> CheckPlan | None:
         input_sets=tuple(input_set for input_set, _ in sets),
         options=replace(plan.options, layouts=()),
     )
-
-
-@contextlib.contextmanager
-def _say_when_compiled_here(
-    heard: list[str], say: Callable[[str], None]
-) -> Iterator[Callable[[AotiProgram], None]]:
-    """Say what was ``heard`` when the block ends, unless its program was loaded or
-    compiled earlier (its compile said it then)."""
-    loaded: list[bool] = []
-
-    def done(program: AotiProgram) -> None:
-        loaded.append(program.cache_hit or program.compile_seconds == 0)
-
-    try:
-        yield done
-    finally:
-        if not (loaded and loaded[0]):
-            for text in heard:
-                say(text)
 
 
 def _digests_during_export(module: torch.nn.Module) -> WeightDigests | None:

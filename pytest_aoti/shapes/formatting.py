@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 
 def format_dynamic_shapes(spec: Any) -> str:
     """Python source for ``spec``: ``name = Dim(...)`` lines, then ``dynamic_shapes = ...``."""
+    import torch.utils._pytree as pytree
+    from torch.export import Dim
+
     roots: dict[str, Any] = {}
-    for dim in _walk_dims(spec):
-        root = getattr(dim, "root", dim)
-        roots.setdefault(root.__name__, root)
+    for dim in pytree.tree_leaves(spec):
+        if isinstance(dim, Dim):
+            root = getattr(dim, "root", dim)
+            roots.setdefault(root.__name__, root)
     lines = [_format_root(root) for root in roots.values()]
     lines.append(f"dynamic_shapes = {_format_spec(spec, top=True)}")
     return "\n".join(lines)
-
-
-def _walk_dims(spec: Any) -> Iterator[Any]:
-    from torch.export import Dim
-
-    if isinstance(spec, Dim):
-        yield spec
-    elif isinstance(spec, Mapping):
-        for value in spec.values():
-            yield from _walk_dims(value)
-    elif isinstance(spec, (list, tuple)):
-        for value in spec:
-            yield from _walk_dims(value)
 
 
 def _format_root(root: Any) -> str:

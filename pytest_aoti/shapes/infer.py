@@ -123,16 +123,18 @@ def _path_name(path: Sequence[Any]) -> str:
 
 def _unique(names: list[str]) -> list[str]:
     seen: set[str] = set()
-    result = []
-    for name in names:
-        candidate = name
-        for suffix in itertools.count(2):
-            if candidate not in seen:
-                break
-            candidate = f"{name}_{suffix}"
-        seen.add(candidate)
-        result.append(candidate)
-    return result
+    return [_fresh(name, seen) for name in names]
+
+
+def _fresh(base: str, used: set[str]) -> str:
+    """``base``, else ``base_2``, ``base_3``...: the first not ``used``, which it then joins."""
+    name = base
+    for suffix in itertools.count(2):
+        if name not in used:
+            break
+        name = f"{base}_{suffix}"
+    used.add(name)
+    return name
 
 
 def _check_leaves(names: list[str], leaves: list[list[Any]]) -> None:
@@ -220,9 +222,7 @@ def _make_dims(
         largest = max(cluster.root)
         if max_size is not None and max_size < largest:
             raise AotiUsageError(f"max_size={max_size} is below a sample size of {largest}")
-        name = _dim_name(cluster, names, used)
-        used.add(name)
-        root = Dim(name, min=MIN_DYNAMIC_SIZE, max=max_size)
+        root = Dim(_dim_name(cluster, names, used), min=MIN_DYNAMIC_SIZE, max=max_size)
         for axis, scale, offset in cluster.members:
             dims[axis] = root if scale == 1 and offset == 0 else root * scale + offset
     return dims
@@ -234,9 +234,4 @@ def _dim_name(cluster: _Cluster, names: list[str], used: set[str]) -> str:
     base = "batch" if len(first_axes) > 1 else f"{names[roots[0].leaf]}_dim{roots[0].axis}"
     if keyword.iskeyword(base) or base == "Dim":
         base = f"{base}_"
-    name = base
-    for suffix in itertools.count(2):
-        if name not in used:
-            return name
-        name = f"{base}_{suffix}"
-    raise AssertionError("unreachable")
+    return _fresh(base, used)

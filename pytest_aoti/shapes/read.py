@@ -70,7 +70,17 @@ class ProgramShapes:
 
     def dim_range(self, input_name: str, axis: int) -> tuple[int, int | None]:
         """Allowed size range of one dim; ``None`` as the maximum means unbounded."""
-        return _expr_range(self, self.input(input_name).shape[axis])
+        size = self.input(input_name).shape[axis]
+        if isinstance(size, int):
+            return size, size
+        expr = parse_size(size)
+        ranges = {}
+        for symbol in expr.free_symbols:
+            symbol_range = self.symbols.get(str(symbol), SymbolRange(str(symbol), 0, None))
+            upper = int_oo if symbol_range.max is None else symbol_range.max
+            ranges[symbol] = ValueRanges(sympy.Integer(symbol_range.min), upper)
+        bounds = bound_sympy(expr, ranges)
+        return max(0, finite_bound(bounds.lower) or 0), finite_bound(bounds.upper)
 
     def display(self, size: Any) -> str:
         """A size or expression as the user wrote it: ``2*batch`` for ``2*s77``."""
@@ -116,38 +126,25 @@ def read_program_shapes(program: ExportedProgram) -> ProgramShapes:
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
             continue  # constant user inputs are read from the signature below
-        shape: list[int | str] = []
         for size in value.shape:
-            if isinstance(size, int):
-                shape.append(size)
-                continue
-            expr = size.node.expr
-            if expr.is_number:
-                shape.append(int(expr))
-                continue
-            shape.append(str(expr))
-            for symbol in sorted(expr.free_symbols, key=str):
-                free.setdefault(str(symbol), symbol)
+            if not isinstance(size, int):
+                for symbol in sorted(size.node.expr.free_symbols, key=str):
+                    free.setdefault(str(symbol), symbol)
+        shape, strides = tuple(map(_size, value.shape)), tuple(map(_size, value.stride()))
         inputs.append(
-            InputSpec(
-                node.name, tuple(shape), value.dtype, value.device, _layout(value), _strides(value)
-            )
+            InputSpec(node.name, shape, value.dtype, value.device, _layout(value), strides)
         )
     ranges = {str(key): value for key, value in program.range_constraints.items()}
     symbols = {name: _symbol_range(name, ranges.get(name)) for name in free}
     return ProgramShapes(inputs=tuple(inputs), symbols=symbols, constants=_constants(program))
 
 
-def _strides(value: torch.Tensor) -> tuple[int | str, ...]:
-    """The strides as ints or expression texts, read without a guard."""
-    found: list[int | str] = []
-    for stride in value.stride():
-        if isinstance(stride, int):
-            found.append(stride)
-            continue
-        expr = stride.node.expr
-        found.append(int(expr) if expr.is_number else str(expr))
-    return tuple(found)
+def _size(size: Any) -> int | str:
+    """A size or stride as an int or an expression's text, read without a guard."""
+    if isinstance(size, int):
+        return size
+    expr = size.node.expr
+    return int(expr) if expr.is_number else str(expr)
 
 
 def _layout(value: torch.Tensor) -> str:
@@ -191,19 +188,6 @@ def parse_size(text: str) -> sympy.Expr:
         {name: sympy.Symbol(name, integer=True, nonnegative=True) for name in names - set(local)}
     )
     return sympy.sympify(text, locals=local)
-
-
-def _expr_range(shapes: ProgramShapes, size: int | str) -> tuple[int, int | None]:
-    if isinstance(size, int):
-        return size, size
-    expr = parse_size(size)
-    ranges = {}
-    for symbol in expr.free_symbols:
-        symbol_range = shapes.symbols.get(str(symbol), SymbolRange(str(symbol), 0, None))
-        upper = int_oo if symbol_range.max is None else symbol_range.max
-        ranges[symbol] = ValueRanges(sympy.Integer(symbol_range.min), upper)
-    bounds = bound_sympy(expr, ranges)
-    return max(0, finite_bound(bounds.lower) or 0), finite_bound(bounds.upper)
 
 
 def format_range(low: int, high: int | None) -> str:

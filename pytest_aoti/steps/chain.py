@@ -11,7 +11,7 @@ recorded as one and the engine's chain goes on from a copy of eager's next input
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -42,14 +42,9 @@ class StepFigures:
     """Where a discrete output differed within tolerance (the engine went on from eager's)."""
 
     def to_json(self) -> dict[str, Any]:
-        figures: dict[str, Any] = {
-            "step": self.step,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
+        return {
+            key: value for key, value in asdict(self).items() if key != "tie" or value is not None
         }
-        if self.tie is not None:
-            figures["tie"] = self.tie
-        return figures
 
 
 @dataclass
@@ -64,44 +59,33 @@ class Chain:
     ``read back`` (from the engine after every step), or why they were not."""
 
 
+@dataclass(eq=False)
 class StepsRun:
     """``steps`` calls on each side of ``program``, from ``inputs``, fed by ``next_inputs``."""
 
-    def __init__(
-        self,
-        program: Any,
-        module: torch.nn.Module,
-        inputs: InputSet,
-        *,
-        steps: int,
-        next_inputs: NextInputs,
-        tolerance: Tolerance,
-        eager: torch.nn.Module,
-        engine: Callable[..., Any],
-        float64: Callable[[], torch.nn.Module] | None,
-        screen: Callable[[InputSet, int], None] | None = None,
-        buffers: Callable[[], Mapping[str, Any]] | None = None,
-        buffers_reason: str = "none",
-        follow_eager: bool = False,
-    ) -> None:
-        self.program = program
-        self.module = module
-        self.inputs = inputs
-        self.steps = steps
-        self.next_inputs = next_inputs
-        self.tolerance = tolerance
-        self.eager = eager
-        self.engine = engine
-        self.float64 = float64
-        self.screen = screen
-        self.engine_buffers = buffers
-        self.follow_eager = follow_eager
-        """Each engine step on a copy of eager's inputs of the step (no drift carried):
-        where extreme values would make rounding grow over the steps, a step's own fault
-        still shows."""
-        self.chain = Chain(steps, buffers=buffers_reason)
-        self.step_inputs: list[InputSet] = []
-        """Eager's inputs of each step so far, before its call: what a repro bundle replays."""
+    program: Any
+    module: torch.nn.Module
+    inputs: InputSet
+    _: KW_ONLY
+    steps: int
+    next_inputs: NextInputs
+    tolerance: Tolerance
+    eager: torch.nn.Module
+    engine: Callable[..., Any]
+    float64: Callable[[], torch.nn.Module] | None
+    screen: Callable[[InputSet, int], None] | None = None
+    buffers: Callable[[], Mapping[str, Any]] | None = None
+    """The engine's buffers after its last call, by name."""
+    buffers_reason: str = "none"
+    follow_eager: bool = False
+    """Each engine step on a copy of eager's inputs of the step (no drift carried):
+    where extreme values would make rounding grow over the steps, a step's own fault
+    still shows."""
+    step_inputs: list[InputSet] = field(default_factory=list, init=False)
+    """Eager's inputs of each step so far, before its call: what a repro bundle replays."""
+
+    def __post_init__(self) -> None:
+        self.chain = Chain(self.steps, buffers=self.buffers_reason)
 
     def run(self) -> Chain:
         """Both chains, compared at every step; raises the first step's difference."""
@@ -219,38 +203,38 @@ class StepsRun:
                 else None,
             )
         ]
+
+        def compared(
+            eager: Any, engine: Any, location: str, reference: Any = None
+        ) -> tuple[str, LeafStats]:
+            __tracebackhide__ = True
+            return context, compare_leaf(
+                eager,
+                engine,
+                location=location,
+                context=context,
+                tolerance=self.tolerance,
+                reference=reference,
+            )
+
         eager_named = named_user_inputs(self.program.exported, *eager_inputs)
         engine_named = named_user_inputs(self.program.exported, *engine_inputs)
-        for name in sorted(self.program.mutated_inputs):
-            stats.append(
-                (
-                    context,
-                    compare_leaf(
-                        eager_named[name],
-                        engine_named[name],
-                        location=f"input '{name}'",
-                        context=context,
-                        tolerance=self.tolerance,
-                        reference=reference.input_after(1, name) if reference else None,
-                    ),
-                )
+        stats += [
+            compared(
+                eager_named[name],
+                engine_named[name],
+                f"input '{name}'",
+                reference.input_after(1, name) if reference else None,
             )
-        if self.engine_buffers is not None:
-            engine_buffers = self.engine_buffers()
+            for name in sorted(self.program.mutated_inputs)
+        ]
+        if self.buffers is not None:
+            engine_buffers = self.buffers()
             live = dict(self.eager.named_buffers())
-            for name in sorted(self.program.mutated_buffers):
-                stats.append(
-                    (
-                        context,
-                        compare_leaf(
-                            live[name],
-                            engine_buffers[name],
-                            location=f"buffer '{name}'",
-                            context=context,
-                            tolerance=self.tolerance,
-                        ),
-                    )
-                )
+            stats += [
+                compared(live[name], engine_buffers[name], f"buffer '{name}'")
+                for name in sorted(self.program.mutated_buffers)
+            ]
         for _, leaf in stats:
             figures.max_abs = max(figures.max_abs, leaf.max_abs)
             figures.max_rel = max(figures.max_rel, leaf.max_rel)

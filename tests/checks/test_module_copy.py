@@ -18,7 +18,7 @@ from pytest_aoti.checks.module_copy import copy_module, copy_refusal
 from pytest_aoti.checks.module_guard import (
     ModuleCopies,
     assert_weights_unwritten,
-    attribute_changes,
+    changes_between,
     eager_copy,
     plain_attributes,
     weight_versions,
@@ -87,7 +87,7 @@ def test_eager_s_copy_of_a_module_deepcopy_refuses_shares_the_weights_and_owns_t
     with torch.no_grad():
         eager(torch.randn(2, 4))
     assert_weights_unwritten(eager, versions)
-    assert [change.path for change in attribute_changes(before, eager)] == []
+    assert [change.path for change in changes_between(before, plain_attributes(eager))] == []
     assert eager.seen == [1] and float(eager.lora.calls) == 1.0
     assert module.seen == [] and module.label == "adapted"
     for name, value in module.state_dict().items():
@@ -113,7 +113,9 @@ def test_a_written_parameter_and_a_changed_attribute_are_still_found_on_the_copy
     eager: Any = eager_copy(module)
     before, versions = plain_attributes(eager), weight_versions(eager)
     eager(torch.randn(2, 4))
-    assert [change.path for change in attribute_changes(before, eager)] == ["self.label"]
+    assert [change.path for change in changes_between(before, plain_attributes(eager))] == [
+        "self.label"
+    ]
     with pytest.raises(AotiUsageError, match="forward writes Parameter 'lora.up' in place"):
         assert_weights_unwritten(eager, versions)
 

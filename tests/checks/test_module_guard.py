@@ -9,7 +9,7 @@ import torch
 
 from pytest_aoti.checks.module_guard import (
     assert_weights_unwritten,
-    attribute_changes,
+    changes_between,
     describe_changes,
     eager_copy,
     parameter_writes,
@@ -55,7 +55,7 @@ def test_the_copy_shares_the_weights_and_owns_buffers_and_attributes() -> None:
     before = plain_attributes(copy)
     versions = weight_versions(copy)
     copy(torch.randn(4))
-    changes = attribute_changes(before, copy)
+    changes = changes_between(before, plain_attributes(copy))
     assert [change.path for change in changes] == ["self.calls", "self.block.seen"]
     assert describe_changes(changes).startswith(
         "forward changes self.calls, self.block.seen, Python attributes: torch.export froze "
