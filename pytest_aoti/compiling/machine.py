@@ -179,7 +179,8 @@ def _stored_or_found(
     write: bool = True,
 ) -> MachineTarget:
     """The record under ``directory``, else ``known``, else found now; written when missing.
-    Failing to write costs only the search next time."""
+    Failing to write costs only the search next time (this time's is not run again)."""
+    found = known
     if directory is not None:
         path = record_path(directory, digest)
         stored = read_record(path, identity)
@@ -190,11 +191,12 @@ def _stored_or_found(
                 path.parent.mkdir(mode=0o700, exist_ok=True)
                 with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
                     stored = read_record(path, identity)  # another process may have written it
-                    if stored is None:
-                        stored = known or find_target()
-                        write_record(path, identity, stored)
-                    return stored
-    return known or find_target()
+                    if stored is not None:
+                        return stored
+                    found = found or find_target()
+                    write_record(path, identity, found)
+                    return found
+    return found or find_target()
 
 
 def read_record(path: Path, identity: Mapping[str, str]) -> MachineTarget | None:

@@ -79,9 +79,11 @@ class CheckRecord:
     def speed_ratio(self) -> float | None:
         """Engine time over eager time per call (below 1: the engine is faster); None where
         a side was not timed, a call is :attr:`too_short` or the machine :attr:`busy`."""
-        if self.engine_seconds is None or self.eager_seconds is None or self.too_short:
+        if self.engine_seconds is None or self.eager_seconds is None:
             return None
-        return None if self.busy else self.engine_seconds / self.eager_seconds
+        if self.too_short or self.busy:
+            return None
+        return self.engine_seconds / self.eager_seconds
 
     @property
     def too_short(self) -> bool:

@@ -173,6 +173,18 @@ def test_a_cache_folder_that_cannot_keep_the_record_still_gives_the_target(
     assert finder.calls == 2  # searched again, nothing raised
 
 
+def test_a_record_that_cannot_be_written_costs_one_search(
+    finder: Finder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(machine, "write_record", refuse)
+    assert machine.machine_target(tmp_path) == TARGET
+    assert finder.calls == 1  # the search's answer is used, not searched for again
+    assert records(tmp_path) == []
+
+
 def test_a_read_only_cache_is_read_and_never_written(finder: Finder, tmp_path: Path) -> None:
     assert machine.machine_target(tmp_path, write=False) == TARGET
     assert list(tmp_path.iterdir()) == []
